@@ -1,0 +1,1 @@
+"""The imperative shell around the resolver: files, the machine, the `mesh` command."""

@@ -1,0 +1,82 @@
+"""The mesh resolver: manifests + mesh description + ledger in, the whole mesh state out.
+
+Pure: no filesystem, network, clock, randomness, environment or logging. Everything it needs
+is an argument; everything it decides is in its return value. See DESIGN.md.
+"""
+
+from ._codes import *  # noqa: F401,F403  (problem codes are part of the API)
+from ._convert import structure, unstructure, yaml_key
+from ._declaration import (
+    AccessDecl,
+    Binding,
+    BindingDecl,
+    Change,
+    ContainerDecl,
+    Declaration,
+    FirewallAllow,
+    FirewallFloor,
+    FirewallIntent,
+    GrantDecl,
+    HealthDecl,
+    MountDecl,
+    Problem,
+    PublishedPort,
+    Request,
+    Resolution,
+    SecretRef,
+    StateDirDecl,
+    secret_token,
+)
+from ._errors import Fault, InputError, MeshError, ResolutionError
+from ._inputs import NO_SOURCES, Catalogue, Sources
+from ._ledger import (
+    EMPTY_LEDGER,
+    LEDGER_VERSION,
+    BuildRecord,
+    Certificate,
+    Credential,
+    Generation,
+    Ledger,
+    NodeSerial,
+    PortAssignment,
+)
+from ._load import DocumentPositions, load_document, parse_yaml
+from ._model import (
+    Access,
+    Artifact,
+    CaConfig,
+    Container,
+    Floor,
+    Health,
+    HttpCheck,
+    Instance,
+    Listen,
+    Mesh,
+    Module,
+    Mount,
+    Node,
+    Part,
+    PortRange,
+    Provide,
+    Provision,
+    Provisions,
+    Require,
+    StateDir,
+    Substrate,
+)
+
+__all__ = [
+    "structure", "unstructure", "yaml_key",
+    "AccessDecl", "Binding", "BindingDecl", "Change", "ContainerDecl", "Declaration",
+    "FirewallAllow", "FirewallFloor", "FirewallIntent", "GrantDecl", "HealthDecl", "MountDecl",
+    "Problem", "PublishedPort", "Request", "Resolution", "SecretRef", "StateDirDecl",
+    "secret_token",
+    "Fault", "InputError", "MeshError", "ResolutionError",
+    "NO_SOURCES", "Catalogue", "Sources",
+    "EMPTY_LEDGER", "LEDGER_VERSION", "BuildRecord", "Certificate", "Credential", "Generation",
+    "Ledger", "NodeSerial", "PortAssignment",
+    "DocumentPositions", "load_document", "parse_yaml",
+    "Access", "Artifact", "CaConfig", "Container", "Floor", "Health", "HttpCheck", "Instance",
+    "Listen", "Mesh", "Module", "Mount", "Node", "Part", "PortRange", "Provide", "Provision",
+    "Provisions", "Require", "StateDir", "Substrate",
+]

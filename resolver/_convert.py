@@ -1,0 +1,114 @@
+"""A strict cattrs converter between plain data and the frozen model.
+
+Invariants:
+- No coercion: a string field refuses 3, an int field refuses "3" and True, a bool refuses 1.
+- Unknown keys are refused; keys are the YAML spellings (`run-once`, `as`), derived
+  mechanically from attribute names by yaml_key, so an error can name the key as written.
+- Collections come out immutable (PMap / PVector) and go back out as dicts and lists;
+  `structure(unstructure(x)) == x` for every document type.
+- Unstructuring omits attributes equal to their default, so written documents stay short.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from pyrsistent import pmap, pvector
+from pyrsistent.typing import PMap, PVector
+
+
+def yaml_key(attribute: str) -> str:
+    """The document key for an attribute name: `run_once` → `run-once`, `as_` → `as`."""
+    return attribute.rstrip("_").replace("_", "-")
+
+
+def _strict(expected: type, name: str):
+    def structure(value: Any, _type: Any) -> Any:
+        if type(value) is not expected:  # bool is not int, int is not str
+            raise TypeError(f"expected {name}, got {_describe(value)}")
+        return value
+
+    return structure
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=True)
+
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(int, _strict(int, "a whole number"))
+    conv.register_structure_hook(bool, _strict(bool, "true or false"))
+
+    def is_pmap(t: Any) -> bool:
+        return typing.get_origin(t) is PMap or t is PMap
+
+    def is_pvector(t: Any) -> bool:
+        return typing.get_origin(t) is PVector or t is PVector
+
+    def structure_pmap(value: Any, t: Any) -> PMap:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping, got {_describe(value)}")
+        key_t, val_t = typing.get_args(t) or (str, Any)
+        return pmap(conv.structure(value, dict[key_t, val_t]))
+
+    def structure_pvector(value: Any, t: Any) -> PVector:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {_describe(value)}")
+        (item_t,) = typing.get_args(t) or (Any,)
+        return pvector(conv.structure(value, list[item_t]))
+
+    conv.register_structure_hook_func(is_pmap, structure_pmap)
+    conv.register_structure_hook_func(is_pvector, structure_pvector)
+    conv.register_unstructure_hook_func(
+        is_pmap, lambda m: {k: conv.unstructure(v) for k, v in m.items()}
+    )
+    conv.register_unstructure_hook_func(is_pvector, lambda v: [conv.unstructure(i) for i in v])
+
+    def attrs_structure(cls: type):
+        renames = {a.name: override(rename=yaml_key(a.name)) for a in attrs.fields(cls)}
+        inner = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **renames)
+
+        def structure(value: Any, t: Any):
+            if not isinstance(value, dict):
+                raise TypeError(f"expected a mapping, got {_describe(value)}")
+            return inner(value, t)
+
+        return structure
+
+    def attrs_unstructure(cls: type):
+        renames = {a.name: override(rename=yaml_key(a.name)) for a in attrs.fields(cls)}
+        return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **renames)
+
+    conv.register_structure_hook_factory(attrs.has, attrs_structure)
+    conv.register_unstructure_hook_factory(attrs.has, attrs_unstructure)
+    return conv
+
+
+CONVERTER = make_converter()
+
+
+def structure(data: Any, cls: type):
+    return CONVERTER.structure(data, cls)
+
+
+def unstructure(obj: Any) -> Any:
+    return CONVERTER.unstructure(obj)

@@ -1,0 +1,43 @@
+"""The library's one exception hierarchy.
+
+Invariants:
+- Every failure the resolver raises is a MeshError; an embedding tool catches one type.
+- Bad input is never reported one fault at a time: InputError carries every fault of the
+  documents it was given, each located as file:line:col with what was expected.
+- Positions are 1-based when printed (ruamel's are 0-based; the conversion happens here).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+class MeshError(Exception):
+    """Base of every exception raised by the resolver library."""
+
+
+@attrs.frozen(order=True)
+class Fault:
+    """One located fault in an input document."""
+
+    file: str
+    line: int  # 1-based; 0 when the position is unknown (e.g. a missing file)
+    col: int  # 1-based; 0 when unknown
+    message: str
+    expected: str = ""
+
+    def __str__(self) -> str:
+        where = self.file if self.line == 0 else f"{self.file}:{self.line}:{self.col}"
+        return f"{where}: {self.message}" + (f"; expected {self.expected}" if self.expected else "")
+
+
+class InputError(MeshError):
+    """One or more documents are malformed or refer to things that do not exist."""
+
+    def __init__(self, faults):
+        self.faults = tuple(sorted(set(faults)))
+        super().__init__("\n".join(str(f) for f in self.faults))
+
+
+class ResolutionError(MeshError):
+    """A request the resolver cannot honour at all (not a problem of one instance)."""

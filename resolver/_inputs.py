@@ -1,0 +1,44 @@
+"""The resolver's inputs gathered: a catalogue, and where every document came from.
+
+Invariants:
+- A Catalogue is modules by name plus provision definitions; it is data, not a directory.
+- Sources maps each document to its positions so problems can name file:line:col; it never
+  takes part in equality, so the same documents from other paths resolve identically.
+- Document keys: "mesh", "provisions", "ledger", "module:<name>".
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+from pyrsistent import pmap
+from pyrsistent.typing import PMap
+
+from ._load import DocumentPositions
+from ._model import EMPTY_MAP, Module, Provision
+
+
+@attrs.frozen
+class Catalogue:
+    modules: PMap[str, Module] = EMPTY_MAP
+    provisions: PMap[str, Provision] = EMPTY_MAP
+
+
+@attrs.frozen(eq=False)
+class Sources:
+    documents: PMap[str, DocumentPositions] = attrs.field(default=pmap())
+
+    def where(self, document: str, *path, at_key: bool = False) -> tuple[str, int, int]:
+        doc: Optional[DocumentPositions] = self.documents.get(document)
+        if doc is None:
+            return (document, 0, 0)
+        line, col = doc.position(tuple(path), at_key=at_key)
+        return (doc.file, line, col)
+
+    def file(self, document: str) -> str:
+        doc = self.documents.get(document)
+        return doc.file if doc is not None else document
+
+
+NO_SOURCES = Sources()

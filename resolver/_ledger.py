@@ -1,0 +1,108 @@
+"""The ledger: what was issued once and is kept.
+
+Invariants:
+- The ledger is machine-written and versioned (`version: 1`); an unknown version is refused.
+- Nothing in it is a plaintext secret: credentials carry generations and values sealed per
+  holder node; the resolver only ever reads ids, generations and slots.
+- An entry for a live instance never changes value between resolves (issued once); entries
+  change only by an explicit operator act (rotate, refresh, renew, bind) or when their instance
+  is gone (released, and the plan says so).
+- Every key is a string so the ledger round-trips through YAML unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+from pyrsistent.typing import PMap, PVector
+
+from ._model import EMPTY_MAP, EMPTY_VEC
+
+LEDGER_VERSION = 1
+
+
+@attrs.frozen
+class PortAssignment:
+    node: str
+    port: int
+
+
+@attrs.frozen
+class Generation:
+    """One generation of a credential: its number, its login slot, its value sealed per node."""
+
+    generation: int
+    slot: Optional[str] = None  # "a" | "b" for providers that hold two logins, else None
+    sealed: PMap[str, str] = EMPTY_MAP  # holder node → base64 sealed box
+
+
+@attrs.frozen
+class Credential:
+    """A credential's rotation state.
+
+    `active` is what holders are told. `retiring` is the previous generation, still accepted by
+    the provider until every holder node has reported `active` applied. `retired` lists the
+    generations the provider must never accept again.
+    """
+
+    active: Optional[Generation] = None
+    retiring: Optional[Generation] = None
+    applied: PMap[str, int] = EMPTY_MAP  # holder node → generation it reported applied
+    retired: PVector[int] = EMPTY_VEC
+    provider_applied: int = 0  # generation the provider reported in force
+
+
+@attrs.frozen
+class Certificate:
+    """A node certificate signed by the mesh CA. Public material only."""
+
+    serial: str
+    not_before: str  # ISO 8601, UTC
+    not_after: str
+    pem: str
+
+
+@attrs.frozen
+class NodeSerial:
+    """The serial of a node's declaration; it increases exactly when the digest changes."""
+
+    serial: int
+    digest: str
+
+
+@attrs.frozen
+class BuildRecord:
+    """A built artifact's digest and the digests of the bases it was built from."""
+
+    digest: str
+    bases: PMap[str, str] = EMPTY_MAP
+
+
+@attrs.frozen
+class Ledger:
+    version: int = LEDGER_VERSION
+    ports: PMap[str, PMap[str, PortAssignment]] = EMPTY_MAP  # instance → listen → assignment
+    bindings: PMap[str, PMap[str, str]] = EMPTY_MAP  # consumer instance → requirement → provider
+    logins: PMap[str, str] = EMPTY_MAP  # credential id → login
+    credentials: PMap[str, Credential] = EMPTY_MAP  # credential id → rotation state
+    certificates: PMap[str, Certificate] = EMPTY_MAP  # node → certificate
+    pins: PMap[str, str] = EMPTY_MAP  # "repository:tag" → "sha256:…"
+    mirrored: PMap[str, str] = EMPTY_MAP  # digest → registry address that holds it
+    builds: PMap[str, BuildRecord] = EMPTY_MAP  # "module/artifact" → build record
+    nodes: PMap[str, NodeSerial] = EMPTY_MAP  # node → last declaration serial and digest
+
+
+EMPTY_LEDGER = Ledger()
+
+__all__ = [
+    "LEDGER_VERSION",
+    "PortAssignment",
+    "Generation",
+    "Credential",
+    "Certificate",
+    "NodeSerial",
+    "BuildRecord",
+    "Ledger",
+    "EMPTY_LEDGER",
+]

@@ -1,0 +1,167 @@
+"""Parsing documents from text, with every fault located as file:line:col.
+
+Invariants:
+- Pure: text and a file name in, model (or InputError) out. Reading files is the caller's job.
+- ruamel's round-trip tree is kept only to find positions (a SourceMap); the model is built
+  from plain data by the strict converter and never sees a ruamel type.
+- Every fault of a document is reported, not the first; a fault under a key points at the key
+  as the user wrote it (`run-once`, not `run_once`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import attrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    BaseValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationNote,
+)
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from ._convert import _describe, structure, yaml_key
+from ._errors import Fault, InputError
+
+Path = tuple
+
+
+@attrs.frozen
+class DocumentPositions:
+    """Positions of one parsed document: the round-trip tree, used only to look things up."""
+
+    file: str
+    tree: Any = attrs.field(eq=False, repr=False)
+    skip: int = 0  # leading path elements that are not in the text (a wrapping key)
+
+    def _walk(self, path: Path):
+        """The deepest node along `path`, its parent, and the last key found."""
+        node, parent, last = self.tree, None, None
+        for key in path[self.skip:]:
+            if isinstance(node, CommentedMap) and key in node:
+                parent, last, node = node, key, node[key]
+            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
+                parent, last, node = node, key, node[key]
+            else:
+                break
+        return node, parent, last
+
+    def position(self, path: Path, *, at_key: bool = False) -> tuple[int, int]:
+        """1-based (line, col) of the value at `path` (or of its key with at_key)."""
+        node, parent, last = self._walk(path)
+        try:
+            if parent is None:
+                if isinstance(node, (CommentedMap, CommentedSeq)):
+                    return node.lc.line + 1, node.lc.col + 1
+                return 1, 1
+            if isinstance(parent, CommentedMap):
+                line, col = parent.lc.key(last) if at_key else parent.lc.value(last)
+            else:
+                line, col = parent.lc.item(last)
+            return line + 1, col + 1
+        except (AttributeError, KeyError, IndexError, TypeError):
+            return 1, 1
+
+    def fault(self, path: Path, message: str, expected: str = "", *, at_key: bool = False) -> Fault:
+        line, col = self.position(path, at_key=at_key)
+        return Fault(self.file, line, col, message, expected)
+
+
+def _plain(node: Any) -> Any:
+    """ruamel's round-trip types → plain dict / list / str / int / float / bool / None."""
+    if isinstance(node, dict):
+        return {_plain(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, bool):
+        return bool(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, DocumentPositions]:
+    """Parse YAML text; syntax errors become InputError with the parser's position."""
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        tree = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        what = " ".join(x for x in (exc.context, exc.problem) if x) or "malformed YAML"
+        raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
+    except YAMLError as exc:
+        raise InputError([Fault(file, 0, 0, f"YAML: {exc}", "well-formed YAML")]) from None
+    return _plain(tree), DocumentPositions(file, tree)
+
+
+def structure_faults(exc: BaseException, where: DocumentPositions, path: Path = ()) -> list[Fault]:
+    """Map a cattrs exception tree to located faults, naming keys as written."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return [
+            where.fault(path + (k,), f"unknown key {k!r}", _known_keys(exc.cl), at_key=True)
+            for k in sorted(exc.extra_fields, key=str)
+        ]
+    if isinstance(exc, BaseValidationError):
+        faults: list[Fault] = []
+        for sub in exc.exceptions:
+            sub_path = path
+            for note in getattr(sub, "__notes__", ()):
+                if isinstance(note, AttributeValidationNote):
+                    sub_path = path + (yaml_key(note.name),)
+                elif isinstance(note, IterableValidationNote):
+                    sub_path = path + (note.index,)
+            if isinstance(sub, KeyError):
+                faults.append(where.fault(path, f"missing required key {sub_path[-1]!r}",
+                                          "that key to be present"))
+            else:
+                faults.extend(structure_faults(sub, where, sub_path))
+        return faults
+    label = ".".join(str(p) for p in path[where.skip:]) or "document"
+    message = str(exc) if isinstance(exc, (TypeError, ValueError)) else repr(exc)
+    expected = ""
+    if message.startswith("expected "):
+        expected, _, got = message[len("expected "):].partition(", got ")
+        message = f"{label} is {got}" if got else f"{label} is wrong"
+    return [where.fault(path, message, expected)]
+
+
+def _known_keys(cls: Optional[type]) -> str:
+    if cls is None or not attrs.has(cls):
+        return ""
+    return "one of " + ", ".join(yaml_key(a.name) for a in attrs.fields(cls))
+
+
+def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None):
+    """Parse and structure one document. Returns (model, positions) or raises InputError.
+
+    `wrap` nests the document under one key before structuring (provisions.yaml is a bare
+    mapping of provision names; its model has one field)."""
+    data, where = parse_yaml(text, file)
+    if data is None:
+        raise InputError([Fault(file, 1, 1, "the document is empty", f"a {cls.__name__} mapping")])
+    if not isinstance(data, dict):
+        raise InputError([where.fault((), f"the document is {_describe(data)}", "a mapping")])
+    if wrap is not None:
+        data = {wrap: data}
+        where = attrs.evolve(where, skip=1)
+    try:
+        model = structure(data, cls)
+    except Exception as exc:  # the converter's exception tree, mapped to positions
+        faults = structure_faults(exc, where)
+        raise InputError(faults or [Fault(file, 0, 0, str(exc))]) from None
+    return model, where
+
+
+def join_errors(*attempts: Iterable[Fault]) -> None:
+    faults = [f for group in attempts for f in group]
+    if faults:
+        raise InputError(faults)

@@ -1,0 +1,241 @@
+"""The input documents: module manifests, provision definitions, the mesh description.
+
+Invariants:
+- Every class is frozen and every collection immutable (pyrsistent), so a loaded document can
+  be shared, hashed and compared; nothing downstream can change what the operator wrote.
+- The model holds only what the operator wrote. Positions live in a separate SourceMap, never
+  in the model, so `structure(unstructure(x)) == x` holds for every document type.
+- Field names are Python spellings of the YAML keys: `run_once` is `run-once`, `as_` is `as`
+  (see _convert.yaml_key). The conversion is mechanical so errors can name the key as written.
+- Names are plain strings; references between documents are checked by _validate, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+from pyrsistent import pmap, pvector
+from pyrsistent.typing import PMap, PVector
+
+EMPTY_MAP: PMap = pmap()
+EMPTY_VEC: PVector = pvector()
+
+
+def _map(default=EMPTY_MAP):
+    return attrs.field(default=default)
+
+
+# --------------------------------------------------------------------------- module.yaml
+
+
+@attrs.frozen
+class Artifact:
+    """An image the module runs: an upstream repository and tag, or a local build.
+
+    `repository`+`tag` name an upstream image; the ledger pins it to a digest.
+    `build` names a build context (relative to the module directory) and `base` the artifacts
+    it builds FROM (`module/artifact` or a bare name in the same module).
+    """
+
+    repository: Optional[str] = None
+    tag: Optional[str] = None
+    build: Optional[str] = None
+    base: PVector[str] = EMPTY_VEC
+    mirror: bool = True  # whether the mesh's own registry should carry it once self-hosting
+
+
+@attrs.frozen
+class Listen:
+    """A port the module's container listens on. `fixed` is a host port a protocol fixes."""
+
+    port: int
+    protocol: str = "tcp"
+    fixed: Optional[int] = None
+    container: Optional[str] = None  # which container serves it; default the first long-running
+
+
+@attrs.frozen
+class Provide:
+    """A provision this module serves through one of its listens."""
+
+    provision: str
+    listen: str
+    admin: Optional[str] = None  # the module secret the provisioner authenticates with
+
+
+@attrs.frozen
+class Require:
+    """A requirement: a provision (by protocol) or a module by name, bound under `as`."""
+
+    as_: str
+    provision: Optional[str] = None
+    module: Optional[str] = None
+    listen: Optional[str] = None  # with `module`: which of its listens (default its first)
+    provider: Optional[str] = None  # a provider instance named in the manifest
+    part: Optional[str] = None
+    optional: bool = False
+
+
+@attrs.frozen
+class StateDir:
+    """The module's own directory on the node: created with owner and mode, one owner a path."""
+
+    path: str
+    owner: str = "0:0"  # uid:gid
+    mode: str = "0750"
+
+
+@attrs.frozen
+class Access:
+    """Operator-owned data the mesh never creates, chowns or removes."""
+
+    path: str
+    mode: str = "ro"  # ro | rw
+
+
+@attrs.frozen
+class Mount:
+    """A container mount naming exactly one of a state dir, an access or a facility."""
+
+    target: str
+    state: Optional[str] = None
+    access: Optional[str] = None
+    facility: Optional[str] = None
+    read_only: bool = False
+
+
+@attrs.frozen
+class HttpCheck:
+    listen: str
+    path: str = "/"
+
+
+@attrs.frozen
+class Health:
+    """Exactly one of a command run in the container, a tcp listen, or an http request."""
+
+    command: Optional[PVector[str]] = None
+    tcp: Optional[str] = None
+    http: Optional[HttpCheck] = None
+    timeout: int = 60  # seconds apply waits for an answer
+
+
+@attrs.frozen
+class Container:
+    name: str
+    artifact: str
+    command: Optional[PVector[str]] = None
+    env: PMap[str, str] = EMPTY_MAP
+    mounts: PVector[Mount] = EMPTY_VEC
+    run_once: bool = False
+    part: Optional[str] = None
+    health: Optional[Health] = None
+
+
+@attrs.frozen
+class Part:
+    description: str = ""
+
+
+@attrs.frozen
+class Module:
+    name: str
+    description: str = ""
+    artifacts: PMap[str, Artifact] = EMPTY_MAP
+    listens: PMap[str, Listen] = EMPTY_MAP
+    provides: PVector[Provide] = EMPTY_VEC
+    requires: PVector[Require] = EMPTY_VEC
+    claims: PVector[str] = EMPTY_VEC
+    secrets: PVector[str] = EMPTY_VEC  # module-own credentials, e.g. `admin` → ${self.admin.password}
+    state: PMap[str, StateDir] = EMPTY_MAP
+    accesses: PMap[str, Access] = EMPTY_MAP
+    facilities: PVector[str] = EMPTY_VEC
+    parts: PMap[str, Part] = EMPTY_MAP
+    containers: PVector[Container] = EMPTY_VEC
+
+
+# --------------------------------------------------------------------------- provisions.yaml
+
+GRANT_KINDS = ("database+login", "vhost+account", "bucket+key", "client+secret", "none")
+
+
+@attrs.frozen
+class Provision:
+    """How a provision is served: how many providers, what a consumer is told, what is granted."""
+
+    scope: str = "node"  # node | mesh
+    grant: str = "none"  # one of GRANT_KINDS
+    keys: PVector[str] = pvector(["host", "port"])
+    url: Optional[str] = None  # template over the keys, e.g. postgres://{user}@{host}:{port}/{database}
+    description: str = ""
+
+
+@attrs.frozen
+class Provisions:
+    provisions: PMap[str, Provision] = EMPTY_MAP
+
+
+# --------------------------------------------------------------------------- mesh.yaml
+
+
+@attrs.frozen
+class Node:
+    address: str
+    ssh_port: int = 22
+    facilities: PVector[str] = EMPTY_VEC
+    public_key: Optional[str] = None  # X25519, base64; secrets are sealed to it
+    control: bool = False  # the node that holds the mesh CA and issues
+
+
+@attrs.frozen
+class Instance:
+    """A module assigned to a node. The instance's name is its identity; its node may change."""
+
+    module: str
+    node: str
+    parts: PVector[str] = EMPTY_VEC
+    bind: PMap[str, str] = EMPTY_MAP  # requirement name (`as`) → provider instance
+
+
+@attrs.frozen
+class PortRange:
+    first: int = 20000
+    last: int = 29999
+
+
+@attrs.frozen
+class Floor:
+    """A port every node keeps open. ssh and the broker's port are always floors."""
+
+    port: int
+    protocol: str = "tcp"
+    sources: str = "any"  # any | mesh
+    reason: str = ""
+
+
+@attrs.frozen
+class Substrate:
+    store: Optional[str] = None  # the postgres instance the control plane reads
+    broker: Optional[str] = None  # the amqp provider every node enrols through
+
+
+@attrs.frozen
+class CaConfig:
+    path: str = "ca/mesh-ca.key"  # relative to the mesh directory, on the control node
+    validity_days: int = 365
+    renew_before_days: int = 30
+
+
+@attrs.frozen
+class Mesh:
+    mesh: str
+    nodes: PMap[str, Node]
+    instances: PMap[str, Instance] = EMPTY_MAP
+    catalogue: str = "catalogue"  # relative to the mesh directory
+    ledger: str = "ledger.yaml"
+    defaults: PMap[str, str] = EMPTY_MAP  # provision → provider instance
+    substrate: Substrate = Substrate()
+    host_ports: PortRange = PortRange()
+    floors: PVector[Floor] = EMPTY_VEC
+    ca: CaConfig = CaConfig()

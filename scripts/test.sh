@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Whole test run: services, project install, pytest. Used by .ci/run.
+#   bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+
+echo "[test] bringing up services (scripts/services.sh)"
+bash scripts/services.sh
+
+# Service coordinates for the tests (KEY=value lines, no secrets).
+set -a
+# shellcheck disable=SC1091
+. /var/lib/mesh-test/env
+set +a
+
+if [ -f pyproject.toml ]; then
+    echo "[test] $PYTHON -m pip install -e '.[test]'"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'
+else
+    echo "[test] no pyproject.toml: skipping pip install"
+fi
+
+if [ "${CI:-}" = true ]; then export HYPOTHESIS_PROFILE=ci; fi
+
+targets=()
+for d in tests property_tests; do [ -e "$d" ] && targets+=("$d"); done
+[ ${#targets[@]} -gt 0 ] || { echo "[test] ERROR: neither tests/ nor property_tests/ exists" >&2; exit 1; }
+
+echo "[test] $PYTHON -m pytest ${targets[*]} $*"
+set +e
+"$PYTHON" -m pytest "${targets[@]}" "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+    echo "[test] ERROR: pytest collected no tests (exit 5): treating as failure" >&2
+    exit 1
+fi
+exit $rc
