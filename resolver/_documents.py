@@ -1,0 +1,177 @@
+"""Loading the four input documents from text, and writing the ledger back as text.
+
+Invariants:
+- Pure: text and a file name in; (model, DocumentPositions) out, or InputError carrying every
+  fault of the document (structure faults, then, once it structures, validation faults).
+- A ledger is refused at an unknown version before its shape is looked at, so a newer ledger
+  is never half-read (and, since nothing here writes files, never overwritten).
+- load_inputs gathers the faults of every document before raising, so one run shows them all.
+- dump_ledger is deterministic: `version` first, every other key sorted, so equal ledgers are
+  equal text and load_ledger(dump_ledger(x)) == x.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import attrs
+from pyrsistent import pmap
+from ruamel.yaml import YAML
+
+from ._convert import _describe, structure, unstructure
+from ._errors import Fault, InputError
+from ._inputs import Catalogue, Sources
+from ._ledger import EMPTY_LEDGER, Ledger
+from ._load import DocumentPositions, parse_yaml, structure_faults
+from ._model import Mesh, Module, Provisions
+from ._validate import (
+    ledger_version_fault,
+    validate_catalogue,
+    validate_ledger,
+    validate_mesh,
+    validate_module,
+    validate_provisions,
+)
+
+
+def _structured(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
+                precheck=None) -> tuple[Any, DocumentPositions]:
+    data, where = parse_yaml(text, file)
+    if data is None:
+        raise InputError([Fault(file, 1, 1, "the document is empty", f"a {cls.__name__} mapping")])
+    if not isinstance(data, dict):
+        raise InputError([where.fault((), f"the document is {_describe(data)}", "a mapping")])
+    if precheck is not None and (refusal := precheck(data, where)) is not None:
+        raise InputError([refusal])
+    if wrap is not None:
+        data = {wrap: data}
+        where = attrs.evolve(where, skip=1)
+    try:
+        model = structure(data, cls)
+    except Exception as exc:  # the converter's exception tree, mapped to positions
+        raise InputError(structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]) from None
+    return model, where
+
+
+def _checked(model, where: DocumentPositions, faults: list[Fault]):
+    if faults:
+        raise InputError(faults)
+    return model, where
+
+
+def load_module(text: str, file: str, *, name: Optional[str] = None) -> tuple[Module, DocumentPositions]:
+    """A module.yaml; `name`, when given, is its directory's name and must equal `name:`."""
+    module, where = _structured(text, file, Module)
+    faults = validate_module(module, where)
+    if name is not None and module.name != name:
+        faults.append(where.fault(("name",), f"module name {module.name!r} differs from its directory",
+                                  repr(name)))
+    return _checked(module, where, faults)
+
+
+def load_provisions(text: str, file: str) -> tuple[Provisions, DocumentPositions]:
+    """provisions.yaml: a bare mapping of provision name → definition."""
+    provisions, where = _structured(text, file, Provisions, wrap="provisions")
+    return _checked(provisions, where, validate_provisions(provisions, where))
+
+
+def load_mesh(text: str, file: str) -> tuple[Mesh, DocumentPositions]:
+    mesh, where = _structured(text, file, Mesh)
+    return _checked(mesh, where, validate_mesh(mesh, where))
+
+
+def load_ledger(text: str, file: str) -> tuple[Ledger, DocumentPositions]:
+    """A ledger at version 1; any other version is refused with its position."""
+    ledger, where = _structured(text, file, Ledger, precheck=ledger_version_fault)
+    return _checked(ledger, where, validate_ledger(ledger, where))
+
+
+class _Text:
+    """The smallest stream ruamel can write to (resolver/ holds no io)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, data) -> None:
+        self.parts.append(data.decode() if isinstance(data, bytes) else data)
+
+
+def _sorted(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _sorted(data[k]) for k in sorted(data)}
+    if isinstance(data, list):
+        return [_sorted(v) for v in data]
+    return data
+
+
+def dump_yaml(data: Any) -> str:
+    """Plain data as block-style YAML text, keys in the order given."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False
+    yaml.width = 4096  # sealed values and PEMs stay on one line each
+    out = _Text()
+    yaml.dump(data, out)
+    return "".join(out.parts)
+
+
+def dump_ledger(ledger: Ledger) -> str:
+    """The ledger as YAML text: `version` first, then every key sorted."""
+    body = _sorted(unstructure(ledger))
+    body.pop("version", None)
+    return dump_yaml({"version": ledger.version, **body})
+
+
+@attrs.frozen
+class Inputs:
+    """Every input document, loaded: what resolve() takes, plus where each came from."""
+
+    catalogue: Catalogue
+    mesh: Mesh
+    ledger: Ledger
+    sources: Sources
+
+
+def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
+    """Load a whole mesh from texts keyed like Sources ("mesh", "provisions", "ledger",
+    "module:<name>"), each (text, file). No "ledger" means the empty ledger; no
+    "provisions", none defined. Raises one InputError with the faults of every document."""
+    faults: list[Fault] = []
+    positions: dict[str, DocumentPositions] = {}
+
+    def attempt(key: str, loader, *args, **kwargs):
+        try:
+            model, where = loader(*args, **kwargs)
+        except InputError as error:
+            faults.extend(error.faults)
+            return None
+        positions[key] = where
+        return model
+
+    if "mesh" not in documents:
+        raise InputError([Fault("mesh.yaml", 0, 0, "no mesh description was given", "a mesh.yaml")])
+    mesh = attempt("mesh", load_mesh, *documents["mesh"])
+    provisions = Provisions()
+    if "provisions" in documents:
+        provisions = attempt("provisions", load_provisions, *documents["provisions"]) or provisions
+    ledger = EMPTY_LEDGER
+    if "ledger" in documents:
+        ledger = attempt("ledger", load_ledger, *documents["ledger"]) or EMPTY_LEDGER
+    modules = {}
+    for key in sorted(k for k in documents if k.startswith("module:")):
+        name = key[len("module:"):]
+        module = attempt(key, load_module, *documents[key], name=name)
+        if module is not None:
+            modules[name] = module
+    sources = Sources(pmap(positions))
+    faults.extend(validate_catalogue(modules, provisions.provisions, sources))
+    if faults or mesh is None:
+        raise InputError(faults)
+    catalogue = Catalogue(modules=pmap(modules), provisions=provisions.provisions)
+    return Inputs(catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources)
+
+
+__all__ = [
+    "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",
+    "load_module", "load_provisions",
+]
