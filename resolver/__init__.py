@@ -41,6 +41,18 @@ from ._ledger import (
     PortAssignment,
 )
 from ._load import DocumentPositions, load_document, parse_yaml
+from ._documents import (
+    Inputs,
+    dump_ledger,
+    dump_yaml,
+    load_inputs,
+    load_ledger,
+    load_mesh,
+    load_module,
+    load_provisions,
+)
+from ._schema import document_names, json_schema
+from ._validate import PlaceholderSyntaxError, placeholders, render_placeholders
 from ._model import (
     Access,
     Artifact,
@@ -79,4 +91,8 @@ __all__ = [
     "Access", "Artifact", "CaConfig", "Container", "Floor", "Health", "HttpCheck", "Instance",
     "Listen", "Mesh", "Module", "Mount", "Node", "Part", "PortRange", "Provide", "Provision",
     "Provisions", "Require", "StateDir", "Substrate",
+    "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",
+    "load_module", "load_provisions",
+    "document_names", "json_schema",
+    "PlaceholderSyntaxError", "placeholders", "render_placeholders",
 ]

@@ -1,0 +1,168 @@
+"""Reading a mesh directory from disk and writing files back atomically.
+
+Invariants:
+- All parsing and validation is the resolver's (resolver.load_inputs); this module only reads
+  files, names them, and reports missing ones as faults with their path.
+- Faults of every document are gathered before one InputError is raised.
+- Paths in faults are relative to the current directory when below it, so an operator can
+  paste them into an editor.
+- Files are written whole or not at all: a temp file in the same directory, fsync, rename,
+  fsync of the directory. A ledger on disk is never replaced by one that does not load.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import attrs
+
+from resolver import (
+    Catalogue,
+    Fault,
+    InputError,
+    Ledger,
+    Mesh,
+    MeshError,
+    Sources,
+    dump_ledger,
+    load_inputs,
+    load_ledger,
+    parse_yaml,
+)
+
+MESH_FILE = "mesh.yaml"
+MODULE_FILE = "module.yaml"
+PROVISIONS_FILE = "provisions.yaml"
+DEFAULT_CATALOGUE = "catalogue"
+DEFAULT_LEDGER = "ledger.yaml"
+
+
+@attrs.frozen
+class MeshInputs:
+    catalogue: Catalogue
+    mesh: Mesh
+    ledger: Ledger
+    sources: Sources
+    mesh_dir: Path
+    ledger_path: Path
+
+
+def display_path(path: Path) -> str:
+    """The path as an operator would type it: relative to the current directory if below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _read(path: Path, faults: list[Fault], what: str) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        faults.append(Fault(display_path(path), 0, 0, f"{what} is missing", f"a file at {path}"))
+    except UnicodeDecodeError as exc:
+        faults.append(Fault(display_path(path), 0, 0, f"{what} is not UTF-8 text ({exc.reason})",
+                            "a UTF-8 YAML document"))
+    except OSError as exc:
+        faults.append(Fault(display_path(path), 0, 0, f"{what} cannot be read: {exc.strerror}",
+                            "a readable file"))
+    return None
+
+
+def _declared_paths(mesh_text: str, mesh_file: str) -> tuple[str, str]:
+    """Catalogue and ledger paths named in mesh.yaml, read even when mesh.yaml has other
+    faults, so those documents are checked in the same run."""
+    try:
+        data, _ = parse_yaml(mesh_text, mesh_file)
+    except InputError:
+        data = None
+    if not isinstance(data, dict):
+        return DEFAULT_CATALOGUE, DEFAULT_LEDGER
+    catalogue, ledger = data.get("catalogue"), data.get("ledger")
+    return (catalogue if isinstance(catalogue, str) else DEFAULT_CATALOGUE,
+            ledger if isinstance(ledger, str) else DEFAULT_LEDGER)
+
+
+def load_mesh_dir(path) -> MeshInputs:
+    """Load mesh.yaml, the catalogue it names and the ledger; one InputError for all faults."""
+    mesh_dir = Path(path)
+    faults: list[Fault] = []
+    documents: dict[str, tuple[str, str]] = {}
+    if not mesh_dir.is_dir():
+        raise InputError([Fault(display_path(mesh_dir), 0, 0, "is not a directory",
+                                "a mesh directory holding mesh.yaml")])
+    mesh_path = mesh_dir / MESH_FILE
+    mesh_text = _read(mesh_path, faults, "the mesh description")
+    if mesh_text is None:
+        raise InputError(faults)
+    documents["mesh"] = (mesh_text, display_path(mesh_path))
+    catalogue_rel, ledger_rel = _declared_paths(mesh_text, display_path(mesh_path))
+
+    catalogue_dir = mesh_dir / catalogue_rel
+    if not catalogue_dir.is_dir():
+        faults.append(Fault(display_path(catalogue_dir), 0, 0, "the catalogue directory is missing",
+                            f"a directory of modules (mesh.yaml `catalogue: {catalogue_rel}`)"))
+    else:
+        provisions_path = catalogue_dir / PROVISIONS_FILE
+        text = _read(provisions_path, faults, "the provision definitions")
+        if text is not None:
+            documents["provisions"] = (text, display_path(provisions_path))
+        for module_dir in sorted(p for p in catalogue_dir.iterdir() if p.is_dir()):
+            if module_dir.name.startswith("."):
+                continue
+            module_path = module_dir / MODULE_FILE
+            text = _read(module_path, faults, f"module {module_dir.name}'s manifest")
+            if text is not None:
+                documents[f"module:{module_dir.name}"] = (text, display_path(module_path))
+
+    ledger_path = mesh_dir / ledger_rel
+    if ledger_path.exists():  # a missing ledger is the empty ledger: nothing issued yet
+        text = _read(ledger_path, faults, "the ledger")
+        if text is not None:
+            documents["ledger"] = (text, display_path(ledger_path))
+
+    try:
+        inputs = load_inputs(documents)
+    except InputError as error:
+        raise InputError(faults + list(error.faults)) from None
+    if faults:
+        raise InputError(faults)
+    return MeshInputs(catalogue=inputs.catalogue, mesh=inputs.mesh, ledger=inputs.ledger,
+                      sources=inputs.sources, mesh_dir=mesh_dir, ledger_path=ledger_path)
+
+
+def write_atomic(path, text: str, mode: int = 0o644) -> None:
+    """Replace `path` with `text` whole: temp file beside it, fsync, rename, fsync the dir."""
+    path = Path(path)
+    directory = path.parent
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_ledger(path, ledger: Ledger) -> None:
+    """Write the ledger, after proving the text reads back as the same ledger."""
+    text = dump_ledger(ledger)
+    reread, _ = load_ledger(text, str(path))
+    if reread != ledger:  # never replace a good ledger with one that reads differently
+        raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
+    write_atomic(path, text, mode=0o600)
