@@ -39,15 +39,18 @@ class Generation:
 
 @attrs.frozen
 class Credential:
-    """A credential's rotation state.
+    """A credential's rotation state (the rules are resolver/_rotation.py's).
 
-    `active` is what holders are told. `retiring` is the previous generation, still accepted by
-    the provider until every holder node has reported `active` applied. `retired` lists the
-    generations the provider must never accept again.
+    `active` is what holders are told. `pending` is a rotated generation the provider must put
+    in force before any holder is moved to it. `retiring` is the previous generation, still
+    accepted by the provider until every holder node has reported `active` applied. `retired`
+    lists the generations the provider must never accept again. The holder nodes are the keys
+    of `active.sealed`.
     """
 
     active: Optional[Generation] = None
     retiring: Optional[Generation] = None
+    pending: Optional[Generation] = None
     applied: PMap[str, int] = EMPTY_MAP  # holder node → generation it reported applied
     retired: PVector[int] = EMPTY_VEC
     provider_applied: int = 0  # generation the provider reported in force
@@ -61,6 +64,8 @@ class Certificate:
     not_before: str  # ISO 8601, UTC
     not_after: str
     pem: str
+    address: str = ""  # the node address in its SubjectAltName; a changed address re-requests
+    public_key: str = ""  # the node's X25519 key (base64) it certifies; a changed key re-requests
 
 
 @attrs.frozen
