@@ -488,5 +488,5 @@ def validate_catalogue(modules, provisions, sources) -> list[Fault]:
 
 
 def _listing(names: Iterable[str]) -> str:
-    names = sorted(names)
+    names = sorted(set(names))
     return ", ".join(names) if names else "(none declared)"
