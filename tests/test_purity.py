@@ -1,0 +1,80 @@
+"""resolver/ is pure: no module in it imports anything that does I/O or reads ambient state.
+
+The scan reads the source (AST), so an import hidden in a function body, a `from X import`,
+`__import__("os")` or `importlib.import_module("os")` is found as well as a top-level one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+RESOLVER = Path(__file__).resolve().parent.parent / "resolver"
+
+FORBIDDEN = {
+    "os", "io", "pathlib", "subprocess", "socket", "time", "datetime", "random", "secrets",
+    "logging", "threading", "executors", "importlib", "shutil", "tempfile", "glob", "sys",
+    "multiprocessing", "asyncio", "urllib", "http", "requests", "docker", "psycopg", "uuid",
+    "signal", "select", "selectors", "fcntl", "mmap", "ctypes", "sqlite3", "ssl",
+    "concurrent", "getpass", "platform", "locale", "fileinput", "builtins",
+}
+FORBIDDEN_CALLS = {"open", "__import__", "exec", "eval", "compile", "input", "breakpoint"}
+
+
+def forbidden_uses(source: str, filename: str) -> list[str]:
+    """Every forbidden import or call in `source`, as 'file:line: what'."""
+    found = []
+    tree = ast.parse(source, filename)
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else None
+            if called in FORBIDDEN_CALLS:
+                found.append(f"{filename}:{node.lineno}: calls {called}()")
+        for name in names:
+            if name.split(".")[0] in FORBIDDEN:
+                found.append(f"{filename}:{node.lineno}: imports {name}")
+    return found
+
+
+def resolver_sources() -> list[Path]:
+    return sorted(RESOLVER.rglob("*.py"))
+
+
+def test_resolver_has_sources():
+    assert any(p.name == "__init__.py" for p in resolver_sources())
+
+
+@pytest.mark.parametrize("path", resolver_sources(), ids=lambda p: p.name)
+def test_resolver_module_is_pure(path: Path):
+    assert forbidden_uses(path.read_text(), str(path)) == []
+
+
+@pytest.mark.parametrize("source, what", [
+    ("import os\n", "imports os"),
+    ("import os.path as p\n", "imports os.path"),
+    ("from pathlib import Path\n", "imports pathlib"),
+    ("from datetime import datetime\n", "imports datetime"),
+    ("def f():\n    import random\n", "imports random"),
+    ("from executors.loading import load_mesh_dir\n", "imports executors.loading"),
+    ("m = __import__('socket')\n", "calls __import__()"),
+    ("import importlib\nimportlib.import_module('os')\n", "imports importlib"),
+    ("with open('x') as f:\n    pass\n", "calls open()"),
+])
+def test_scan_finds_forbidden_use(tmp_path: Path, source: str, what: str):
+    bad = tmp_path / "_bad.py"
+    bad.write_text(source)
+    found = forbidden_uses(bad.read_text(), str(bad))
+    assert found and what in found[0]
+
+
+def test_scan_allows_pure_imports():
+    source = "import ipaddress\nimport hashlib\nfrom typing import Any\nfrom ._model import Mesh\n"
+    assert forbidden_uses(source, "ok.py") == []
