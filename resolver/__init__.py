@@ -96,3 +96,10 @@ __all__ = [
     "document_names", "json_schema",
     "PlaceholderSyntaxError", "placeholders", "render_placeholders",
 ]
+
+from ._resolve import credential_id, resolve, secret_id  # noqa: E402
+from ._render import container_name, declaration_digest  # noqa: E402
+from ._select import select_provider, Selection  # noqa: E402
+
+__all__ += ["resolve", "credential_id", "secret_id", "container_name", "declaration_digest",
+            "select_provider", "Selection"]

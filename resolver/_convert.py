@@ -26,6 +26,18 @@ def yaml_key(attribute: str) -> str:
     return attribute.rstrip("_").replace("_", "-")
 
 
+# Documents the operator writes (and the ledger) spell keys as YAML does (`run-once`); the
+# resolver's output documents (declarations, plans) are JSON for programs and keep the
+# attribute names (`host_port`), as the plan's documented --json fields do.
+SNAKE_CASE_MODULES = ("resolver._declaration",)
+
+
+def document_key(cls: type, attribute: str) -> str:
+    if cls.__module__ in SNAKE_CASE_MODULES:
+        return attribute.rstrip("_")
+    return yaml_key(attribute)
+
+
 def _strict(expected: type, name: str):
     def structure(value: Any, _type: Any) -> Any:
         if type(value) is not expected:  # bool is not int, int is not str
@@ -84,7 +96,7 @@ def make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook_func(is_pvector, lambda v: [conv.unstructure(i) for i in v])
 
     def attrs_structure(cls: type):
-        renames = {a.name: override(rename=yaml_key(a.name)) for a in attrs.fields(cls)}
+        renames = {a.name: override(rename=document_key(cls, a.name)) for a in attrs.fields(cls)}
         inner = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **renames)
 
         def structure(value: Any, t: Any):
@@ -95,7 +107,7 @@ def make_converter() -> cattrs.Converter:
         return structure
 
     def attrs_unstructure(cls: type):
-        renames = {a.name: override(rename=yaml_key(a.name)) for a in attrs.fields(cls)}
+        renames = {a.name: override(rename=document_key(cls, a.name)) for a in attrs.fields(cls)}
         return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **renames)
 
     conv.register_structure_hook_factory(attrs.has, attrs_structure)

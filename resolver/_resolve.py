@@ -1,0 +1,589 @@
+"""resolve(): the whole mesh state from a catalogue, a mesh description and a ledger.
+
+Invariants:
+- Pure and deterministic: the same inputs give the same Resolution, whatever the order of
+  nodes, modules or instances in the input (everything is walked in sorted order).
+- A refusal blocks exactly the instances it names (and, through bindings, their consumers);
+  a blocked instance is absent from its node's declaration and present in problems. Nothing
+  else changes because of it.
+- Issued things (ports, logins, bindings, serials) come from the ledger when recorded and are
+  only added, never re-picked, so resolving with the ledger it produced is a fixed point.
+- Every consumer, on the provider's node or not, is told the provider node's address and the
+  assigned host port: the one assignment the published port and the firewall also derive from.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+from pyrsistent import pmap, pvector
+
+from . import _codes as codes
+from ._declaration import (
+    Binding,
+    Change,
+    Problem,
+    Request,
+    Resolution,
+    SecretRef,
+)
+from ._inputs import NO_SOURCES, Catalogue, Sources
+from ._issue import PortBook, derive_login
+from ._ledger import Ledger, PortAssignment
+from ._model import Mesh, Module, Require
+from ._render import render_declarations
+from ._select import select_provider
+
+DUAL_LOGIN_KINDS = ("database+login",)
+RESOURCE_KEYS = {"database+login": "database", "vhost+account": "vhost",
+                 "bucket+key": "bucket", "client+secret": "client"}
+
+
+def credential_id(provision: str, provider: str, consumer: str) -> str:
+    return f"{provision}/{provider}/{consumer}"
+
+
+def secret_id(instance: str, name: str) -> str:
+    return f"secret/{instance}/{name}"
+
+
+@attrs.define
+class _Bound:
+    """A binding under construction (mutable while resolving, frozen into Binding after)."""
+
+    consumer: str
+    requirement: Require
+    provider: str
+    chosen_by: str
+    listen: str
+    kind: str = "none"
+    credential: Optional[str] = None
+
+
+class _Resolver:
+    def __init__(self, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources, now):
+        self.catalogue, self.mesh, self.ledger, self.sources, self.now = (
+            catalogue, mesh, ledger, sources, now)
+        self.problems: list[Problem] = []
+        self.changes: list[Change] = []
+        self.requests: list[Request] = []
+        self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
+        self.names = sorted(mesh.instances)
+        self.nodes = set(mesh.nodes)
+        self.assigned_ports: Optional[dict] = None
+        self._mirrorable = self._mirrored = 0
+
+    # ------------------------------------------------------------------ problems
+
+    def problem(self, code, message, *, doc="mesh", path=(), instance=None, requirement=None,
+                severity="error", state=None, candidates=(), blocks=(), at_key=False):
+        file, line, col = self.sources.where(doc, *path, at_key=at_key)
+        self.problems.append(Problem(
+            code=code, severity=severity, message=message, instance=instance,
+            requirement=requirement, file=file, line=line, col=col, state=state,
+            candidates=pvector(sorted(candidates)), blocks=pvector(sorted(blocks))))
+        for name in blocks:
+            self.blocked.setdefault(name, []).append(code)
+
+    def module_of(self, name: str) -> Optional[Module]:
+        return self.catalogue.modules.get(self.mesh.instances[name].module)
+
+    def live(self, name: str) -> bool:
+        return name not in self.blocked
+
+    # ------------------------------------------------------------------ placement
+
+    def check_placement(self) -> None:
+        for name in self.names:
+            inst = self.mesh.instances[name]
+            module = self.catalogue.modules.get(inst.module)
+            if module is None:
+                self.problem(codes.UNKNOWN_MODULE,
+                             f"instance {name} names module {inst.module!r}, which is not in the "
+                             f"catalogue", path=("instances", name, "module"), instance=name,
+                             blocks=[name])
+                continue
+            if inst.node not in self.nodes:
+                self.problem(codes.UNKNOWN_NODE,
+                             f"instance {name} is assigned to node {inst.node!r}, which is not "
+                             f"in the mesh's nodes", path=("instances", name, "node"),
+                             instance=name, blocks=[name])
+                continue
+            for i, part in enumerate(inst.parts):
+                if part not in module.parts:
+                    self.problem(codes.UNKNOWN_PART,
+                                 f"instance {name} installs part {part!r}, which module "
+                                 f"{module.name} does not have", path=("instances", name, "parts", i),
+                                 instance=name, blocks=[name])
+            offered = {f.split("=", 1)[0] for f in self.mesh.nodes[inst.node].facilities}
+            for i, facility in enumerate(module.facilities):
+                if facility not in offered:
+                    self.problem(codes.FACILITY_MISSING,
+                                 f"module {module.name} needs facility {facility!r}, which node "
+                                 f"{inst.node} does not offer", doc=f"module:{module.name}",
+                                 path=("facilities", i), instance=name, blocks=[name])
+            for container in module.containers:
+                if container.part is None or container.part in inst.parts:
+                    self.check_pinned(name, module, container.artifact)
+
+    def check_pinned(self, name: str, module: Module, artifact_name: str) -> None:
+        if self.image_digest(module, artifact_name) is None and name not in self.blocked_by(
+                name, codes.UNPINNED_ARTIFACT):
+            artifact = module.artifacts[artifact_name]
+            what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
+                    else f"build {module.name}/{artifact_name}")
+            how = ("run `mesh pin DIR` to record its digest" if artifact.repository
+                   else "build it and record its digest in the ledger's builds")
+            self.problem(codes.UNPINNED_ARTIFACT,
+                         f"artifact {artifact_name} ({what}) of instance {name} has no digest in "
+                         f"the ledger; {how}", doc=f"module:{module.name}",
+                         path=("artifacts", artifact_name), instance=name, blocks=[name])
+
+    def blocked_by(self, name: str, code: str) -> set:
+        return {name} if code in self.blocked.get(name, ()) else set()
+
+    def image_digest(self, module: Module, artifact_name: str) -> Optional[str]:
+        artifact = module.artifacts.get(artifact_name)
+        if artifact is None:
+            return None
+        if artifact.repository:
+            return self.ledger.pins.get(f"{artifact.repository}:{artifact.tag}")
+        record = self.ledger.builds.get(f"{module.name}/{artifact_name}")
+        return record.digest if record else None
+
+    def placed(self) -> list[str]:
+        return [n for n in self.names if self.live(n)]
+
+    # ------------------------------------------------------------------ singular things
+
+    def check_mesh_scope(self) -> None:
+        providers: dict[str, list[str]] = {}
+        for name in self.placed():
+            for provide in self.module_of(name).provides:
+                providers.setdefault(provide.provision, []).append(name)
+        for provision, names in sorted(providers.items()):
+            definition = self.catalogue.provisions.get(provision)
+            if definition is None or definition.scope != "mesh" or len(names) < 2:
+                continue
+            keep = self._first_holder(names)
+            for name in names:
+                if name != keep:
+                    self.problem(codes.SECOND_MESH_PROVIDER,
+                                 f"{provision} is mesh-scoped and {keep} already provides it; "
+                                 f"{name} is a second provider", path=("instances", name),
+                                 instance=name, candidates=names, blocks=[name])
+
+    def _first_holder(self, names: list[str]) -> str:
+        """The instance that keeps a singular thing: one already recorded, else the first."""
+        recorded = [n for n in names if n in self.ledger.ports or n in self.ledger.bindings
+                    or any(n in p for p in self.ledger.bindings.values() for p in p.values())]
+        return sorted(recorded or names)[0]
+
+    def check_claims(self) -> None:
+        by_node: dict[tuple, list[str]] = {}
+        for name in self.placed():
+            module, node = self.module_of(name), self.mesh.instances[name].node
+            for claim in module.claims:
+                by_node.setdefault((node, "claim", claim), []).append(name)
+            for listen_name, listen in module.listens.items():
+                if listen.fixed is not None:
+                    by_node.setdefault((node, "port", listen.fixed, listen.protocol),
+                                       []).append(name)
+        for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
+            names = sorted(set(names))
+            node = key[0]
+            floor_ports = self.floor_ports(node)
+            if key[1] == "port" and (key[2], key[3]) in floor_ports:
+                for name in names:
+                    self.problem(codes.PORT_CONFLICT,
+                                 f"{name} fixes host port {key[2]}/{key[3]} on node {node}, which "
+                                 f"is a floor every node keeps", path=("instances", name),
+                                 instance=name, blocks=[name])
+                continue
+            if len(names) < 2:
+                continue
+            keep = self._first_holder(names)
+            code = codes.DUPLICATE_CLAIM if key[1] == "claim" else codes.PORT_CONFLICT
+            what = f"claim {key[2]!r}" if key[1] == "claim" else f"fixed host port {key[2]}/{key[3]}"
+            for name in names:
+                if name != keep:
+                    self.problem(code, f"{name} and {keep} both take {what} on node {node}; "
+                                 f"{keep} keeps it", path=("instances", name), instance=name,
+                                 candidates=names, blocks=[name])
+
+    def floor_ports(self, node: str) -> set:
+        ports = {(self.mesh.nodes[node].ssh_port, "tcp")}
+        ports.update((f.port, f.protocol) for f in self.mesh.floors)
+        return ports
+
+    def check_state_paths(self) -> None:
+        owners: dict[tuple, list[tuple]] = {}
+        for name in self.placed():
+            module, node = self.module_of(name), self.mesh.instances[name].node
+            for dir_name, state in module.state.items():
+                owners.setdefault((node, state.path.rstrip("/")), []).append(
+                    (name, module.name, dir_name))
+        for (node, path), holders in sorted(owners.items()):
+            names = sorted({h[0] for h in holders})
+            if len(holders) < 2:
+                continue
+            keep = self._first_holder(names) if len(names) > 1 else None
+            for name, module_name, dir_name in sorted(holders):
+                if name == keep:
+                    continue
+                self.problem(codes.STATE_PATH_OWNERS,
+                             f"state path {path} on node {node} has several owners: "
+                             f"{', '.join(f'{h[0]}/{h[2]}' for h in sorted(holders))}",
+                             doc=f"module:{module_name}", path=("state", dir_name, "path"),
+                             instance=name, candidates=names, blocks=[name])
+
+    # ------------------------------------------------------------------ bindings
+
+    def candidates_index(self):
+        by_provision: dict[str, list[str]] = {}
+        by_module: dict[str, list[str]] = {}
+        for name in self.names:  # blocked providers stay candidates: see propagate_blocks
+            module = self.module_of(name)
+            if module is None:
+                continue
+            by_module.setdefault(module.name, []).append(name)
+            for provide in module.provides:
+                lst = by_provision.setdefault(provide.provision, [])
+                if name not in lst:
+                    lst.append(name)
+        return by_provision, by_module
+
+    def bind_all(self) -> dict[tuple, _Bound]:
+        by_provision, by_module = self.candidates_index()
+        instance_nodes = {n: self.mesh.instances[n].node for n in self.names
+                          if self.module_of(n) is not None}
+        bound: dict[tuple, _Bound] = {}
+        for name in self.placed():
+            inst, module = self.mesh.instances[name], self.module_of(name)
+            for index, req in enumerate(module.requires):
+                if req.part is not None and req.part not in inst.parts:
+                    continue
+                if req.provision is not None:
+                    candidates = by_provision.get(req.provision, [])
+                    if req.provision not in self.catalogue.provisions:
+                        self.problem(codes.UNKNOWN_PROVISION,
+                                     f"{name} requires provision {req.provision!r}, which "
+                                     f"provisions.yaml does not define",
+                                     doc=f"module:{module.name}", path=("requires", index),
+                                     instance=name, requirement=req.as_,
+                                     blocks=[] if req.optional else [name])
+                        continue
+                else:
+                    candidates = by_module.get(req.module, [])
+                candidates = sorted(c for c in candidates if c != name)
+                what = req.provision or f"module {req.module}"
+                selection = select_provider(
+                    consumer_node=inst.node, override=inst.bind.get(req.as_),
+                    manifest=req.provider,
+                    recorded=self.ledger.bindings.get(name, {}).get(req.as_),
+                    default=self.mesh.defaults.get(req.provision) if req.provision else None,
+                    candidates=candidates, instance_nodes=instance_nodes, known_nodes=self.nodes)
+                if selection.provider is None:
+                    self.refuse_requirement(name, module, index, req, what, selection)
+                    continue
+                listen = self.serving_listen(selection.provider, req)
+                bound[(name, req.as_)] = _Bound(name, req, selection.provider,
+                                                selection.chosen_by, listen)
+        return bound
+
+    def serving_listen(self, provider: str, req: Require) -> str:
+        module = self.module_of(provider)
+        if req.provision is not None:
+            return next(p.listen for p in module.provides if p.provision == req.provision)
+        return req.listen or sorted(module.listens)[0]
+
+    def refuse_requirement(self, name, module, index, req, what, selection) -> None:
+        inst = self.mesh.instances[name]
+        if selection.rule == "instance override":
+            doc, path = "mesh", ("instances", name, "bind", req.as_)
+        elif selection.rule == "manifest":
+            doc, path = f"module:{module.name}", ("requires", index, "provider")
+        else:
+            doc, path = f"module:{module.name}", ("requires", index)
+        state = selection.state
+        if state == codes.AMBIGUOUS_PROVIDER:
+            message = (f"{name} requires {what} ({req.as_}) and several providers could serve "
+                       f"it: {', '.join(selection.candidates)}; name one with `bind: "
+                       f"{{{req.as_}: INSTANCE}}` on the instance or set a mesh default")
+        elif state == codes.NO_PROVIDER:
+            message = f"{name} requires {what} ({req.as_}) and nothing in the mesh provides it"
+        elif state == codes.PROVIDER_NOT_ASSIGNED:
+            message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
+                       f"({selection.rule}), which is not assigned to any node")
+        elif state == codes.NOT_A_PROVIDER:
+            message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
+                       f"({selection.rule}), which does not provide it")
+        else:
+            message = (f"{name} requires {what} ({req.as_}) from {selection.named}, whose node "
+                       f"{self.mesh.instances[selection.named].node!r} is not in the mesh")
+        if req.optional:
+            self.problem(state, message + "; the requirement is optional, so it stays unbound",
+                         doc=doc, path=path, instance=name, requirement=req.as_,
+                         severity="warning", state=state, candidates=selection.candidates)
+        else:
+            self.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
+                         state=state, candidates=selection.candidates, blocks=[name])
+        del inst
+
+    def propagate_blocks(self, bound: dict[tuple, _Bound]) -> None:
+        """A consumer of a blocked provider is blocked too (it could not start honestly)."""
+        changed = True
+        while changed:
+            changed = False
+            for (consumer, as_), b in sorted(bound.items()):
+                if self.live(consumer) and not self.live(b.provider):
+                    if b.requirement.optional:
+                        continue
+                    module = self.module_of(consumer)
+                    index = list(module.requires).index(b.requirement)
+                    self.problem(codes.BLOCKED_BY_PROVIDER,
+                                 f"{consumer} requires {b.requirement.provision or b.requirement.module}"
+                                 f" ({as_}) from {b.provider}, which is itself refused "
+                                 f"({', '.join(self.blocked[b.provider])})",
+                                 doc=f"module:{module.name}", path=("requires", index),
+                                 instance=consumer, requirement=as_, blocks=[consumer])
+                    changed = True
+        for key in [k for k, b in bound.items() if not (self.live(b.consumer)
+                                                         and self.live(b.provider))]:
+            del bound[key]
+
+    # ------------------------------------------------------------------ ports and logins
+
+    def assign_ports(self) -> dict:
+        """(instance, listen) → host port for every live instance; records in the new ledger."""
+        books: dict[str, PortBook] = {}
+        for node in sorted(self.nodes):
+            books[node] = PortBook(self.mesh.host_ports.first, self.mesh.host_ports.last,
+                                   (p for p, _proto in self.floor_ports(node)))
+        assigned: dict[tuple, int] = {}
+        live = self.placed()
+        for name in live:  # fixed ports first: they are claims (conflicts refused already)
+            node = self.mesh.instances[name].node
+            for listen_name, listen in sorted(self.module_of(name).listens.items()):
+                if listen.fixed is not None:
+                    books[node].reserve(listen.fixed)
+                    assigned[(name, listen_name)] = listen.fixed
+        pending = []
+        for name in live:  # recorded ports next, so a newcomer never takes them
+            node = self.mesh.instances[name].node
+            recorded = self.ledger.ports.get(name, {})
+            for listen_name, listen in sorted(self.module_of(name).listens.items()):
+                if listen.fixed is not None:
+                    continue
+                entry = recorded.get(listen_name)
+                if entry is not None and entry.node == node and books[node].reserve(entry.port):
+                    assigned[(name, listen_name)] = entry.port
+                else:
+                    pending.append((name, listen_name, entry))
+        for name, listen_name, entry in pending:
+            node = self.mesh.instances[name].node
+            book = books[node]
+            if entry is not None and book.in_range(entry.port) and book.reserve(entry.port):
+                port = entry.port
+            else:
+                port = book.take_lowest()
+            if port is None:
+                self.problem(codes.PORT_RANGE_EXHAUSTED,
+                             f"no free host port left on node {node} in "
+                             f"{self.mesh.host_ports.first}-{self.mesh.host_ports.last} for "
+                             f"{name}/{listen_name}", path=("host-ports",), instance=name,
+                             blocks=[name])
+                continue
+            assigned[(name, listen_name)] = port
+            if entry is not None and entry.node != node:
+                self.changes.append(Change("moved", name,
+                                           f"{name} moved from node {entry.node} to {node}: "
+                                           f"{listen_name} is now {node}:{port} (was "
+                                           f"{entry.node}:{entry.port})"))
+        return assigned
+
+    def new_ports(self, assigned: dict) -> pmap:
+        ports: dict[str, dict] = {}
+        for (name, listen_name), port in assigned.items():
+            if self.module_of(name).listens[listen_name].fixed is not None:
+                continue
+            ports.setdefault(name, {})[listen_name] = PortAssignment(
+                self.mesh.instances[name].node, port)
+        for name, entries in self.ledger.ports.items():
+            if name not in self.mesh.instances:
+                for listen_name, entry in sorted(entries.items()):
+                    self.changes.append(Change("port-released", name,
+                                               f"{name} is gone: host port {entry.node}:"
+                                               f"{entry.port} ({listen_name}) is released"))
+            elif name not in ports or not self.live(name):
+                ports[name] = dict(entries)  # kept for a blocked instance, unchanged
+        return pmap({k: pmap(v) for k, v in ports.items()})
+
+    def assign_logins(self, bound: dict) -> dict[str, str]:
+        logins: dict[str, str] = {}
+        used = set(self.ledger.logins.values())
+        for b in sorted(bound.values(), key=lambda b: (b.consumer, b.requirement.as_)):
+            if b.requirement.provision is None:
+                continue
+            kind = self.catalogue.provisions[b.requirement.provision].grant
+            if kind == "none":
+                continue
+            b.kind = kind
+            b.credential = credential_id(b.requirement.provision, b.provider, b.consumer)
+            if b.credential in logins:
+                continue
+            recorded = self.ledger.logins.get(b.credential)
+            logins[b.credential] = recorded or derive_login(b.credential, b.consumer, used)
+        return logins
+
+    # ------------------------------------------------------------------ credentials
+
+    def secret_ref(self, cred_id: str, holders: set, reason: str, slot=None) -> SecretRef:
+        cred = self.ledger.credentials.get(cred_id)
+        active = cred.active if cred is not None else None
+        if active is None:
+            self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
+                                         reason, slot))
+            return SecretRef(cred_id, None)
+        missing = sorted(set(holders) - set(active.sealed))
+        if missing:
+            self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
+                                         f"not sealed to {', '.join(missing)}", active.slot))
+        return SecretRef(cred_id, active.generation)
+
+    def certificate_requests(self) -> None:
+        try:
+            from ._certs import certificate_requests
+        except ImportError:  # the certificate rules are optional until they land
+            certificate_requests = None
+        if certificate_requests is not None:
+            self.requests.extend(certificate_requests(self.mesh, self.ledger, self.now))
+            return
+        for node in sorted(self.nodes):
+            if node not in self.ledger.certificates:
+                self.requests.append(Request("certificate", node, pvector([node]),
+                                             "node has no certificate"))
+
+    # ------------------------------------------------------------------ the whole
+
+    def run(self) -> Resolution:
+        self.check_placement()
+        self.check_mesh_scope()
+        self.check_claims()
+        self.check_state_paths()
+        self.check_defaults()
+        bound = self.bind_all()
+        self.propagate_blocks(bound)
+        assigned = self.assigned_ports = self.assign_ports()
+        self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
+        logins = self.assign_logins(bound)
+        declarations, bindings, node_serials = render_declarations(self, bound, assigned, logins)
+        self.certificate_requests()
+        new_bindings = {}
+        for (consumer, as_), b in bound.items():
+            new_bindings.setdefault(consumer, {})[as_] = b.provider
+        for consumer, recorded in self.ledger.bindings.items():
+            if consumer in self.mesh.instances and not self.live(consumer):
+                new_bindings[consumer] = dict(recorded)  # kept while it is refused
+        live_creds = set(logins)
+        kept_logins = {k: v for k, v in self.ledger.logins.items()
+                       if k not in live_creds and self._credential_parties_present(k)}
+        ledger = attrs.evolve(
+            self.ledger,
+            ports=self.new_ports(assigned),
+            bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
+            logins=pmap({**kept_logins, **logins}),
+            nodes=node_serials,
+        )
+        requests = sorted(set(self.requests))
+        return Resolution(
+            declarations=declarations,
+            bindings=pvector(sorted(bindings)),
+            problems=pvector(sorted(set(self.problems), key=_problem_order)),
+            requests=pvector(requests),
+            changes=pvector(sorted(set(self.changes))),
+            ledger=ledger,
+            artifacts=self.artifact_state,
+        )
+
+    def _credential_parties_present(self, cred_id: str) -> bool:
+        parts = cred_id.split("/")
+        return len(parts) == 3 and parts[1] in self.mesh.instances and parts[2] in self.mesh.instances
+
+    def check_defaults(self) -> None:
+        for provision, name in sorted(self.mesh.defaults.items()):
+            if name not in self.mesh.instances:
+                self.problem(codes.UNKNOWN_DEFAULT,
+                             f"the mesh default for {provision} names {name}, which is not an "
+                             f"instance of this mesh", path=("defaults", provision),
+                             severity="warning")
+        for role in ("store", "broker"):
+            name = getattr(self.mesh.substrate, role)
+            if name is not None and name not in self.mesh.instances:
+                self.problem(codes.UNKNOWN_DEFAULT,
+                             f"the substrate {role} names {name}, which is not an instance of "
+                             f"this mesh", path=("substrate", role), severity="error")
+
+    # ------------------------------------------------------------------ artifacts
+
+    def mesh_registry(self) -> Optional[str]:
+        """host:port of the mesh's own artifact store, when one is live (self-hosting possible)."""
+        if not hasattr(self, "_registry"):
+            self._registry = None
+            for name in self.placed():
+                for provide in self.module_of(name).provides:
+                    if provide.provision == "artifact-store" and self.assigned_ports is not None:
+                        port = self.assigned_ports.get((name, provide.listen))
+                        if port is not None and self._registry is None:
+                            node = self.mesh.instances[name].node
+                            self._registry = f"{self.mesh.nodes[node].address}:{port}"
+        return self._registry
+
+    def image_reference(self, module: Module, artifact_name: str) -> str:
+        """`repository@digest`, or the mesh registry's copy when it holds that digest."""
+        artifact = module.artifacts[artifact_name]
+        digest = self.image_digest(module, artifact_name)
+        repository = artifact.repository or f"{self.mesh.mesh}/{module.name}-{artifact_name}"
+        registry = self.mesh_registry()
+        if artifact.mirror:
+            self._mirrorable += 1
+            if registry is not None and self.ledger.mirrored.get(digest) == registry:
+                self._mirrored += 1
+                return f"{registry}/{_repository_path(repository)}@{digest}"
+        return f"{repository}@{digest}"
+
+    @property
+    def artifact_state(self) -> str:
+        if self.mesh_registry() is not None and self._mirrored == self._mirrorable:
+            return "self-hosting"
+        return "external"
+
+
+def _repository_path(repository: str) -> str:
+    """The path of a repository inside its registry: `docker.io/library/x` → `library/x`."""
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return rest
+    return repository
+
+
+def _problem_order(p: Problem):
+    return (p.instance or "", p.requirement or "", p.code, p.message)
+
+
+def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Sources = NO_SOURCES,
+            now: Optional[str] = None) -> Resolution:
+    """Resolve the whole mesh. `now` (ISO 8601, UTC) enables certificate renewal windows."""
+    return _Resolver(catalogue, mesh, ledger, sources, now).run()
+
+
+def binding_record(r: "_Resolver", b: _Bound, values: dict, secret) -> Binding:
+    inst = r.mesh.instances
+    return Binding(
+        consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
+        provision=b.requirement.provision, module=b.requirement.module,
+        consumer_node=inst[b.consumer].node, provider_node=inst[b.provider].node,
+        chosen_by=b.chosen_by, host=values["host"], port=int(values["port"]),
+        login=values.get("user"), resource=values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
+        url=values.get("url"), secret=secret)

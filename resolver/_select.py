@@ -1,0 +1,85 @@
+"""Provider selection: which provider instance serves one consumer requirement.
+
+Invariants:
+- The order is fixed (DESIGN.md, decision 1): instance override, manifest `provider:`, the
+  binding recorded in the ledger, the only candidate on the consumer's node, the mesh default,
+  the only candidate in the mesh. Nothing else picks; several candidates left is a refusal that
+  lists every candidate, never a silent pick.
+- A rule that names an instance which does not exist or does not provide the requirement is a
+  refusal stating so; it never falls through to a weaker rule (the operator meant that one).
+- A recorded binding whose provider still exists and still provides wins over every automatic
+  rule, so adding providers never rebinds an existing consumer.
+- Pure and total: every outcome is a Selection, chosen or refused with its state.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import attrs
+
+from . import _codes as codes
+
+INSTANCE_OVERRIDE = "instance override"
+MANIFEST = "manifest"
+RECORDED = "recorded"
+CO_LOCATED = "co-located"
+MESH_DEFAULT = "mesh default"
+SOLE_PROVIDER = "sole provider"
+
+
+@attrs.frozen
+class Selection:
+    provider: Optional[str]
+    chosen_by: Optional[str] = None
+    state: Optional[str] = None  # a codes.REQUIREMENT_STATES member when refused
+    candidates: tuple = ()
+    named: Optional[str] = None  # the instance a rule named, when refused because of it
+    rule: Optional[str] = None  # the rule that refused
+
+
+def select_provider(
+    *,
+    consumer_node: str,
+    override: Optional[str],
+    manifest: Optional[str],
+    recorded: Optional[str],
+    default: Optional[str],
+    candidates: Sequence[str],
+    instance_nodes: Mapping[str, str],
+    known_nodes,
+) -> Selection:
+    """Pick the provider for one requirement.
+
+    `candidates` are the instances able to serve the requirement (sorted); `instance_nodes`
+    maps every assigned instance to its node; `known_nodes` is the set of the mesh's nodes.
+    """
+    candidate_set = set(candidates)
+    for rule, named in ((INSTANCE_OVERRIDE, override), (MANIFEST, manifest)):
+        if named is None:
+            continue
+        if named not in instance_nodes:
+            return Selection(None, state=codes.PROVIDER_NOT_ASSIGNED, named=named, rule=rule,
+                             candidates=tuple(candidates))
+        if named not in candidate_set:
+            return Selection(None, state=codes.NOT_A_PROVIDER, named=named, rule=rule,
+                             candidates=tuple(candidates))
+        return _placed(named, rule, instance_nodes, known_nodes)
+    if recorded is not None and recorded in candidate_set:
+        return _placed(recorded, RECORDED, instance_nodes, known_nodes)
+    local = [c for c in candidates if instance_nodes.get(c) == consumer_node]
+    if len(local) == 1:
+        return _placed(local[0], CO_LOCATED, instance_nodes, known_nodes)
+    if default is not None and default in candidate_set:
+        return _placed(default, MESH_DEFAULT, instance_nodes, known_nodes)
+    if len(candidates) == 1:
+        return _placed(candidates[0], SOLE_PROVIDER, instance_nodes, known_nodes)
+    if not candidates:
+        return Selection(None, state=codes.NO_PROVIDER)
+    return Selection(None, state=codes.AMBIGUOUS_PROVIDER, candidates=tuple(candidates))
+
+
+def _placed(provider: str, rule: str, instance_nodes, known_nodes) -> Selection:
+    if instance_nodes[provider] not in known_nodes:
+        return Selection(None, state=codes.PROVIDER_NODE_UNKNOWN, named=provider, rule=rule)
+    return Selection(provider, chosen_by=rule)
