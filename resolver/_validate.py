@@ -371,6 +371,7 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
                 f.at(path + ("facilities", i), f"facility {facility!r} is listed twice", "each once")
         if node.control:
             controls.append(name)
+    controls.sort()  # a PMap has no document order; name order is stable
     for name in controls[1:]:
         f.at(("nodes", name, "control"), f"node {name!r} is a second control node",
              f"one control node ({controls[0]} is already)", key=True)
