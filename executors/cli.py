@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_faults(error: InputError, stream=sys.stderr) -> None:
+def print_faults(error: InputError, stream=None) -> None:
+    stream = stream or sys.stderr  # looked up per call, so redirected stderr is honoured
     for fault in error.faults:
         print(str(fault), file=stream)
     count = len(error.faults)
