@@ -17,6 +17,7 @@ from resolver import InputError, MeshError
 COMMANDS = [
     "check",
     "schema",
+    "plan",
     "pin", "mirror", "stale",
 ]
 
