@@ -19,6 +19,7 @@ COMMANDS = [
     "schema",
     "plan",
     "pin", "mirror", "stale",
+    "firewall",
 ]
 
 
