@@ -1,0 +1,179 @@
+"""The issuer: turns a resolution's requests into sealed secrets and signed certificates.
+
+Invariants:
+- Every secret comes from the OS CSPRNG (`secrets`) and exists only in memory: it is sealed
+  separately to each holder node's public key and only the sealed values reach the ledger.
+- Issuing is idempotent: a request the ledger already satisfies (a generation sealed to every
+  holder, a kept certificate) is never issued again; issuing twice equals issuing once.
+- Nodes without a public key are all named in one error before anything is issued.
+- Rotation follows resolver/_rotation.py: a new generation per credential addressed, sealed to
+  the holders of the current one; the rules of when holders move are the resolver's.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Callable, Iterable, Optional, Sequence
+
+import attrs
+
+from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
+from resolver._rotation import begin_rotation, holder_nodes, in_progress, next_generation_number
+
+from .ca import CaError, MeshCa, load_ca, sign_node
+from .keys import sealed_to_each
+
+Entropy = Callable[[], str]
+
+
+class IssueError(MeshError):
+    """A request the issuer cannot honour (a node without a key, an unknown credential…)."""
+
+
+def new_secret() -> str:
+    """A fresh secret: 32 bytes from the OS CSPRNG, URL-safe (fits any password field)."""
+    return secrets.token_urlsafe(32)
+
+
+def _public_keys(mesh: Mesh, holders: Iterable[str]) -> dict[str, str]:
+    return {node: mesh.nodes[node].public_key for node in holders}
+
+
+def check_keys(mesh: Mesh, requests: Iterable[Request]) -> None:
+    """Refuse, naming every node, when a holder has no public key (or is not in the mesh)."""
+    missing, unknown = set(), set()
+    for request in requests:
+        for node in request.holders:
+            if node not in mesh.nodes:
+                unknown.add(node)
+            elif not mesh.nodes[node].public_key:
+                missing.add(node)
+    if unknown:
+        raise IssueError(f"cannot seal to node(s) not in mesh.yaml: {', '.join(sorted(unknown))}")
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise IssueError(
+            f"cannot seal secrets to node(s) without a public-key in mesh.yaml: {names}. "
+            f"On each, run `mesh node-key NODE --path /etc/mesh/node.key` and add the printed "
+            f"`public-key:` line under that node in mesh.yaml")
+
+
+def _issue_credential(ledger: Ledger, mesh: Mesh, request: Request, entropy: Entropy,
+                      notes: list[str]) -> Ledger:
+    credential = ledger.credentials.get(request.id) or Credential()
+    holders = sorted(request.holders)
+    newest = credential.pending or credential.active
+    if newest is not None and set(holders) <= set(newest.sealed):
+        return ledger  # satisfied already: never issued twice
+    if credential.active is None:
+        generation = Generation(generation=next_generation_number(credential),
+                                slot=request.slot,
+                                sealed=sealed_to_each(_public_keys(mesh, holders), entropy()))
+        credential = attrs.evolve(credential, active=generation)
+        notes.append(f"issued {request.id} generation {generation.generation}, sealed to "
+                     f"{', '.join(holders)}")
+    else:  # the holders changed: a value sealed to new nodes is a new generation
+        reason = in_progress(credential)
+        if reason is not None:
+            notes.append(f"not issued: {request.id} ({request.reason}) waits, because {reason}")
+            return ledger
+        credential = begin_rotation(request.id, credential,
+                                    sealed_to_each(_public_keys(mesh, holders), entropy()))
+        issued = credential.pending or credential.active
+        notes.append(f"issued {request.id} generation {issued.generation} for new holders "
+                     f"({request.reason}), sealed to {', '.join(holders)}")
+    return attrs.evolve(ledger, credentials=ledger.credentials.set(request.id, credential))
+
+
+def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
+          ca: Optional[MeshCa] = None, ca_loader: Optional[Callable[[], MeshCa]] = None,
+          entropy: Entropy = new_secret, notes: Optional[list[str]] = None) -> Ledger:
+    """The ledger with every request issued. Credential requests are sealed to their holders;
+    certificate requests are signed by `ca` (or the one `ca_loader` loads, only if needed).
+    Without a CA, certificate requests are left standing with a note saying how to create it."""
+    notes = notes if notes is not None else []
+    credential_requests = [r for r in requests if r.kind == "credential"]
+    certificate_requests = [r for r in requests if r.kind == "certificate"]
+    check_keys(mesh, credential_requests)
+    for request in sorted(credential_requests):
+        ledger = _issue_credential(ledger, mesh, request, entropy, notes)
+    if certificate_requests and ca is None and ca_loader is not None:
+        try:
+            ca = ca_loader()
+        except CaError as error:
+            notes.append(f"certificates not issued: {error}")
+    if certificate_requests and ca is not None:
+        for request in sorted(certificate_requests):
+            certificate = sign_node(ca, mesh, request.id)
+            ledger = attrs.evolve(ledger,
+                                  certificates=ledger.certificates.set(request.id, certificate))
+            notes.append(f"signed {request.id}'s certificate ({request.reason}), valid until "
+                         f"{certificate.not_after}")
+    return ledger
+
+
+def select_credentials(ledger: Ledger, *, credential: Optional[str] = None,
+                       provider: Optional[str] = None,
+                       consumer: Optional[str] = None) -> list[str]:
+    """The credential ids a rotation addresses: one credential; every credential a provider
+    instance serves plus its own secrets; or every credential a consumer instance holds."""
+    known = sorted(ledger.credentials)
+    if credential is not None:
+        if credential not in ledger.credentials:
+            raise IssueError(f"no credential {credential} in the ledger; known: "
+                             f"{', '.join(known) or 'none'}")
+        return [credential]
+    chosen = []
+    for cred_id in known:
+        parts = cred_id.split("/")
+        if provider is not None and ((len(parts) == 3 and parts[1] == provider)
+                                     or (parts[0] == "secret" and parts[1] == provider)):
+            chosen.append(cred_id)
+        if consumer is not None and len(parts) == 3 and parts[0] != "secret" \
+                and parts[2] == consumer:
+            chosen.append(cred_id)
+    if not chosen:
+        who = f"provider {provider}" if provider is not None else f"consumer {consumer}"
+        raise IssueError(f"no credential in the ledger belongs to {who}")
+    return chosen
+
+
+def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
+           entropy: Entropy = new_secret) -> Ledger:
+    """A new generation for each credential, sealed to the holders of its current one."""
+    ids = sorted(set(credential_ids))
+    refused = []
+    for cred_id in ids:
+        credential = ledger.credentials.get(cred_id)
+        if credential is None or credential.active is None:
+            refused.append(f"{cred_id}: never issued (`mesh plan --issue` issues it)")
+        elif (reason := in_progress(credential)) is not None:
+            refused.append(f"{cred_id}: a rotation is in progress: {reason}")
+    if refused:
+        raise IssueError("cannot rotate:\n  " + "\n  ".join(refused))
+    check_keys(mesh, [Request("credential", i, holder_nodes(ledger.credentials[i]))
+                      for i in ids])
+    for cred_id in ids:
+        credential = ledger.credentials[cred_id]
+        holders = holder_nodes(credential)
+        sealed = sealed_to_each(_public_keys(mesh, holders), entropy())
+        ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
+            cred_id, begin_rotation(cred_id, credential, sealed)))
+    return ledger
+
+
+def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str) -> Ledger:
+    """An explicit renewal: `node`'s certificate signed anew, whatever its window."""
+    if node not in mesh.nodes:
+        raise IssueError(f"no node {node} in mesh.yaml; nodes: {', '.join(sorted(mesh.nodes))}")
+    return attrs.evolve(ledger, certificates=ledger.certificates.set(node,
+                                                                     sign_node(ca, mesh, node)))
+
+
+def issue_requests(inputs, resolution, *, notes: Optional[list[str]] = None,
+                   entropy: Entropy = new_secret) -> Ledger:
+    """For `mesh plan --issue`: the resolution's new ledger with its requests issued, the CA
+    loaded from the mesh directory only when a certificate is requested."""
+    return issue(list(resolution.requests), inputs.mesh, resolution.ledger,
+                 ca_loader=lambda: load_ca(inputs.mesh_dir, inputs.mesh),
+                 entropy=entropy, notes=notes)

@@ -1,0 +1,93 @@
+"""Which node certificates must be issued: pure, with the time passed in as a string.
+
+Invariants:
+- A certificate recorded for a node is kept: it is requested anew only when the node has none,
+  when its address or public key differ from what it certifies, or when `now` (given) lies in
+  the renewal window (`ca.renew-before-days` before expiry). Without `now`, never renewed.
+- Times are ISO 8601 strings with a UTC offset; they are compared as whole seconds computed
+  here by calendar arithmetic (no clock, no datetime), so the check is byte-for-byte pure.
+- Requests come out sorted by node, one per node at most, each naming why.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from pyrsistent import pvector
+
+from ._declaration import Request
+from ._errors import MeshError
+from ._ledger import Certificate, Ledger
+from ._model import Mesh
+
+_ISO = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(Z|[+-]\d{2}:?\d{2})$")
+
+DAY = 86400
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (the well-known era algorithm)."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+def epoch_seconds(timestamp: str) -> int:
+    """Seconds since the epoch of an ISO 8601 timestamp with a UTC offset ("Z" or ±HH:MM)."""
+    match = _ISO.match(timestamp.strip())
+    if match is None:
+        raise MeshError(f"{timestamp!r} is not a time; expected ISO 8601 with an offset, "
+                        f"e.g. 2026-01-31T12:00:00Z")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        raise MeshError(f"{timestamp!r} is not a valid time")
+    offset = match.group(7)
+    shift = 0
+    if offset != "Z":
+        sign = -1 if offset[0] == "-" else 1
+        digits = offset[1:].replace(":", "")
+        shift = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return (_days_from_civil(year, month, day) * DAY + hour * 3600 + minute * 60 + second
+            - shift)
+
+
+def renewal_due(certificate: Certificate, now: str, renew_before_days: int) -> bool:
+    """Whether `now` lies inside the renewal window (or past expiry)."""
+    return epoch_seconds(now) >= epoch_seconds(certificate.not_after) - renew_before_days * DAY
+
+
+def certificate_reason(mesh: Mesh, ledger: Ledger, node: str,
+                       now: Optional[str] = None) -> Optional[str]:
+    """Why `node` needs a certificate issued, or None when the recorded one is kept."""
+    certificate = ledger.certificates.get(node)
+    if certificate is None:
+        return "no certificate yet"
+    described = mesh.nodes[node]
+    if certificate.address and certificate.address != described.address:
+        return f"the node's address changed from {certificate.address} to {described.address}"
+    if (certificate.public_key and described.public_key
+            and certificate.public_key != described.public_key):
+        return "the node's public key changed"
+    if now is not None and renewal_due(certificate, now, mesh.ca.renew_before_days):
+        return (f"renewal: expires {certificate.not_after}, within the "
+                f"{mesh.ca.renew_before_days}-day renewal window")
+    return None
+
+
+def certificate_requests(mesh: Mesh, ledger: Ledger, now: Optional[str] = None) -> list[Request]:
+    """One request per node whose certificate must be issued or renewed, sorted by node."""
+    requests = []
+    for node in sorted(mesh.nodes):
+        reason = certificate_reason(mesh, ledger, node, now)
+        if reason is not None:
+            requests.append(Request(kind="certificate", id=node, holders=pvector([node]),
+                                    reason=reason))
+    return requests
+
+
+__all__ = ["epoch_seconds", "renewal_due", "certificate_reason", "certificate_requests"]

@@ -1,0 +1,228 @@
+"""Credential rotation as pure state over ledger Credentials.
+
+Invariants:
+- Holders are only ever told a generation the provider has reported in force: a rotated
+  generation waits as `pending` until the provider reports it applied, then becomes `active`.
+- Dual-login credentials (generations carry a slot, a|b: the provider holds two valid logins
+  for one role) rotate with no window: the new generation takes the idle slot and the old one
+  stays `retiring`, still accepted, until every holder node reported the new one applied.
+- Single credentials (slot None: one password per account, e.g. an AMQP broker account) rotate
+  provider first; once the provider applies, the old generation is retired at once and every
+  holder that has not applied the new one yet is in a window the plan states.
+- A module's own secret (`secret/<instance>/<name>`) has no provider apart from its holder:
+  the new generation is active at once and the old one stays `retiring` (still sealed, so an
+  admin password can be changed with the old one) until the holder reports the new applied.
+- A retired generation is never accepted again; generation numbers only grow.
+- One rotation at a time per credential: rotating again while one is in progress is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import attrs
+from pyrsistent import pmap
+
+from ._errors import MeshError
+from ._ledger import Credential, Generation, Ledger
+
+SLOTS = ("a", "b")
+OWN_SECRET_PREFIX = "secret/"
+
+
+class RotationError(MeshError):
+    """A rotation or a report the rotation rules refuse (named credential, stated reason)."""
+
+
+def is_dual(credential: Credential) -> bool:
+    """Whether the provider can hold two valid generations at once (a login per slot)."""
+    return credential.active is not None and credential.active.slot is not None
+
+
+def holder_nodes(credential: Credential) -> tuple[str, ...]:
+    """The nodes that hold the credential: those its active generation is sealed to."""
+    return tuple(sorted(credential.active.sealed)) if credential.active is not None else ()
+
+
+def next_generation_number(credential: Credential) -> int:
+    known = [g.generation for g in (credential.active, credential.retiring, credential.pending)
+             if g is not None]
+    return max(known + list(credential.retired) + [0]) + 1
+
+
+def idle_slot(credential: Credential) -> Optional[str]:
+    """The slot a new generation takes: the one the active generation does not use."""
+    if not is_dual(credential):
+        return None
+    return SLOTS[1] if credential.active.slot == SLOTS[0] else SLOTS[0]
+
+
+def in_progress(credential: Credential) -> Optional[str]:
+    """Why a rotation of this credential is still under way, or None when it is settled."""
+    if credential.pending is not None:
+        return (f"generation {credential.pending.generation} is waiting for the provider to "
+                f"report it in force")
+    if credential.retiring is not None:
+        waiting = waiting_holders(credential)
+        return (f"generation {credential.retiring.generation} is retiring until "
+                f"{', '.join(waiting) or 'every holder'} report(s) generation "
+                f"{credential.active.generation} applied")
+    return None
+
+
+def first_generation(sealed: Mapping[str, str], slot: Optional[str] = None) -> Credential:
+    """A newly issued credential: generation 1, told to holders at once (nothing to retire)."""
+    return Credential(active=Generation(generation=1, slot=slot, sealed=pmap(sealed)))
+
+
+def provider_first(credential_id: str) -> bool:
+    """Whether a rotated generation waits for a provider: every credential but a module's own
+    secret, whose only holder is its own node."""
+    return not credential_id.startswith(OWN_SECRET_PREFIX)
+
+
+def begin_rotation(credential_id: str, credential: Credential,
+                   sealed: Mapping[str, str]) -> Credential:
+    """A new generation (values sealed per holder node). A provider's credential waits as
+    `pending` until the provider put it in force (dual credentials take the idle slot); a
+    module's own secret is active at once, the old one retiring until its holder applied."""
+    if credential.active is None:
+        raise RotationError(f"credential {credential_id} has never been issued; "
+                            f"`mesh plan --issue` issues it")
+    reason = in_progress(credential)
+    if reason is not None:
+        raise RotationError(f"credential {credential_id} is already rotating: {reason}")
+    new = Generation(generation=next_generation_number(credential),
+                     slot=idle_slot(credential), sealed=pmap(sealed))
+    if provider_first(credential_id):
+        return attrs.evolve(credential, pending=new)
+    return attrs.evolve(credential, active=new, retiring=credential.active)
+
+
+def provider_applied(credential: Credential, generation: int) -> Credential:
+    """The provider reports `generation` (and everything its grant asked for) in force."""
+    credential = attrs.evolve(credential,
+                              provider_applied=max(credential.provider_applied, generation))
+    pending = credential.pending
+    if pending is None or generation < pending.generation:
+        return credential  # a stale or repeated report changes nothing
+    old = credential.active
+    if is_dual(credential):
+        promoted = attrs.evolve(credential, active=pending, pending=None, retiring=old)
+    else:
+        promoted = attrs.evolve(credential, active=pending, pending=None,
+                                retired=credential.retired.append(old.generation))
+    return _retire_if_done(promoted)
+
+
+def holder_applied(credential: Credential, node: str, generation: int) -> Credential:
+    """A holder node reports `generation` applied (its containers hold it now)."""
+    if credential.active is None or generation > credential.active.generation:
+        return credential  # never told that generation: not a report of this credential
+    if generation <= credential.applied.get(node, 0):
+        return credential
+    return _retire_if_done(attrs.evolve(credential,
+                                        applied=credential.applied.set(node, generation)))
+
+
+def _retire_if_done(credential: Credential) -> Credential:
+    if credential.retiring is None or waiting_holders(credential):
+        return credential
+    return attrs.evolve(credential, retiring=None,
+                        retired=credential.retired.append(credential.retiring.generation))
+
+
+def waiting_holders(credential: Credential) -> tuple[str, ...]:
+    """Holder nodes that have not reported the active generation applied."""
+    if credential.active is None:
+        return ()
+    target = credential.active.generation
+    return tuple(n for n in holder_nodes(credential) if credential.applied.get(n, 0) < target)
+
+
+def holder_generation(credential: Credential, node: str = "") -> Optional[Generation]:
+    """What every holder is told: the active generation (its slot is the login to use)."""
+    return credential.active
+
+
+def provider_generations(credential: Credential) -> tuple[Generation, ...]:
+    """The generations the provider must hold in force now, newest first."""
+    if is_dual(credential):
+        candidates = (credential.pending, credential.active, credential.retiring)
+    else:  # one password per account: the pending one replaces the active one
+        candidates = (credential.pending or credential.active,)
+    return tuple(g for g in candidates if g is not None)
+
+
+def accepted_generations(credential: Credential) -> frozenset[int]:
+    """The generation numbers the provider must accept (never a retired one)."""
+    return frozenset(g.generation for g in provider_generations(credential))
+
+
+def grant_view(credential: Credential) -> tuple[Optional[Generation], Optional[Generation]]:
+    """(credential, retiring) for a provider's grant: the newest generation to put in force and
+    the older one it must keep accepting. For a dual credential the grant is the same while
+    pending and while retiring, so promoting a generation does not touch the provider again."""
+    generations = provider_generations(credential)
+    if not generations:
+        return None, None
+    return generations[0], (generations[1] if len(generations) > 1 else None)
+
+
+def window_holders(credential: Credential) -> tuple[str, ...]:
+    """Holder nodes whose applied generation the provider no longer accepts: the stated window
+    of a single-credential rotation (always empty for a dual credential)."""
+    accepted = accepted_generations(credential)
+    return tuple(n for n in holder_nodes(credential)
+                 if 0 < credential.applied.get(n, 0) and credential.applied[n] not in accepted)
+
+
+def describe_rotation(credential_id: str, credential: Credential) -> str:
+    """One sentence for a plan: where the rotation of this credential stands and its window."""
+    pending, active = credential.pending, credential.active
+    holders = ", ".join(holder_nodes(credential)) or "no node"
+    if pending is not None and is_dual(credential):
+        return (f"{credential_id}: generation {pending.generation} goes to idle login slot "
+                f"{pending.slot} on the provider first; then holders ({holders}) move to it while "
+                f"generation {active.generation} (slot {active.slot}) stays valid: no window")
+    if pending is not None:
+        return (f"{credential_id}: the provider replaces generation {active.generation} with "
+                f"{pending.generation} first, then holders ({holders}) are moved; WINDOW: between "
+                f"the provider applying and each holder applying, that holder cannot "
+                f"authenticate (one credential per account)")
+    if credential.retiring is not None and not is_dual(credential):
+        return (f"{credential_id}: generation {active.generation} is active at once for its "
+                f"holder ({holders}), which recreates what uses it; generation "
+                f"{credential.retiring.generation} stays sealed until "
+                f"{', '.join(waiting_holders(credential))} report(s) it applied")
+    if credential.retiring is not None:
+        return (f"{credential_id}: holders use generation {active.generation} (slot "
+                f"{active.slot}); generation {credential.retiring.generation} stays valid until "
+                f"{', '.join(waiting_holders(credential))} report(s) it applied")
+    window = window_holders(credential)
+    if window:
+        return (f"{credential_id}: WINDOW open: {', '.join(window)} still hold(s) a retired "
+                f"generation until applying generation {active.generation}")
+    return f"{credential_id}: generation {active.generation if active else 'none'}, settled"
+
+
+def report_applied(ledger: Ledger, credential_id: str, node: str, *,
+                   holder: Optional[int] = None, provider: Optional[int] = None) -> Ledger:
+    """The ledger after `node` reported a credential applied: as a holder (the generation its
+    containers hold) and/or as the provider (the generation its grant put in force)."""
+    credential = ledger.credentials.get(credential_id)
+    if credential is None:
+        return ledger
+    if provider is not None:
+        credential = provider_applied(credential, provider)
+    if holder is not None:
+        credential = holder_applied(credential, node, holder)
+    return attrs.evolve(ledger, credentials=ledger.credentials.set(credential_id, credential))
+
+
+__all__ = [
+    "RotationError", "SLOTS", "OWN_SECRET_PREFIX", "provider_first", "is_dual", "holder_nodes", "next_generation_number", "idle_slot",
+    "in_progress", "first_generation", "begin_rotation", "provider_applied", "holder_applied",
+    "waiting_holders", "holder_generation", "provider_generations", "accepted_generations",
+    "grant_view", "window_holders", "describe_rotation", "report_applied",
+]
