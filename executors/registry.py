@@ -144,8 +144,16 @@ class RegistryClient:
         registry, path = split_repository(repository)
         scope = f"repository:{path}:pull"
         what = f"resolving {repository}:{tag}"
-        response = self._request("HEAD", registry, f"{path}/manifests/{tag}", scope, what=what,
-                                 headers={"Accept": MANIFEST_ACCEPT})
+        try:
+            response = self._request("HEAD", registry, f"{path}/manifests/{tag}", scope, what=what,
+                                     headers={"Accept": MANIFEST_ACCEPT})
+        except RegistryError as error:
+            if error.kind != "not-found":
+                raise
+            # A HEAD answer has no body; a GET says whether the tag or the repository is unknown.
+            self._request("GET", registry, f"{path}/manifests/{tag}", scope, what=what,
+                          headers={"Accept": MANIFEST_ACCEPT})
+            raise
         digest = response.headers.get("Docker-Content-Digest")
         if not digest:  # some registries only say it on GET: hash what they send
             response = self._request("GET", registry, f"{path}/manifests/{tag}", scope, what=what,
