@@ -20,6 +20,7 @@ COMMANDS = [
     "plan",
     "pin", "mirror", "stale",
     "firewall",
+    "apply",
 ]
 
 

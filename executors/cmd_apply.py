@@ -1,0 +1,216 @@
+"""`mesh apply DECLARATION... [--dry-run] [--json]`: make this node match its newest declaration.
+
+Exit codes: 0 applied (or nothing newer to apply, or a dry run); 1 refused or an operation
+failed (the report says which and why); 2 bad input (every fault as file:line:col).
+Every step is printed to stderr as it happens; `--json` prints the final report to stdout.
+A DECLARATION may be a file (JSON or YAML of resolver.unstructure(declaration)) or a spool
+directory of them; of all given, only the newest by serial is applied, the rest are reported
+as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
+to this node) opened with `--key FILE` (the node's private key).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import sys
+from pathlib import Path
+
+import resolver
+from resolver import Declaration, Fault, InputError, MeshError, load_document
+
+from .report import LivePrinter, Report
+
+SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
+PROVISIONER_PREFIX = "provision_"  # executors/provision_<name>.py exposing `provision(...)`
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "apply",
+        help="make this node match the newest of its declarations (containers, files, dirs)",
+        description="Observe the node, diff against the newest declaration by serial, apply "
+        "the operations and report each with its cause. Older declarations are reported as "
+        "superseded, never applied.",
+    )
+    parser.add_argument("declarations", nargs="+", metavar="DECLARATION",
+                        help="declaration files, or spool directories of them")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan of operations and change nothing")
+    parser.add_argument("--json", action="store_true", help="print the final report as JSON")
+    parser.add_argument("--state-root", default=os.environ.get("MESH_STATE_ROOT", "/var/lib/mesh"),
+                        help="node-side state: env files, step markers, applied record "
+                        "(default: /var/lib/mesh)")
+    parser.add_argument("--secrets", metavar="FILE",
+                        help="the ledger (or an extract of it) holding values sealed to this node")
+    parser.add_argument("--key", metavar="FILE", help="this node's private key file")
+    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
+                        help="Docker Engine address (default: $DOCKER_HOST or the local socket)")
+    parser.add_argument("--stop-timeout", type=int, default=10, metavar="SECONDS",
+                        help="grace period when stopping a container to replace it (default 10)")
+    parser.add_argument("--no-firewall", action="store_true",
+                        help="leave the firewall as it is even if the declaration has an intent")
+    parser.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _files(arguments) -> list[Path]:
+    files: list[Path] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            files.extend(sorted(p for p in path.iterdir()
+                                if p.suffix in SPOOL_SUFFIXES and not p.name.startswith(".")))
+        else:
+            files.append(path)
+    return files
+
+
+def load_declarations(arguments) -> list[tuple[str, Declaration]]:
+    """Every declaration named, or InputError with every fault of every file."""
+    faults: list[Fault] = []
+    loaded: list[tuple[str, Declaration]] = []
+    files = _files(arguments)
+    if not files:
+        raise InputError([Fault(str(a), 0, 0, "holds no declaration files",
+                                "a declaration file or a directory of them") for a in arguments])
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            faults.append(Fault(str(path), 0, 0, f"cannot be read: {exc}", "a declaration file"))
+            continue
+        try:
+            declaration, _ = load_document(text, str(path), Declaration)
+        except InputError as error:
+            faults.extend(error.faults)
+            continue
+        loaded.append((str(path), declaration))
+    if faults:
+        raise InputError(faults)
+    first_label, first = loaded[0]
+    for label, declaration in loaded[1:]:
+        if (declaration.mesh, declaration.node) != (first.mesh, first.node):
+            faults.append(Fault(label, 0, 0, f"is for node {declaration.node} of mesh "
+                                f"{declaration.mesh}, but {first_label} is for node {first.node} "
+                                f"of mesh {first.mesh}", "declarations of one node"))
+    if faults:
+        raise InputError(faults)
+    return loaded
+
+
+def secret_source_from(secrets_file, key_file, node: str):
+    """SecretRef → value, from the values sealed to `node` in a ledger file; None if no file."""
+    if secrets_file is None and key_file is None:
+        return None
+    if secrets_file is None or key_file is None:
+        raise MeshError("--secrets and --key go together: the sealed values and the key that "
+                        "opens them")
+    from . import keys
+
+    try:
+        text = Path(secrets_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError([Fault(str(secrets_file), 0, 0, f"cannot be read: {exc}",
+                                "a ledger file")]) from None
+    ledger, _ = resolver.load_ledger(text, str(secrets_file))
+    values = keys.unseal_for_node(ledger, node, keys.load_private_key(key_file))
+
+    def source(ref) -> str:
+        try:
+            return values[ref.credential][ref.generation]
+        except KeyError:
+            raise MeshError(f"{secrets_file} holds no value of it sealed to {node}") from None
+
+    return source
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def firewall_hook(state_root: str):
+    """The firewall executor as an apply hook, or None when it is not installed."""
+    try:
+        from .firewall import apply_firewall
+    except ImportError:
+        return None
+
+    def apply_intent(intent, report: Report, dry_run: bool) -> None:
+        try:
+            result = apply_firewall(intent, state_root, dry_run=dry_run, emit=report.say)
+        except MeshError as exc:
+            report.end(report.begin("firewall", "table inet mesh", "declared firewall intent"),
+                       f"failed: {exc}", ok=False)
+            return
+        if result.refusal:
+            report.record("firewall", "table inet mesh", "declared firewall intent",
+                          f"refused: {result.refusal}", ok=False)
+        for step in result.steps:
+            report.record(f"firewall-{step.op.kind}", "table inet mesh", step.op.cause,
+                          step.result + (f": {step.detail}" if step.detail else ""),
+                          ok=step.result != "failed")
+
+    return apply_intent
+
+
+def discover_provisioners() -> list:
+    """`provision(declaration, secret_source, report, dry_run)` of each executors/provision_*.py."""
+    import executors
+
+    found = []
+    for module in sorted(pkgutil.iter_modules(executors.__path__), key=lambda m: m.name):
+        if module.name.startswith(PROVISIONER_PREFIX):
+            provision = getattr(importlib.import_module(f"executors.{module.name}"),
+                                "provision", None)
+            if callable(provision):
+                found.append(provision)
+    return found
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    declarations = load_declarations(args.declarations)
+    node = declarations[0][1].node
+    secret_source = secret_source_from(args.secrets, args.key, node)
+    from . import apply as apply_module
+    from . import docker_engine
+
+    report = Report(printer=LivePrinter())
+    api = docker_engine.connect(args.docker_host)
+    report = apply_module.apply_latest(
+        declarations, api=api, state_root=args.state_root, secret_source=secret_source,
+        dry_run=args.dry_run, report=report,
+        firewall=None if args.no_firewall else firewall_hook(args.state_root),
+        provisioners=discover_provisioners(), stop_timeout=args.stop_timeout)
+    if args.json:
+        json.dump(report.to_json(), out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        print_summary(report, out)
+    return 0 if report.facts.get("result") in ("applied", "dry-run", "superseded") else 1
+
+
+def print_summary(report: Report, out) -> None:
+    facts = report.facts
+    print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
+          f"serial in force {facts.get('serial_applied')}", file=out)
+    for entry in facts.get("superseded", []):
+        print(f"  superseded: {entry['file']} (serial {entry['serial']}) by serial "
+              f"{entry['superseded_by']}", file=out)
+    for op in report.ops:
+        print(f"  {op.op} {op.subject}: {op.cause} → {op.result}", file=out)
+    for refusal in facts.get("refusals", []):
+        print(f"  refused: {refusal['subject']}: {refusal['message']}", file=out)
+    generations = facts.get("generations") or {}
+    if generations:
+        print("  credential generations in force: "
+              + ", ".join(f"{c} {g}" for c, g in sorted(generations.items())), file=out)
+    if not report.ops and facts.get("result") == "applied":
+        print("  nothing to change", file=out)
