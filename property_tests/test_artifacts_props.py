@@ -1,0 +1,244 @@
+"""Properties of the artifact graph, staleness, pinning and image naming (resolver/_artifacts.py).
+
+- Staleness equals an oracle: a deliberately simple recursive reading of the rule ("stale if never
+  built, if a base's digest is not the recorded one, or if a base is stale"), compared with the
+  implementation's forward propagation over the reverse graph.
+- Rebuilding a base to the digest it already had makes nothing stale (digests, not commits).
+- Pinning is stable: a second pin without --refresh asks nothing and changes nothing, whatever
+  the registries now answer; a refresh of one artifact moves only its pin.
+- An image is always named by its pinned digest, from the mesh's registry exactly when that
+  registry holds the digest and the artifact may be mirrored.
+"""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+from pyrsistent import pmap, pvector
+
+from resolver import Artifact, BuildRecord, Catalogue, Instance, Ledger, Mesh, Module, Node
+from resolver._artifacts import (
+    SELF_HOSTING,
+    artifact_state,
+    build_graph,
+    catalogue_artifacts,
+    current_digests,
+    image_reference,
+    pending_mirror,
+    pin_key,
+    pin_requests,
+    split_repository,
+    stale,
+    used_artifacts,
+    with_pins,
+)
+
+digests = st.sampled_from([f"sha256:{c * 64}" for c in "0123456789abcdef"])
+REGISTRIES = ("127.0.0.1:5000", "ghcr.io", "docker.io", "registry.example:8443")
+
+
+@st.composite
+def catalogues(draw):
+    """Modules m0.. with artifacts a0..; an artifact's bases are drawn from artifacts created
+    before it (acyclic by construction), named bare in the same module or as module/artifact."""
+    created: list[tuple[int, str]] = []  # (module index, artifact name) in creation order
+    modules: dict[int, dict[str, Artifact]] = {}
+    for index in range(draw(st.integers(1, 12))):
+        module = draw(st.integers(0, 2))
+        name = f"a{index}"
+        if created and draw(st.booleans()):
+            picks = draw(st.lists(st.sampled_from(created), min_size=1, max_size=3, unique=True))
+            base = pvector(other if m == module else f"m{m}/{other}" for m, other in picks)
+            artifact = Artifact(build=name, base=base, mirror=draw(st.booleans()))
+        elif draw(st.integers(0, 4)) == 0:
+            artifact = Artifact(build=name, mirror=draw(st.booleans()))  # built FROM scratch
+        else:
+            registry = draw(st.sampled_from(REGISTRIES))
+            repository = f"{registry}/lib/r{draw(st.integers(0, 5))}"
+            artifact = Artifact(repository=repository, tag=draw(st.sampled_from(["1", "2", "latest"])),
+                                mirror=draw(st.booleans()))
+        modules.setdefault(module, {})[name] = artifact
+        created.append((module, name))
+    return Catalogue(modules=pmap({
+        f"m{m}": Module(name=f"m{m}", artifacts=pmap(artifacts)) for m, artifacts in modules.items()
+    }))
+
+
+@st.composite
+def catalogue_and_ledger(draw):
+    """A catalogue and a ledger whose build records sometimes match the bases' current digests,
+    sometimes not, and sometimes are missing."""
+    catalogue = draw(catalogues())
+    every = catalogue_artifacts(catalogue)
+    pins = {}
+    for artifact in every.values():
+        key = pin_key(artifact)
+        if key is not None and draw(st.integers(0, 5)) > 0:
+            pins[key] = draw(digests)
+    builds = {}
+    for name, artifact in every.items():  # creation order: bases get their record first
+        if artifact.build is not None and draw(st.integers(0, 5)) > 0:
+            builds[name] = BuildRecord(digest=draw(digests), bases=pmap())
+    ledger = Ledger(pins=pmap(pins), builds=pmap(builds))
+    current = current_digests(catalogue, ledger)
+    graph = build_graph(catalogue)
+    for name, record in list(builds.items()):
+        recorded = {}
+        for base in graph[name]:
+            kept = draw(st.integers(0, 3)) > 0
+            if kept and current[base] is not None:
+                recorded[base] = current[base]
+            elif draw(st.booleans()):
+                recorded[base] = draw(digests)
+        builds[name] = attrs.evolve(record, bases=pmap(recorded))
+    return catalogue, attrs.evolve(ledger, builds=pmap(builds))
+
+
+def oracle_stale(catalogue: Catalogue, ledger: Ledger) -> set[str]:
+    """The rule read literally, recursively down the bases (the graph is acyclic)."""
+    every = catalogue_artifacts(catalogue)
+
+    def module_of(name):
+        return name.split("/", 1)[0]
+
+    def bases(name):
+        return [b if "/" in b else f"{module_of(name)}/{b}" for b in every[name].base]
+
+    def digest_now(name):
+        artifact = every[name]
+        if artifact.repository is not None:
+            return ledger.pins.get(f"{artifact.repository}:{artifact.tag}")
+        record = ledger.builds.get(name)
+        return record.digest if record else None
+
+    def is_stale(name):
+        artifact = every[name]
+        if artifact.build is None:
+            return False
+        record = ledger.builds.get(name)
+        if record is None:
+            return bool(artifact.base)  # a FROM-scratch build with no record has no graph edge
+        for base in bases(name):
+            if digest_now(base) is None or record.bases.get(base) != digest_now(base):
+                return True
+        return any(is_stale(base) for base in bases(name))
+
+    return {name for name in every if is_stale(name)}
+
+
+@given(catalogue_and_ledger())
+def test_staleness_equals_the_oracle(case):
+    catalogue, ledger = case
+    graph = build_graph(catalogue)
+    assert set(stale(graph, ledger.builds, current_digests(catalogue, ledger))) == oracle_stale(catalogue, ledger)
+
+
+@given(catalogue_and_ledger())
+def test_every_artifact_is_in_the_graph_from_the_first_run(case):
+    catalogue, _ = case
+    assert set(build_graph(catalogue)) == set(catalogue_artifacts(catalogue))
+
+
+def _fresh_ledger(catalogue: Catalogue, digest_of) -> Ledger:
+    """Everything pinned and built, every build record naming its bases' current digests."""
+    every = catalogue_artifacts(catalogue)
+    pins = {k: digest_of(k) for a in every.values() if (k := pin_key(a))}
+    builds = {n: BuildRecord(digest=digest_of(n)) for n, a in every.items() if a.build is not None}
+    ledger = Ledger(pins=pmap(pins), builds=pmap(builds))
+    current = current_digests(catalogue, ledger)
+    graph = build_graph(catalogue)
+    return attrs.evolve(ledger, builds=pmap({
+        n: attrs.evolve(r, bases=pmap({b: current[b] for b in graph[n]})) for n, r in builds.items()}))
+
+
+@given(catalogues(), st.data())
+def test_staleness_is_reachability_from_the_changed_digest(catalogue, data):
+    ledger = _fresh_ledger(catalogue, lambda key: data.draw(digests))
+    graph = build_graph(catalogue)
+    assert stale(graph, ledger.builds, current_digests(catalogue, ledger)) == frozenset()
+    every = catalogue_artifacts(catalogue)
+    changed = data.draw(st.sampled_from(sorted(every)))
+    new_digest = data.draw(digests)
+    artifact = every[changed]
+    if artifact.repository is not None:
+        after = attrs.evolve(ledger, pins=ledger.pins.set(pin_key(artifact), new_digest))
+        moved = {n for n, a in every.items() if pin_key(a) == pin_key(artifact)}  # one tag, many artifacts
+    else:
+        after = attrs.evolve(ledger, builds=ledger.builds.set(
+            changed, attrs.evolve(ledger.builds[changed], digest=new_digest)))
+        moved = {changed}
+    now = stale(graph, after.builds, current_digests(catalogue, after))
+    if new_digest == current_digests(catalogue, ledger)[changed]:
+        assert now == frozenset()  # rebuilt or re-pinned to the same digest: nothing is stale
+    else:
+        assert now == set().union(*(_dependents_of(graph, m) for m in moved))
+
+
+def _dependents_of(graph, name):
+    found, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        for other, bases in graph.items():
+            if current in bases and other not in found:
+                found.add(other)
+                todo.append(other)
+    return found
+
+
+def _mesh_running(catalogue: Catalogue) -> Mesh:
+    return Mesh(mesh="t", nodes=pmap({"n": Node(address="10.0.0.1")}), instances=pmap({
+        f"i-{name}": Instance(module=name, node="n") for name in catalogue.modules}))
+
+
+def _pin(catalogue, ledger, refresh, registry_answers):
+    """One `mesh pin` round, as cmd_pin composes it, with the registries' answers as a dict."""
+    wanted = used_artifacts(catalogue, _mesh_running(catalogue))
+    requests = pin_requests(catalogue, ledger, wanted, refresh)
+    return with_pins(ledger, {r.key: registry_answers[r.key] for r in requests}), requests
+
+
+@given(catalogue_and_ledger(), st.data())
+def test_pinning_is_stable(case, data):
+    catalogue, ledger = case
+    keys = sorted({k for a in catalogue_artifacts(catalogue).values() if (k := pin_key(a))})
+    answers = {k: data.draw(digests) for k in keys}
+    first, _ = _pin(catalogue, ledger, None, answers)
+    assert set(first.pins) >= set(keys)  # everything the mesh runs is pinned
+    moved = {k: data.draw(digests) for k in keys}  # every tag may now point elsewhere
+    second, asked = _pin(catalogue, first, None, moved)
+    assert asked == [] and second == first
+    if keys:
+        one = data.draw(st.sampled_from(keys))
+        refreshed, _ = _pin(catalogue, first, (one,), moved)
+        assert refreshed.pins == first.pins.set(one, moved[one])
+        everything, _ = _pin(catalogue, first, ("*",), moved)
+        assert dict(everything.pins) == {**first.pins, **moved}
+
+
+@given(catalogue_and_ledger(), st.sampled_from([None, "10.0.0.1:5000"]), st.data())
+def test_images_are_named_by_their_digest_from_the_registry_holding_it(case, registry, data):
+    catalogue, ledger = case
+    every = catalogue_artifacts(catalogue)
+    held = {d: data.draw(st.sampled_from(["10.0.0.1:5000", "10.0.0.2:5000"]))
+            for d in set(ledger.pins.values()) if data.draw(st.booleans())}
+    ledger = attrs.evolve(ledger, mirrored=pmap(held))
+    for name, artifact in every.items():
+        reference = image_reference(artifact, ledger, registry, key=name)
+        digest = (ledger.pins.get(pin_key(artifact)) if artifact.repository
+                  else (ledger.builds[name].digest if name in ledger.builds else None))
+        if digest is None:
+            assert reference is None
+            continue
+        assert reference.endswith(f"@{digest}")
+        from_mesh = registry is not None and artifact.mirror and held.get(digest) == registry
+        if artifact.repository is not None:
+            expected = (f"{registry}/{split_repository(artifact.repository)[1]}" if from_mesh
+                        else artifact.repository)
+            assert reference == f"{expected}@{digest}"
+        else:
+            assert reference.startswith(f"{registry}/" if from_mesh else name)
+    mesh = _mesh_running(catalogue)
+    state = artifact_state(catalogue, mesh, ledger, registry)
+    assert (state == SELF_HOSTING) == (registry is not None and not pending_mirror(catalogue, mesh, ledger, registry))
+    assert artifact_state(catalogue, mesh, ledger, None) != SELF_HOSTING  # no registry: external
