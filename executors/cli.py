@@ -21,6 +21,7 @@ COMMANDS = [
     "pin", "mirror", "stale",
     "firewall",
     "apply",
+    "node-key", "ca", "rotate",
 ]
 
 

@@ -1,0 +1,120 @@
+"""`mesh rotate DIR CREDENTIAL | --provider INSTANCE | --consumer INSTANCE`.
+
+A new generation for each credential addressed, sealed to the holders of the current one; the
+ledger is written atomically (unless --dry-run). The plan is stated in two steps, because
+holders only move once the provider has the new generation in force:
+  1. now: the provider's grant (a new password on the idle login, or the account's password
+     replaced), and every container that changes with it;
+  2. once the provider reports it applied: every holder node that changes and every container
+     recreated because its environment or env-file changes.
+Dual-login credentials (postgres) have no window; single ones (the AMQP broker) say theirs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import attrs
+
+import resolver
+from resolver._plan import container_changes
+from resolver._rotation import (
+    describe_rotation,
+    holder_nodes,
+    is_dual,
+    provider_applied,
+    provider_first,
+)
+
+from executors.issuer import rotate, select_credentials
+from executors.loading import load_mesh_dir, write_ledger
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "rotate",
+        help="issue a new generation of a credential (or of every credential of a provider "
+        "or consumer) and show every holder and container it changes",
+        description="Rotate credentials: one by id (provision/provider/consumer or "
+        "secret/instance/name), every credential a provider instance serves plus its own "
+        "secrets (--provider), or every credential a consumer instance holds (--consumer).",
+    )
+    parser.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("credential", nargs="?", metavar="CREDENTIAL", help="a credential id")
+    which.add_argument("--provider", metavar="INSTANCE")
+    which.add_argument("--consumer", metavar="INSTANCE")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="show the plan without writing the ledger")
+    parser.set_defaults(func=run)
+
+
+def _with_providers_applied(ledger, ids):
+    """The ledger as it will be once each provider reported its pending generation in force."""
+    credentials = ledger.credentials
+    for cred_id in ids:
+        cred = credentials[cred_id]
+        if cred.pending is not None:
+            credentials = credentials.set(cred_id,
+                                          provider_applied(cred, cred.pending.generation))
+    return attrs.evolve(ledger, credentials=credentials)
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    inputs = load_mesh_dir(args.directory)
+    ids = select_credentials(inputs.ledger, credential=args.credential,
+                             provider=args.provider, consumer=args.consumer)
+    resolve = lambda ledger: resolver.resolve(  # noqa: E731
+        inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+    before = resolve(inputs.ledger)
+    rotated = rotate(before.ledger, ids, inputs.mesh)
+    step1 = resolve(rotated)
+    step2 = resolve(_with_providers_applied(step1.ledger, ids))
+
+    w = lambda line="": print(line, file=out)  # noqa: E731
+    w(f"rotate {len(ids)} credential{'s' if len(ids) != 1 else ''}:")
+    for cred_id in ids:
+        cred = rotated.credentials[cred_id]
+        kind = ("dual login, no window" if is_dual(cred)
+                else "single credential, provider first: WINDOW" if provider_first(cred_id)
+                else "own secret, active at once")
+        new = cred.pending or cred.active
+        w(f"  {cred_id}: generation {new.generation} ({kind}); holders: "
+          f"{', '.join(holder_nodes(cred))}")
+        w(f"    {describe_rotation(cred_id, cred)}")
+    first = container_changes(before.declarations, step1.declarations)
+    second = container_changes(step1.declarations, step2.declarations)
+    _print_step(w, "now", before, step1, first)
+    if any(rotated.credentials[i].pending is not None for i in ids):
+        _print_step(w, "once the provider reports the new generation applied", step1, step2,
+                    second)
+    if args.dry_run:
+        w("dry run: ledger not written")
+        return 0
+    write_ledger(inputs.ledger_path, step1.ledger)
+    print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    return 0
+
+
+def _print_step(w, title, old, new, changes) -> None:
+    nodes = sorted(n for n in new.declarations
+                   if n not in old.declarations
+                   or old.declarations[n].digest != new.declarations[n].digest)
+    w(f"{title}:")
+    w(f"  nodes whose declaration changes: {', '.join(nodes) or 'none'}")
+    for node in nodes:
+        grants = [g for g in new.declarations[node].grants
+                  if g not in set(old.declarations[node].grants
+                                  if node in old.declarations else ())]
+        for g in grants:
+            slot = f" slot {g.slot}" if g.slot else ""
+            keep = (f", keeps generation {g.retiring.generation} (slot {g.retiring_slot}) "
+                    f"valid" if g.retiring else "")
+            w(f"  grant on {node}: {g.kind} {g.login} for {g.consumer}: generation "
+              f"{g.credential.generation}{slot}{keep}")
+    for change in changes:
+        causes = f": {'; '.join(change.causes)}" if change.causes else ""
+        w(f"  {change.action} {change.node}/{change.container}{causes}")
+    if not changes:
+        w("  no container is recreated")
