@@ -1,0 +1,435 @@
+"""PostgreSQL grants: per consumer a NOLOGIN group role owning its database, and two logins.
+
+Invariants:
+- For a grant with login L: role L (NOLOGIN) owns database `resource`; L_a and L_b are LOGIN
+  members of L whose session role is L, so what either creates belongs to L. The slot the
+  grant names holds the credential's value, the retiring slot the retiring value while the
+  grant has one; an idle slot is NOLOGIN with no password, so a retired password never works.
+- CONNECT on a granted database is revoked from PUBLIC: a consumer reaches its own database only.
+- observe (catalog reads) → diff (pure) → apply. Passwords are compared against the stored
+  verifier (SCRAM-SHA-256 via scramp, or md5), so a second run emits no statement at all.
+- Managed roles and databases carry the comment `mesh:<mesh>:<provider>`. A managed role whose
+  grant is gone is dropped after its objects are reassigned to the admin; a managed database
+  whose grant is gone is kept and reported orphaned: data is never dropped by the mesh.
+- A password is only ever a statement parameter: never in a description, report or error.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from typing import Mapping, Optional, Sequence
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from resolver import GrantDecl
+
+from .provisioners import (
+    Endpoint,
+    GrantOutcome,
+    ProvisionError,
+    ProvisionResult,
+    SecretSource,
+    wait_ready,
+)
+from .report import Report
+
+SLOTS = ("a", "b")
+CONNECT_TIMEOUT = 5
+
+
+# --------------------------------------------------------------------------- desired state
+
+
+@attrs.frozen
+class SlotWant:
+    generation: int
+    password: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class DesiredGrant:
+    group: str  # the NOLOGIN role owning the database; its logins are <group>_a, <group>_b
+    database: str
+    credential: str  # credential id, named in causes
+    slots: Mapping[str, Optional[SlotWant]]  # slot → what it must accept (None: disabled)
+
+    def login(self, slot: str) -> str:
+        return f"{self.group}_{slot}"
+
+
+def desired_grant(grant: GrantDecl, secret_source: SecretSource) -> DesiredGrant:
+    slot = grant.slot or SLOTS[0]
+    slots: dict[str, Optional[SlotWant]] = {s: None for s in SLOTS}
+    if grant.retiring is not None and grant.retiring_slot in SLOTS and grant.retiring_slot != slot:
+        slots[grant.retiring_slot] = SlotWant(grant.retiring.generation or 0,
+                                              secret_source(grant.retiring))
+    slots[slot] = SlotWant(grant.credential.generation or 0, secret_source(grant.credential))
+    return DesiredGrant(group=grant.login, database=grant.resource,
+                        credential=grant.credential.credential, slots=slots)
+
+
+# --------------------------------------------------------------------------- observed state
+
+
+@attrs.frozen
+class RoleFacts:
+    name: str
+    can_login: bool
+    verifier: Optional[str] = attrs.field(default=None, repr=False)
+    comment: Optional[str] = None
+    member_of: frozenset[str] = frozenset()
+    config: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class DatabaseFacts:
+    name: str
+    owner: str
+    comment: Optional[str] = None
+    public_connect: bool = True
+
+
+@attrs.frozen
+class Observed:
+    admin: str  # the role the provisioner is connected as (owner of orphaned databases)
+    roles: Mapping[str, RoleFacts]
+    databases: Mapping[str, DatabaseFacts]
+
+
+ROLES_QUERY = """
+SELECT r.rolname, r.rolcanlogin, a.rolpassword,
+       shobj_description(r.oid, 'pg_authid'),
+       ARRAY(SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
+             WHERE m.member = r.oid),
+       coalesce(r.rolconfig, '{}')
+FROM pg_roles r LEFT JOIN pg_authid a ON a.oid = r.oid
+"""
+ROLES_QUERY_UNPRIVILEGED = ROLES_QUERY.replace("a.rolpassword", "NULL").replace(
+    "LEFT JOIN pg_authid a ON a.oid = r.oid", "")
+DATABASES_QUERY = """
+SELECT d.datname, pg_get_userbyid(d.datdba), shobj_description(d.oid, 'pg_database'),
+       EXISTS (SELECT 1 FROM aclexplode(coalesce(d.datacl, acldefault('d', d.datdba))) x
+               WHERE x.grantee = 0 AND x.privilege_type = 'CONNECT')
+FROM pg_database d WHERE NOT d.datistemplate
+"""
+
+
+def observe(conn: psycopg.Connection) -> Observed:
+    """Read roles (with password verifiers when the admin may read pg_authid) and databases."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_user")
+        admin = cur.fetchone()[0]
+        try:
+            cur.execute(ROLES_QUERY)
+        except psycopg.errors.InsufficientPrivilege:
+            cur.execute(ROLES_QUERY_UNPRIVILEGED)
+        roles = {name: RoleFacts(name, can_login, verifier, comment, frozenset(groups),
+                                 tuple(config))
+                 for name, can_login, verifier, comment, groups, config in cur.fetchall()}
+        cur.execute(DATABASES_QUERY)
+        databases = {name: DatabaseFacts(name, owner, comment, public)
+                     for name, owner, comment, public in cur.fetchall()}
+    return Observed(admin, roles, databases)
+
+
+def verifier_matches(verifier: Optional[str], password: str, role: str) -> bool:
+    """Whether `password` is the one the stored verifier was made from (no login attempted).
+    SCRAM-SHA-256 keys are derived with scramp, the library pg8000 uses for the same job."""
+    if not verifier:
+        return False
+    if verifier.startswith("SCRAM-SHA-256$"):
+        import scramp
+
+        try:
+            head, keys = verifier[len("SCRAM-SHA-256$"):].split("$", 1)
+            iterations, salt = head.split(":", 1)
+            stored_key, server_key = keys.split(":", 1)
+            _, stored, server, _ = scramp.ScramMechanism("SCRAM-SHA-256").make_auth_info(
+                password, iteration_count=int(iterations), salt=base64.b64decode(salt))
+        except (ValueError, TypeError):
+            return False
+        return (hmac.compare_digest(stored, base64.b64decode(stored_key))
+                and hmac.compare_digest(server, base64.b64decode(server_key)))
+    if verifier.startswith("md5") and len(verifier) == 35:
+        digest = "md5" + hashlib.md5((password + role).encode("utf-8")).hexdigest()
+        return hmac.compare_digest(digest, verifier)
+    return False
+
+
+# --------------------------------------------------------------------------- diff (pure)
+
+
+@attrs.frozen
+class Statement:
+    op: str  # create-role | alter-role | create-database | drop-role | …
+    subject: str
+    cause: str
+    query: sql.Composable = attrs.field(eq=False)
+    params: tuple = attrs.field(default=(), repr=False, eq=False)
+    database: Optional[str] = None  # run connected to this database (None: the admin's)
+
+    @property
+    def text(self) -> str:
+        """The statement without its parameters (safe to show: passwords are parameters)."""
+        return self.query.as_string(None)
+
+
+@attrs.frozen
+class Plan:
+    statements: tuple[Statement, ...] = ()
+    refusals: tuple[tuple[str, str], ...] = ()  # (subject, reason)
+    orphaned: tuple[str, ...] = ()  # databases kept after their grant went
+
+
+def marker(mesh: str, provider: str) -> str:
+    return f"mesh:{mesh}:{provider}"
+
+
+def _ident(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
+
+
+def _comment(kind: str, name: str, text: str, cause: str) -> Statement:
+    return Statement("comment", f"{kind.lower()} {name}", cause,
+                     sql.SQL("COMMENT ON {} {} IS {}").format(sql.SQL(kind), _ident(name),
+                                                             sql.Literal(text)))
+
+
+def _foreign(comment: Optional[str], mark: str) -> bool:
+    return comment is not None and comment.startswith("mesh:") and comment != mark
+
+
+def _group_statements(g: DesiredGrant, observed: Observed, mark: str) -> list[Statement]:
+    out: list[Statement] = []
+    role = observed.roles.get(g.group)
+    if role is None:
+        out.append(Statement("create-role", g.group, f"group role of {g.credential}",
+                             sql.SQL("CREATE ROLE {} NOLOGIN").format(_ident(g.group))))
+        out.append(_comment("ROLE", g.group, mark, "mark as managed"))
+        return out
+    if role.can_login:
+        out.append(Statement("alter-role", g.group, "a group role must not log in",
+                             sql.SQL("ALTER ROLE {} NOLOGIN").format(_ident(g.group))))
+    if role.comment != mark:
+        out.append(_comment("ROLE", g.group, mark, "adopted: was not marked as managed"))
+    return out
+
+
+def _slot_statements(g: DesiredGrant, slot: str, observed: Observed,
+                     mark: str) -> list[Statement]:
+    name, want, out = g.login(slot), g.slots[slot], []
+    role = observed.roles.get(name)
+    ident, group = _ident(name), _ident(g.group)
+    if role is None:
+        if want is not None:
+            out.append(Statement("create-role", name,
+                                 f"login slot {slot}: {g.credential} generation {want.generation}",
+                                 sql.SQL("CREATE ROLE {} LOGIN PASSWORD %s IN ROLE {}")
+                                 .format(ident, group), (want.password,)))
+        else:
+            out.append(Statement("create-role", name, f"idle login slot {slot} (disabled)",
+                                 sql.SQL("CREATE ROLE {} NOLOGIN IN ROLE {}").format(ident, group)))
+    else:
+        if want is not None:
+            matches = verifier_matches(role.verifier, want.password, name)
+            if not matches or not role.can_login:
+                why = [] if role.can_login else ["login disabled"]
+                if not matches:
+                    why.append("password is not " if role.verifier else "no password, wants ")
+                    why[-1] += f"{g.credential} generation {want.generation}"
+                out.append(Statement("alter-role", name, f"slot {slot}: " + "; ".join(why),
+                                     sql.SQL("ALTER ROLE {} LOGIN PASSWORD %s").format(ident),
+                                     (want.password,)))
+        elif role.can_login or role.verifier is not None:
+            out.append(Statement("alter-role", name,
+                                 f"slot {slot} holds no generation in force: disable it",
+                                 sql.SQL("ALTER ROLE {} NOLOGIN PASSWORD NULL").format(ident)))
+        if g.group not in role.member_of:
+            out.append(Statement("grant-role", name, f"member of {g.group}",
+                                 sql.SQL("GRANT {} TO {}").format(group, ident)))
+    if role is None or f"role={g.group}" not in role.config:
+        out.append(Statement("alter-role", name, f"its objects belong to {g.group}",
+                             sql.SQL("ALTER ROLE {} SET role = {}").format(
+                                 ident, sql.Literal(g.group))))
+    if role is None or role.comment != mark:
+        out.append(_comment("ROLE", name, mark, "mark as managed"))
+    return out
+
+
+def _database_statements(g: DesiredGrant, observed: Observed, mark: str) -> list[Statement]:
+    out: list[Statement] = []
+    db, ident = observed.databases.get(g.database), _ident(g.database)
+    if db is None:
+        out.append(Statement("create-database", g.database, f"database of {g.credential}",
+                             sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                                 ident, _ident(g.group))))
+    elif db.owner != g.group:
+        out.append(Statement("alter-database", g.database, f"owner {db.owner} → {g.group}",
+                             sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                                 ident, _ident(g.group))))
+    if db is None or db.comment != mark:
+        out.append(_comment("DATABASE", g.database, mark, "mark as managed"))
+    if db is None or db.public_connect:
+        out.append(Statement("revoke", g.database, "only its own login may connect",
+                             sql.SQL("REVOKE CONNECT ON DATABASE {} FROM PUBLIC").format(ident)))
+    return out
+
+
+def diff(mesh: str, provider: str, desired: Sequence[DesiredGrant], observed: Observed) -> Plan:
+    """The statements that make `observed` carry `desired`, and nothing else; plus the orphans."""
+    mark = marker(mesh, provider)
+    statements: list[Statement] = []
+    refusals: list[tuple[str, str]] = []
+    wanted_roles: set[str] = set()
+    wanted_dbs: set[str] = set()
+    for g in sorted(desired, key=lambda d: d.group):
+        names = [g.group] + [g.login(s) for s in SLOTS]
+        foreign = [n for n in names if n in observed.roles
+                   and _foreign(observed.roles[n].comment, mark)]
+        db = observed.databases.get(g.database)
+        if db is not None and _foreign(db.comment, mark):
+            foreign.append(f"database {g.database}")
+        if foreign:
+            owners = sorted({c for c in [observed.roles[n].comment for n in names
+                                         if n in observed.roles]
+                             + [db.comment if db is not None else None] if _foreign(c, mark)})
+            refusals.append((g.group, f"{', '.join(foreign)} already managed as "
+                                      f"{', '.join(owners)}, not {mark}: not touched"))
+            continue
+        wanted_roles.update(names)
+        wanted_dbs.add(g.database)
+        statements += _group_statements(g, observed, mark)
+        for slot in SLOTS:
+            statements += _slot_statements(g, slot, observed, mark)
+        statements += _database_statements(g, observed, mark)
+
+    orphan_roles = sorted(n for n, r in observed.roles.items()
+                          if r.comment == mark and n not in wanted_roles)
+    orphan_dbs = sorted(n for n, d in observed.databases.items()
+                        if d.comment == mark and n not in wanted_dbs)
+    if orphan_roles:
+        who = sql.SQL(", ").join(_ident(n) for n in orphan_roles)
+        to_admin = sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(who)
+        release = sql.SQL("DROP OWNED BY {}").format(who)  # privileges only: nothing owned now
+        for db in orphan_dbs + [None]:
+            where = f" in {db}" if db else ""
+            statements.append(Statement("reassign-owned", ", ".join(orphan_roles),
+                                        f"grant gone: objects{where} go to {observed.admin}, "
+                                        "data kept", to_admin, database=db))
+            statements.append(Statement("drop-owned", ", ".join(orphan_roles),
+                                        f"grant gone: revoke their privileges{where}", release,
+                                        database=db))
+        for name in orphan_roles:
+            statements.append(Statement("drop-role", name, "grant gone: its login goes",
+                                        sql.SQL("DROP ROLE {}").format(_ident(name))))
+    return Plan(tuple(statements), tuple(refusals), tuple(orphan_dbs))
+
+
+# --------------------------------------------------------------------------- apply (shell)
+
+
+def connect(endpoint: Endpoint, password: str, database: Optional[str] = None,
+            user: Optional[str] = None) -> psycopg.Connection:
+    return psycopg.connect(host=endpoint.host, port=endpoint.port, user=user or endpoint.user,
+                           password=password, dbname=database or endpoint.database,
+                           connect_timeout=CONNECT_TIMEOUT, autocommit=True,
+                           application_name="mesh-provisioner")
+
+
+def _auth_refused(error: Exception) -> bool:
+    text = str(error)
+    return "authentication failed" in text or "no pg_hba.conf entry" in text or (
+        "role" in text and "does not exist" in text)
+
+
+def wait_for_server(endpoint: Endpoint, admin_password: str, report: Report, subject: str,
+                    timeout: float) -> None:
+    def probe() -> str:
+        with connect(endpoint, admin_password) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+            conn.execute("SELECT 1")
+        return f"PostgreSQL {version} at {endpoint.host}:{endpoint.port}"
+
+    wait_ready(report, subject, probe, timeout=timeout, fatal=_auth_refused)
+
+
+def _verifier(conn: psycopg.Connection, password: str, role: str) -> str:
+    return conn.pgconn.encrypt_password(password.encode("utf-8"), role.encode("utf-8")).decode()
+
+
+def run_statements(endpoint: Endpoint, admin_password: str, statements: Sequence[Statement],
+                   report: Report, conn: psycopg.Connection) -> int:
+    """Execute in order, stopping at the first failure (a REASSIGN that failed must not be
+    followed by its DROP OWNED). Returns how many ran."""
+    others: dict[str, psycopg.Connection] = {}
+    ran = 0
+    try:
+        for statement in statements:
+            op = report.begin(statement.op, statement.subject, statement.cause)
+            try:
+                target = conn
+                if statement.database is not None:
+                    if statement.database not in others:
+                        others[statement.database] = connect(endpoint, admin_password,
+                                                             statement.database)
+                    target = others[statement.database]
+                params = None
+                if statement.params:
+                    # the server receives a verifier made by libpq, never the password itself,
+                    # so not even a server's statement log can hold it (what psql's \password does)
+                    params = tuple(_verifier(target, p, statement.subject) for p in statement.params)
+                with psycopg.ClientCursor(target) as cursor:  # utility statements take no $1
+                    cursor.execute(statement.query, params)
+            except psycopg.Error as error:
+                # the server's message names objects, never a parameter's value
+                message = " ".join(str(error).split())[:300]
+                report.end(op, f"failed: {message}", ok=False, detail=[statement.text])
+                raise ProvisionError(f"{statement.op} {statement.subject}: {message}") from None
+            report.end(op, "done")
+            ran += 1
+    finally:
+        for other in others.values():
+            other.close()
+    return ran
+
+
+def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
+              grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
+              result: ProvisionResult, *, ready_timeout: float = 60.0) -> None:
+    """Make `grants` true on the PostgreSQL server of `provider`, drop the logins of managed
+    grants that are gone, and record the outcome of each grant in `result`."""
+    subject = f"{provider} (postgres {endpoint.host}:{endpoint.port})"
+    wait_for_server(endpoint, admin_password, report, subject, ready_timeout)
+    desired = [desired_grant(g, secret_source) for g in grants]
+    with connect(endpoint, admin_password) as conn:
+        plan = diff(mesh, provider, desired, observe(conn))
+        for group, reason in plan.refusals:
+            report.record("grant", group, "refused", f"failed: {reason}", ok=False)
+        try:
+            result.statements += run_statements(endpoint, admin_password, plan.statements,
+                                                report, conn)
+        except ProvisionError as error:
+            failed = str(error)
+        else:
+            failed = None
+    refused = {group for group, _ in plan.refusals}
+    for grant, want in zip(grants, desired):
+        if grant.login in refused or failed:
+            reason = next((r for g, r in plan.refusals if g == grant.login), failed)
+            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
+                                                grant.consumer, "failed", message=reason))
+        else:
+            result.outcomes.append(GrantOutcome(
+                grant.credential.credential, provider, grant.consumer, "in-force",
+                generation=grant.credential.generation,
+                message=f"database {grant.resource}, login {want.login(grant.slot or 'a')}"))
+    for database in plan.orphaned:
+        report.notice(f"database {database} on {provider}",
+                      "orphaned: its grant is gone, its logins are dropped and the database is "
+                      "kept with its data (owner: the admin). Drop it yourself when you are "
+                      f"sure: DROP DATABASE \"{database}\"")
+        result.orphaned.append(f"{provider}/{database}")
