@@ -7,9 +7,12 @@ manifest line; `mesh mirror` copies by digest into a second registry which then 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import attrs
 import pytest
+from pyrsistent import pmap
 
 from _registry_helpers import (
     REGISTRY_BINARY,
@@ -22,8 +25,9 @@ from _registry_helpers import (
     served_digest,
 )
 from executors import cli
-from executors.loading import load_mesh_dir
+from executors.loading import load_mesh_dir, write_ledger
 from executors.registry import RegistryClient, RegistryError
+from resolver import BuildRecord
 
 pytestmark = [
     pytest.mark.integration,
@@ -231,3 +235,67 @@ def test_mirror_without_a_registry_is_refused(tmp_path, upstream, capsys):
     assert code == 2 and "no registry to mirror into" in out
     code, out = mesh(capsys, "mirror", str(directory), "--registry", f"127.0.0.1:{closed_port()}")
     assert code == 2 and "unreachable" in out
+
+
+# --------------------------------------------------------------------------- staleness
+
+
+def write_build_mesh(root: Path, os_repository: str) -> Path:
+    """base/os (upstream) ← toolchain/sdk (built) ← app/main (built), and app runs main."""
+    for module in ("base", "toolchain", "app"):
+        (root / "catalogue" / module).mkdir(parents=True)
+    (root / "catalogue" / "provisions.yaml").write_text(PROVISIONS)
+    (root / "catalogue" / "base" / "module.yaml").write_text(
+        f"name: base\nartifacts:\n  os:\n    repository: {os_repository}\n    tag: '1'\n")
+    (root / "catalogue" / "toolchain" / "module.yaml").write_text(
+        "name: toolchain\nartifacts:\n  sdk:\n    build: sdk\n    base: [base/os]\n")
+    (root / "catalogue" / "app" / "module.yaml").write_text(
+        "name: app\nartifacts:\n  main:\n    build: .\n    base: [toolchain/sdk]\n"
+        "containers:\n  - name: app\n    artifact: main\n")
+    (root / "mesh.yaml").write_text(
+        "mesh: test\nnodes:\n  anchor:\n    address: 127.0.0.1\n"
+        "instances:\n  app:\n    module: app\n    node: anchor\n")
+    return root
+
+
+def record_builds(directory: Path, os_digest: str) -> None:
+    """What a build would record: each artifact's digest and its bases' digests at the time."""
+    ledger = load_mesh_dir(directory).ledger
+    sdk = "sha256:" + "5" * 64
+    write_ledger(directory / "ledger.yaml", attrs.evolve(ledger, builds=pmap({
+        "toolchain/sdk": BuildRecord(digest=sdk, bases=pmap({"base/os": os_digest})),
+        "app/main": BuildRecord(digest="sha256:" + "6" * 64, bases=pmap({"toolchain/sdk": sdk})),
+    })))
+
+
+def stale_answer(capsys, directory: Path) -> dict:
+    code, out = mesh(capsys, "stale", str(directory), "--json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_stale_compares_digests_of_the_pinned_foundation(tmp_path, upstream, capsys):
+    first = push_image(upstream.address, "mesh-test/os", "1", b"os release 1")
+    directory = write_build_mesh(tmp_path, f"{upstream.address}/mesh-test/os")
+    assert mesh(capsys, "pin", str(directory))[0] == 0  # the base is pinned though only built FROM
+    answer = stale_answer(capsys, directory)
+    assert set(answer["graph"]) == {"base/os", "toolchain/sdk", "app/main"}  # the foundation is there
+    assert answer["stale"] == ["app/main", "toolchain/sdk"]  # never built yet
+    record_builds(directory, first)
+    assert stale_answer(capsys, directory)["stale"] == []
+
+    # the same content pushed again: the tag is rewritten, the digest is equal, nothing is stale
+    assert push_image(upstream.address, "mesh-test/os", "1", b"os release 1") == first
+    assert mesh(capsys, "pin", str(directory), "--refresh")[0] == 0
+    assert stale_answer(capsys, directory)["stale"] == []
+
+    # a new base digest: everything built from it, transitively, must be rebuilt
+    push_image(upstream.address, "mesh-test/os", "1", b"os release 2")
+    assert stale_answer(capsys, directory)["stale"] == []  # not until the pin is refreshed
+    assert mesh(capsys, "pin", str(directory), "--refresh", "base/os")[0] == 0
+    answer = stale_answer(capsys, directory)
+    assert answer["stale"] == ["app/main", "toolchain/sdk"]
+    assert "base base/os changed" in answer["reasons"]["toolchain/sdk"]
+    assert answer["reasons"]["app/main"] == "builds from toolchain/sdk, which is stale"
+    code, out = mesh(capsys, "stale", str(directory))
+    assert code == 0 and "2 of 2 built artifacts must be rebuilt" in out
