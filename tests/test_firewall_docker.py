@@ -14,7 +14,10 @@ import shutil
 import pytest
 from pyrsistent import pvector
 
-import _netns
+try:
+    from . import _netns
+except ImportError:
+    import _netns
 import resolver
 from resolver import Declaration, FirewallAllow, FirewallFloor, FirewallIntent
 

@@ -15,7 +15,10 @@ from pyrsistent import pvector
 import resolver
 from resolver import Declaration, FirewallAllow, FirewallFloor, FirewallIntent
 
-import _netns
+try:
+    from . import _netns
+except ImportError:
+    import _netns
 
 pytestmark = pytest.mark.integration
 
