@@ -24,14 +24,16 @@ from urllib.parse import quote
 import attrs
 import requests
 
-from resolver import GrantDecl
+from resolver import Declaration, GrantDecl
 
 from .provisioners import (
+    AMQP_KIND,
     Endpoint,
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
     SecretSource,
+    provision_grants,
     wait_ready,
 )
 from .report import Report
@@ -196,9 +198,10 @@ def desired_account(grant: GrantDecl, secret_source: SecretSource) -> DesiredAcc
                           password=secret_source(grant.credential))
 
 
-def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
+def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
               grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
-              result: ProvisionResult, *, ready_timeout: float = 60.0) -> None:
+              result: ProvisionResult, *, ready_timeout: float = 60.0,
+                       dry_run: bool = False) -> None:
     """Make each grant's vhost, account and permissions exist on the broker of `provider`."""
     subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
     api = Api(endpoint, admin_password)
@@ -210,6 +213,12 @@ def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
             calls = diff(desired, observe(api, desired))
         except (ApiError, requests.RequestException) as error:
             raise ProvisionError(f"{subject}: observing failed: {error}") from None
+        if dry_run:
+            for call in calls:
+                report.record(call.op, call.subject, call.cause, "planned")
+            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
+                                                "planned") for g in grants)
+            return
         for call in calls:
             op = report.begin(call.op, call.subject, call.cause)
             try:
@@ -231,3 +240,10 @@ def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
                 grant.credential.credential, provider, grant.consumer, "in-force",
                 generation=grant.credential.generation,
                 message=f"vhost {grant.resource}, account {grant.login}"))
+
+
+def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
+              dry_run: bool = False) -> ProvisionResult:
+    """`mesh apply`'s provisioner hook (executors/provision_*.py are discovered): this kind's
+    grants of the declaration, via provisioners.provision_grants."""
+    return provision_grants(declaration, secret_source, report, kinds=(AMQP_KIND,), dry_run=dry_run)

@@ -25,14 +25,16 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from resolver import GrantDecl
+from resolver import Declaration, GrantDecl
 
 from .provisioners import (
+    POSTGRES_KIND,
     Endpoint,
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
     SecretSource,
+    provision_grants,
     wait_ready,
 )
 from .report import Report
@@ -397,9 +399,10 @@ def run_statements(endpoint: Endpoint, admin_password: str, statements: Sequence
     return ran
 
 
-def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
+def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
               grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
-              result: ProvisionResult, *, ready_timeout: float = 60.0) -> None:
+              result: ProvisionResult, *, ready_timeout: float = 60.0,
+                       dry_run: bool = False) -> None:
     """Make `grants` true on the PostgreSQL server of `provider`, drop the logins of managed
     grants that are gone, and record the outcome of each grant in `result`."""
     subject = f"{provider} (postgres {endpoint.host}:{endpoint.port})"
@@ -409,6 +412,12 @@ def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
         plan = diff(mesh, provider, desired, observe(conn))
         for group, reason in plan.refusals:
             report.record("grant", group, "refused", f"failed: {reason}", ok=False)
+        if dry_run:
+            for statement in plan.statements:
+                report.record(statement.op, statement.subject, statement.cause, "planned")
+            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
+                                                "planned") for g in grants)
+            return
         try:
             result.statements += run_statements(endpoint, admin_password, plan.statements,
                                                 report, conn)
@@ -433,3 +442,10 @@ def provision(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
                       "kept with its data (owner: the admin). Drop it yourself when you are "
                       f"sure: DROP DATABASE \"{database}\"")
         result.orphaned.append(f"{provider}/{database}")
+
+
+def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
+              dry_run: bool = False) -> ProvisionResult:
+    """`mesh apply`'s provisioner hook (executors/provision_*.py are discovered): this kind's
+    grants of the declaration, via provisioners.provision_grants."""
+    return provision_grants(declaration, secret_source, report, kinds=(POSTGRES_KIND,), dry_run=dry_run)

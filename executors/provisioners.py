@@ -60,7 +60,7 @@ class GrantOutcome:
     credential: str
     provider: str
     consumer: str
-    status: str  # in-force | pending-credential | unsupported | failed
+    status: str  # in-force | planned | pending-credential | unsupported | failed
     generation: Optional[int] = None  # the generation now in force on the provider
     message: str = ""
 
@@ -150,25 +150,40 @@ def _providers(declaration: Declaration, endpoints: Mapping[str, Endpoint],
     return dict(sorted(groups.items()))
 
 
-def provision_grants(declaration: Declaration, secret_source: SecretSource, report: Report, *,
-                     endpoints: Optional[Mapping[str, Endpoint]] = None,
+def provision_grants(declaration: Declaration, secret_source: Optional[SecretSource],
+                     report: Report, *, endpoints: Optional[Mapping[str, Endpoint]] = None,
                      admin_refs: Optional[Mapping[str, SecretRef]] = None,
                      provider_kinds: Optional[Mapping[str, str]] = None,
+                     kinds: Optional[Iterable[str]] = None, dry_run: bool = False,
                      ready_timeout: float = 60.0) -> ProvisionResult:
     """Provision every grant of `declaration` on its provider (this node) and remove the
     logins of grants that disappeared (their data is kept and reported orphaned).
 
     endpoints: provider instance → Endpoint, overriding the one derived from its published
     ports. admin_refs / provider_kinds: the admin credential and grant kind of providers that
-    have no grant left, so their orphans are still found. The result is also stored in
-    `report.facts["provisioned"]`."""
+    have no grant left, so their orphans are still found. kinds: only grants of these kinds
+    (None: every kind, and kinds with no provisioner are reported). dry_run: observe and list
+    the statements, change nothing. The result is also added to `report.facts["provisioned"]`."""
     from . import provision_amqp, provision_postgres  # noqa: WPS433 - kinds load their clients
 
     endpoints = dict(endpoints or {})
     admin_refs = dict(admin_refs or {})
     result = ProvisionResult()
-    by_kind = {POSTGRES_KIND: provision_postgres.provision, AMQP_KIND: provision_amqp.provision}
+    by_kind = {POSTGRES_KIND: provision_postgres.provision_provider,
+               AMQP_KIND: provision_amqp.provision_provider}
+    wanted_kinds = set(kinds) if kinds is not None else None
+    if dry_run:
+        ready_timeout = min(ready_timeout, 5.0)
     for (provider, kind), grants in _providers(declaration, endpoints, provider_kinds or {}).items():
+        if wanted_kinds is not None and kind not in wanted_kinds:
+            continue
+        if secret_source is None:
+            problem = "no secret values to provision with: pass --secrets and --key"
+            report.record("provision", provider, f"{len(grants)} {kind} grant(s)",
+                          f"failed: {problem}", ok=False)
+            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
+                                                "failed", message=problem) for g in grants)
+            continue
         issued = [g for g in grants if g.credential.generation is not None]
         for grant in grants:
             if grant.credential.generation is None:
@@ -199,22 +214,34 @@ def provision_grants(declaration: Declaration, secret_source: SecretSource, repo
         elif admin.generation is None:
             problem = f"the admin credential {admin.credential} of {provider} is not issued yet"
         if problem is not None:
-            op = report.record("provision", provider, f"{len(issued)} {kind} grant(s)",
-                               f"failed: {problem}", ok=False)
-            op.ok = False
+            report.record("provision", provider, f"{len(issued)} {kind} grant(s)",
+                          f"failed: {problem}", ok=False)
             result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
                                                 "failed", message=problem) for g in issued)
             continue
+        ops_before = len(report.ops)
         try:
             handler(declaration.mesh, provider, endpoint, secret_source(admin), issued,
-                    secret_source, report, result, ready_timeout=ready_timeout)
-        except ProvisionError as error:
+                    secret_source, report, result, ready_timeout=ready_timeout, dry_run=dry_run)
+        except (ProvisionError, MeshError, KeyError) as error:  # KeyError: a missing value
+            if all(op.ok for op in report.ops[ops_before:]):  # not said yet: say it
+                report.record("provision", provider, f"{len(issued)} {kind} grant(s)",
+                              f"failed: {_one_line(error)}", ok=False)
             result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
                                                 "failed", message=str(error)) for g in issued
                                    if not any(o.credential == g.credential.credential
                                               for o in result.outcomes))
-    report.facts["provisioned"] = result.to_json()
+    _merge_facts(report, result)
     return result
+
+
+def _merge_facts(report: Report, result: ProvisionResult) -> None:
+    """Add to what an earlier call (another kind's hook in the same apply) recorded."""
+    facts = report.facts.setdefault("provisioned",
+                                    {"outcomes": [], "statements": 0, "orphaned": []})
+    facts["outcomes"].extend(o.to_json() for o in result.outcomes)
+    facts["statements"] += result.statements
+    facts["orphaned"].extend(result.orphaned)
 
 
 def grant_secrets(grant: GrantDecl, secret_source: SecretSource) -> tuple[str, Optional[str]]:
