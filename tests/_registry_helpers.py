@@ -8,6 +8,7 @@ the code under test), or through the Docker Engine (`docker import` + `docker pu
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -56,8 +57,9 @@ def closed_port() -> int:
 class RegistryProcess:
     """docker-registry on 127.0.0.1:<free port> with storage under `directory`."""
 
-    def __init__(self, directory: Path, port: Optional[int] = None):
+    def __init__(self, directory: Path, port: Optional[int] = None, auth: str = ""):
         self.directory = Path(directory)
+        self.auth = auth  # an `auth:` section of the registry's config, indented as at top level
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: Optional[subprocess.Popen] = None
@@ -71,6 +73,7 @@ class RegistryProcess:
             f"storage:\n  filesystem:\n    rootdirectory: {self.directory / 'data'}\n"
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.address}\n"
+            + self.auth
         )
         log = open(self.directory / "registry.log", "ab")
         self.process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config)], stdout=log,
@@ -82,7 +85,7 @@ class RegistryProcess:
                 raise RuntimeError(f"docker-registry exited {self.process.returncode}: "
                                    f"{(self.directory / 'registry.log').read_text()[-2000:]}")
             try:
-                if requests.get(f"http://{self.address}/v2/", timeout=1).status_code == 200:
+                if requests.get(f"http://{self.address}/v2/", timeout=1).status_code in (200, 401):
                     return self
             except requests.RequestException:
                 pass
@@ -217,3 +220,96 @@ def docker_import_and_push(host: str, address: str, path: str, tag: str, payload
     docker(host, "image", "rm", reference)
     assert digest, f"{reference} not served after docker push"
     return digest
+
+
+# --------------------------------------------------------------------------- token auth
+
+
+class TokenService:
+    """A token service for docker-registry's `auth: token` scheme, on a free loopback port.
+
+    It issues anonymous RS256 tokens (signed by `cryptography`, certificate in the x5c header)
+    granting what the scope asks, except for repositories whose path contains "forbidden": 401.
+    `requests` counts the tokens asked for, so a test can see the challenge was followed.
+    """
+
+    SERVICE = "mesh-test-registry"
+    ISSUER = "mesh-test-issuer"
+
+    def __init__(self, directory: Path):
+        import datetime
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding, rsa
+        from cryptography.x509.oid import NameOID
+
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mesh-test token signer")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.certificate = (
+            x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )
+        directory.mkdir(parents=True, exist_ok=True)
+        self.bundle = directory / "token-signer.crt"
+        self.bundle.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
+        der = self.certificate.public_bytes(serialization.Encoding.DER)
+        self.requests: list[str] = []
+        service = self
+
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        def token(scope: str) -> str:
+            access = []
+            if scope:
+                kind, name, actions = scope.split(":", 2)
+                access.append({"type": kind, "name": name, "actions": actions.split(",")})
+            issued = int(time.time())
+            header = {"typ": "JWT", "alg": "RS256", "x5c": [base64.b64encode(der).decode()]}
+            claims = {"iss": self.ISSUER, "sub": "", "aud": self.SERVICE, "exp": issued + 300,
+                      "nbf": issued - 10, "iat": issued, "jti": str(issued) + scope, "access": access}
+            signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+            signature = self.key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+            return f"{signing_input}.{b64(signature)}"
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the stdlib's name)
+                from urllib.parse import parse_qs, urlparse
+                query = parse_qs(urlparse(self.path).query)
+                scope = (query.get("scope") or [""])[0]
+                service.requests.append(scope)
+                if "forbidden" in scope:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                body = json.dumps({"token": token(scope)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def registry_auth(self) -> str:
+        return ("auth:\n  token:\n"
+                f"    realm: {self.realm}\n    service: {self.SERVICE}\n"
+                f"    issuer: {self.ISSUER}\n    rootcertbundle: {self.bundle}\n")
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

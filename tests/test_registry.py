@@ -12,11 +12,13 @@ from pathlib import Path
 
 import attrs
 import pytest
+import requests
 from pyrsistent import pmap
 
 from _registry_helpers import (
     REGISTRY_BINARY,
     RegistryProcess,
+    TokenService,
     closed_port,
     docker_host,
     docker_import_and_push,
@@ -299,3 +301,29 @@ def test_stale_compares_digests_of_the_pinned_foundation(tmp_path, upstream, cap
     assert answer["reasons"]["app/main"] == "builds from toolchain/sdk, which is stale"
     code, out = mesh(capsys, "stale", str(directory))
     assert code == 0 and "2 of 2 built artifacts must be rebuilt" in out
+
+
+# --------------------------------------------------------------------------- token auth
+
+
+def test_a_token_challenge_is_followed_and_a_refusal_is_unauthorised(tmp_path, capsys):
+    storage = tmp_path / "token-registry"
+    with RegistryProcess(storage) as open_registry:  # fill the storage without auth …
+        digest = push_image(open_registry.address, "mesh-test/guarded", "1", b"behind a token")
+        push_image(open_registry.address, "mesh-test/forbidden", "1", b"nobody may read this")
+    tokens = TokenService(tmp_path / "tokens")
+    try:
+        with RegistryProcess(storage, auth=tokens.registry_auth()) as guarded:  # … serve it with
+            assert requests.get(f"http://{guarded.address}/v2/", timeout=5).status_code == 401
+            directory = write_mesh(tmp_path / "mesh", {"main": (f"{guarded.address}/mesh-test/guarded", "1")})
+            code, out = mesh(capsys, "pin", str(directory))
+            assert code == 0, out
+            assert pins(directory) == {f"{guarded.address}/mesh-test/guarded:1": digest}
+            assert tokens.requests == ["repository:mesh-test/guarded:pull"]
+
+            with pytest.raises(RegistryError) as refused:
+                RegistryClient(timeout=(3, 3)).resolve(f"{guarded.address}/mesh-test/forbidden", "1")
+            assert refused.value.kind == "unauthorised"
+            assert "refused anonymous access" in str(refused.value)
+    finally:
+        tokens.stop()
