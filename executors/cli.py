@@ -22,6 +22,7 @@ COMMANDS = [
     "firewall",
     "apply",
     "node-key", "ca", "rotate",
+    "verify",
 ]
 
 

@@ -1,0 +1,55 @@
+"""`mesh verify DECLARATION [--json] [--secrets FILE --key FILE]`: check every binding for real.
+
+Exit codes: 0 every binding ok (or the node's instances require nothing); 1 any binding is
+unreachable, auth-failed, missing-resource or not-yet-provisioned; 2 bad input.
+Human output: one line per binding (and per instance that requires nothing) on stdout;
+`--json` prints {"mesh", "node", "ok", "results": [...]} instead. Secret values come from the
+same `--secrets`/`--key` pair as `mesh apply` and are never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .cmd_apply import load_declarations, secret_source_from
+from .verify import verify_declaration
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="check from this node that every binding of its declaration really works",
+        description="For each binding of the declaration: connect to the announced host and "
+        "port, log in with the consumer's current credential and check its database or vhost. "
+        "One result per binding: ok, unreachable, auth-failed, missing-resource or "
+        "not-yet-provisioned; instances with no binding say they require nothing.",
+    )
+    parser.add_argument("declaration", help="the node's declaration (YAML or JSON)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--secrets", metavar="FILE",
+                        help="the ledger (or an extract of it) holding values sealed to this node")
+    parser.add_argument("--key", metavar="FILE", help="this node's private key file")
+    parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="per connection attempt (default 5)")
+    parser.set_defaults(func=run)
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    (_, declaration), = load_declarations([args.declaration])[:1]
+    secret_source = secret_source_from(args.secrets, args.key, declaration.node)
+    results = verify_declaration(declaration, secret_source, timeout=args.timeout)
+    ok = all(r.ok for r in results)
+    if args.json:
+        json.dump({"mesh": declaration.mesh, "node": declaration.node, "ok": ok,
+                   "results": [r.to_json() for r in results]}, out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        for r in results:
+            edge = (f"{r.consumer} {r.requirement} → {r.provider}" if r.requirement
+                    else r.consumer)
+            print(f"{r.status:<19} {edge}: {r.message}", file=out)
+        bad = sum(not r.ok for r in results)
+        print(f"node {declaration.node}: {len(results) - bad} ok, {bad} not ok", file=out)
+    return 0 if ok else 1

@@ -1,0 +1,223 @@
+"""Verify: is each binding of a node's declaration true, seen from where its consumer runs?
+
+Invariants:
+- A grant is a claim about the world: for every binding this connects to the announced host
+  and port, authenticates with the consumer's current credential and checks its resource.
+- One result per binding, exactly one of: ok, unreachable, auth-failed, missing-resource,
+  not-yet-provisioned; each message says what to do next and names the credential and its
+  generation. An instance with no binding says "requires nothing", never "not provisioned".
+- Read-only towards providers: nothing is created but an exclusive, server-named reply queue
+  that the broker removes with the connection.
+- Secret values are used to log in and nowhere else: not in a result, message or exception.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Callable, Optional
+
+import attrs
+
+from resolver import BindingDecl, Declaration, SecretRef
+
+OK = "ok"
+UNREACHABLE = "unreachable"
+AUTH_FAILED = "auth-failed"
+MISSING = "missing-resource"
+NOT_PROVISIONED = "not-yet-provisioned"
+REQUIRES_NOTHING = "requires-nothing"
+STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED)
+
+SecretSource = Callable[[SecretRef], str]
+
+
+@attrs.frozen
+class Result:
+    consumer: str
+    status: str
+    message: str
+    requirement: Optional[str] = None
+    provider: Optional[str] = None
+    kind: str = "none"
+    credential: Optional[str] = None
+    generation: Optional[int] = None
+    address: Optional[str] = None  # host:port checked
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (OK, REQUIRES_NOTHING)
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def _where(binding: BindingDecl) -> tuple[str, int]:
+    return binding.values.get("host", ""), int(binding.values.get("port", "0") or 0)
+
+
+def _result(binding: BindingDecl, status: str, message: str) -> Result:
+    host, port = _where(binding)
+    secret = binding.secret
+    return Result(consumer=binding.consumer, requirement=binding.requirement,
+                  provider=binding.provider, kind=binding.kind, status=status, message=message,
+                  credential=secret.credential if secret else None,
+                  generation=secret.generation if secret else None, address=f"{host}:{port}")
+
+
+def _credential_name(secret: SecretRef) -> str:
+    return f"credential {secret.credential} generation {secret.generation}"
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300] or type(error).__name__
+
+
+def _tcp(host: str, port: int, timeout: float) -> Optional[str]:
+    """None when a TCP connection opens, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as error:
+        return error.strerror or _one_line(error)
+
+
+def _unreachable(binding: BindingDecl, why: str) -> Result:
+    host, port = _where(binding)
+    return _result(binding, UNREACHABLE,
+                   f"cannot reach {binding.provider} at {host}:{port} from this node ({why}): "
+                   f"check that {binding.provider} is running (mesh apply on its node) and that "
+                   f"its node's firewall lets this node in")
+
+
+# --------------------------------------------------------------------------- postgres
+
+
+def check_postgres(binding: BindingDecl, password: str, timeout: float) -> Result:
+    import psycopg
+
+    host, port = _where(binding)
+    user, database = binding.values.get("user", ""), binding.values.get("database", "")
+    name = _credential_name(binding.secret)
+    try:
+        with psycopg.connect(host=host, port=port, user=user, password=password,
+                             dbname=database, connect_timeout=max(1, int(timeout)),
+                             application_name="mesh-verify") as conn:
+            conn.execute("SELECT 1").fetchone()
+    except psycopg.OperationalError as error:
+        text = _one_line(error)
+        if "password authentication failed" in text or "authentication failed" in text:
+            return _result(binding, AUTH_FAILED,
+                           f"{binding.provider} refused login {user} with {name}: the server "
+                           f"holds another password for it (a data directory initialised earlier "
+                           f"with another password, or the provisioner has not run since this "
+                           f"generation) or the login does not exist. Run `mesh apply` on "
+                           f"{binding.provider}'s node so its provisioner sets it")
+        if "does not exist" in text and "database" in text:
+            return _result(binding, MISSING,
+                           f"database {database} does not exist on {binding.provider} (login "
+                           f"{user} was accepted): the grant was removed or provisioning did not "
+                           f"finish. Run `mesh apply` on {binding.provider}'s node")
+        if "permission denied for database" in text:
+            return _result(binding, MISSING,
+                           f"login {user} may not connect to database {database} on "
+                           f"{binding.provider}: the grant's privileges are missing. Run "
+                           f"`mesh apply` on {binding.provider}'s node")
+        if "no pg_hba.conf entry" in text:
+            return _result(binding, AUTH_FAILED,
+                           f"{binding.provider} has no pg_hba.conf rule admitting {user} from this "
+                           f"node ({name}): allow the mesh network in pg_hba.conf")
+        return _unreachable(binding, text)
+    return _result(binding, OK, f"database {database} as {user} at {host}:{port} ({name})")
+
+
+# --------------------------------------------------------------------------- amqp
+
+
+def check_amqp(binding: BindingDecl, password: str, timeout: float) -> Result:
+    import pika
+    from pika import exceptions
+
+    host, port = _where(binding)
+    user, vhost = binding.values.get("user", ""), binding.values.get("vhost", "")
+    name = _credential_name(binding.secret)
+    parameters = pika.ConnectionParameters(
+        host=host, port=port, virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
+        connection_attempts=1, socket_timeout=timeout, stack_timeout=timeout * 2,
+        blocked_connection_timeout=timeout)
+    try:
+        connection = pika.BlockingConnection(parameters)
+    except (exceptions.ProbableAuthenticationError, exceptions.AuthenticationError):
+        return _result(binding, AUTH_FAILED,
+                       f"{binding.provider} refused account {user} with {name}: the broker holds "
+                       f"another password for it or the account does not exist. Run `mesh apply` "
+                       f"on {binding.provider}'s node so its provisioner sets it")
+    except exceptions.ProbableAccessDeniedError:
+        return _result(binding, MISSING,
+                       f"account {user} was accepted but vhost {vhost} on {binding.provider} does "
+                       f"not exist or grants it nothing: run `mesh apply` on "
+                       f"{binding.provider}'s node")
+    except (exceptions.AMQPError, OSError) as error:
+        return _unreachable(binding, _one_line(error) or type(error).__name__)
+    try:
+        channel = connection.channel()
+        # what a tool call needs: a reply queue of its own (seed 004)
+        channel.queue_declare("", exclusive=True, auto_delete=True)
+    except exceptions.AMQPError as error:
+        return _result(binding, MISSING,
+                       f"account {user} may not declare a reply queue on vhost {vhost} of "
+                       f"{binding.provider} ({_one_line(error)}): its permissions are not the "
+                       f"grant's; run `mesh apply` on {binding.provider}'s node")
+    finally:
+        try:
+            connection.close()
+        except exceptions.AMQPError:
+            pass
+    return _result(binding, OK, f"vhost {vhost} as {user} at {host}:{port}, reply queue "
+                                f"declared ({name})")
+
+
+# --------------------------------------------------------------------------- the whole
+
+
+CHECKS = {"database+login": check_postgres, "vhost+account": check_amqp}
+
+
+def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
+                   timeout: float = 5.0) -> Result:
+    secret = binding.secret
+    if secret is not None and secret.generation is None:
+        return _result(binding, NOT_PROVISIONED,
+                       f"credential {secret.credential} is not issued yet: run `mesh plan "
+                       f"--issue`, then `mesh apply` on {binding.provider}'s node and on this one")
+    host, port = _where(binding)
+    why = _tcp(host, port, timeout)
+    if why is not None:
+        return _unreachable(binding, why)
+    check = CHECKS.get(binding.kind)
+    if check is None or secret is None:
+        return _result(binding, OK, f"reachable at {host}:{port}"
+                       + (f" (no credential check for grant kind {binding.kind} yet)"
+                          if binding.kind != "none" else ""))
+    if secret_source is None:
+        return _result(binding, NOT_PROVISIONED,
+                       f"{_credential_name(secret)} is not available here: pass --secrets and "
+                       f"--key to check it")
+    try:
+        password = secret_source(secret)
+    except Exception:  # noqa: BLE001 - any failure to open it means this node does not hold it
+        return _result(binding, NOT_PROVISIONED,
+                       f"{_credential_name(secret)} is not sealed to this node in the secrets "
+                       f"given: run `mesh plan --issue` so the issuer seals it here")
+    return check(binding, password, timeout)
+
+
+def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
+                       timeout: float = 5.0) -> list[Result]:
+    """A result per binding, then a `requires-nothing` result per instance with none."""
+    results = [verify_binding(b, secret_source, timeout) for b in declaration.bindings]
+    bound = {b.consumer for b in declaration.bindings}
+    for instance in sorted(set(declaration.instances) - bound):
+        results.append(Result(consumer=instance, status=REQUIRES_NOTHING,
+                              message="requires nothing: no binding to check"))
+    return results
