@@ -242,3 +242,23 @@ def test_images_are_named_by_their_digest_from_the_registry_holding_it(case, reg
     state = artifact_state(catalogue, mesh, ledger, registry)
     assert (state == SELF_HOSTING) == (registry is not None and not pending_mirror(catalogue, mesh, ledger, registry))
     assert artifact_state(catalogue, mesh, ledger, None) != SELF_HOSTING  # no registry: external
+
+
+def test_a_cycle_of_bases_is_refused_and_an_acyclic_graph_is_not():
+    from resolver._artifacts import validate_build_graph
+
+    def module(name, artifacts):
+        return Module(name=name, artifacts=pmap(artifacts))
+
+    cyclic = Catalogue(modules=pmap({
+        "a": module("a", {"x": Artifact(build=".", base=pvector(["b/y"]))}),
+        "b": module("b", {"y": Artifact(build=".", base=pvector(["a/x"])),
+                          "z": Artifact(build=".", base=pvector(["y"]))}),
+    }))
+    faults = validate_build_graph(cyclic)
+    assert [f.message for f in faults] == [
+        "artifact 'a/x' is built, through its bases, from itself (a cycle of bases)",
+        "artifact 'b/y' is built, through its bases, from itself (a cycle of bases)",
+    ]
+    acyclic = attrs.evolve(cyclic, modules=cyclic.modules.set("a", module("a", {"x": Artifact(build=".")})))
+    assert validate_build_graph(acyclic) == []

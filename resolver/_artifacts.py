@@ -407,7 +407,7 @@ def validate_build_graph(catalogue: Catalogue, sources: Sources = NO_SOURCES) ->
     for member in sorted(_in_cycles(build_graph(catalogue))):
         module_name, name = member.split("/", 1)
         file, line, col = sources.where(f"module:{module_name}", "artifacts", name, "base")
-        faults.append(Fault(file, line, col, f"artifact {member!r} is built, through its bases, from itself",
+        faults.append(Fault(file, line, col, f"artifact {member!r} is built, through its bases, from itself (a cycle of bases)",
                             "bases that form no cycle"))
     return faults
 
