@@ -1,0 +1,257 @@
+"""PostgreSQL provisioner against the real server of scripts/services.sh.
+
+Covers: eight consumers on one server with logins that cannot read each other's databases;
+idempotence (a second run issues no statement); the two-login rotation with a client that
+connects through the whole rotation without one authentication failure; a removed grant's
+logins dropped while its database and data are kept and reported orphaned; the bounded,
+reported readiness wait; no password in any report.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+import attrs
+import psycopg
+import pytest
+from pyrsistent import pvector
+
+from resolver import Declaration, GrantDecl, SecretRef
+
+import _pg
+from executors import provision_postgres
+from executors.provisioners import Endpoint, ProvisionError, provision_grants, wait_ready
+from executors.report import LivePrinter, Report
+
+pytestmark = pytest.mark.integration
+
+PROVIDER = "postgres@anchor"
+ADMIN_REF = SecretRef("secret/postgres@anchor/admin", 1)
+
+
+class Secrets:
+    """A dict-backed secret source: {(credential, generation): value}."""
+
+    def __init__(self, admin_password: str):
+        self.values = {(ADMIN_REF.credential, 1): admin_password}
+
+    def set(self, credential: str, generation: int, value: str) -> None:
+        self.values[(credential, generation)] = value
+
+    def __call__(self, ref: SecretRef) -> str:
+        return self.values[(ref.credential, ref.generation)]
+
+
+@pytest.fixture
+def pg():
+    password = _pg.require_pg()
+    prefix = _pg.unique_prefix()
+    host, port = _pg.pg_address()
+    yield password, prefix, {PROVIDER: Endpoint(host, port, _pg.ADMIN)}
+    _pg.cleanup(password, prefix)
+
+
+def grant(prefix: str, consumer: str, generation: int = 1, slot: str = "a",
+          retiring: int | None = None, retiring_slot: str | None = None) -> GrantDecl:
+    login = f"{prefix}{consumer}"
+    credential = f"postgres-database/{PROVIDER}/{consumer}@anchor"
+    return GrantDecl(provision="postgres-database", kind="database+login", provider=PROVIDER,
+                     consumer=f"{consumer}@anchor", consumer_node="anchor", login=login,
+                     resource=login, credential=SecretRef(credential, generation), slot=slot,
+                     retiring=SecretRef(credential, retiring) if retiring else None,
+                     retiring_slot=retiring_slot, admin=ADMIN_REF)
+
+
+def declaration(prefix: str, grants) -> Declaration:
+    # the mesh name carries the prefix, so the managed-object marker is this test's alone
+    return Declaration(mesh=f"mesh-{prefix}", node="anchor", address="127.0.0.1",
+                       grants=pvector(grants))
+
+
+def run(decl, secrets, endpoints, stream=None):
+    report = Report(printer=LivePrinter(stream=stream or io.StringIO()))
+    result = provision_grants(decl, secrets, report, endpoints=endpoints, ready_timeout=30)
+    return result, report
+
+
+def login(password: str, user: str, dbname: str) -> psycopg.Connection:
+    host, port = _pg.pg_address()
+    return psycopg.connect(host=host, port=port, user=user, password=password, dbname=dbname,
+                           autocommit=True, connect_timeout=5)
+
+
+def test_eight_consumers_on_one_server_are_isolated_and_a_second_run_changes_nothing(pg):
+    admin_password, prefix, endpoints = pg
+    secrets = Secrets(admin_password)
+    consumers = [f"app{i}" for i in range(8)]
+    grants = [grant(prefix, c) for c in consumers]
+    for g in grants:
+        secrets.set(g.credential.credential, 1, f"pw-{g.login}-{time.time_ns()}")
+    decl = declaration(prefix, grants)
+    stream = io.StringIO()
+
+    first, report = run(decl, secrets, endpoints, stream)
+    assert not report.failed, report.to_json()
+    assert [o.status for o in first.outcomes] == ["in-force"] * 8
+    assert first.statements > 0
+
+    second, report2 = run(decl, secrets, endpoints)
+    assert second.statements == 0, [op.to_json() for op in report2.ops]
+
+    for g in grants:
+        password = secrets(g.credential)
+        with login(password, f"{g.login}_a", g.resource) as conn:
+            conn.execute("CREATE TABLE notes (body text)")
+            conn.execute("INSERT INTO notes VALUES ('mine')")
+            owner = conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'notes'"
+                                 ).fetchone()[0]
+            assert owner == g.login  # the group role owns it, so either slot may use it
+        other = grants[(grants.index(g) + 1) % len(grants)]
+        with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+            login(password, f"{g.login}_a", other.resource)
+        with pytest.raises(psycopg.OperationalError, match="authentication failed"):
+            login(password, f"{g.login}_b", g.resource)  # the idle slot is disabled
+
+    everything = stream.getvalue() + repr(report.to_json()) + repr(first.to_json())
+    for value in secrets.values.values():
+        assert value not in everything
+
+
+def test_rotation_keeps_a_client_connected_without_one_authentication_failure(pg):
+    admin_password, prefix, endpoints = pg
+    secrets = Secrets(admin_password)
+    g1 = grant(prefix, "forge")
+    credential = g1.credential.credential
+    secrets.set(credential, 1, "generation-one-" + prefix)
+    secrets.set(credential, 2, "generation-two-" + prefix)
+    assert not run(declaration(prefix, [g1]), secrets, endpoints)[1].failed
+
+    # what the holder currently uses; switched when the holder applies the new generation
+    told = {"user": f"{g1.login}_a", "password": secrets(g1.credential)}
+    failures: list[str] = []
+    attempts = [0]
+    stop = threading.Event()
+
+    def client() -> None:
+        persistent = login(told["password"], told["user"], g1.resource)
+        persistent.execute("CREATE TABLE IF NOT EXISTS beats (n int)")
+        while not stop.is_set():
+            user, password = told["user"], told["password"]
+            try:
+                with login(password, user, g1.resource) as conn:  # a fresh login each time
+                    conn.execute("INSERT INTO beats VALUES (1)")
+                persistent.execute("SELECT count(*) FROM beats").fetchone()
+            except psycopg.Error as error:
+                failures.append(f"{user}: {error}")
+            attempts[0] += 1
+            time.sleep(0.02)
+        persistent.close()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        # 1. the provider puts generation 2 in the idle slot b; slot a keeps generation 1
+        rotating = grant(prefix, "forge", generation=2, slot="b", retiring=1, retiring_slot="a")
+        result, report = run(declaration(prefix, [rotating]), secrets, endpoints)
+        assert not report.failed and result.outcomes[0].generation == 2
+        assert run(declaration(prefix, [rotating]), secrets, endpoints)[0].statements == 0
+        time.sleep(0.3)
+        # 2. the holder applies generation 2 (slot b)
+        told.update(user=f"{g1.login}_b", password=secrets.values[(credential, 2)])
+        time.sleep(0.3)
+        # 3. every holder applied: generation 1 retires, slot a is disabled
+        settled = grant(prefix, "forge", generation=2, slot="b")
+        assert not run(declaration(prefix, [settled]), secrets, endpoints)[1].failed
+        assert run(declaration(prefix, [settled]), secrets, endpoints)[0].statements == 0
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert attempts[0] > 20
+    assert failures == []
+    with pytest.raises(psycopg.OperationalError, match="authentication failed"):
+        login(secrets.values[(credential, 1)], f"{g1.login}_a", g1.resource)  # never again
+
+
+def test_removed_grant_drops_its_logins_and_keeps_its_database_reported_orphaned(pg):
+    admin_password, prefix, endpoints = pg
+    secrets = Secrets(admin_password)
+    kept, gone = grant(prefix, "wiki"), grant(prefix, "umami")
+    for g in (kept, gone):
+        secrets.set(g.credential.credential, 1, f"pw-{g.login}")
+    assert not run(declaration(prefix, [kept, gone]), secrets, endpoints)[1].failed
+    with login(f"pw-{gone.login}", f"{gone.login}_a", gone.resource) as conn:
+        conn.execute("CREATE TABLE visits (n int)")
+        conn.execute("INSERT INTO visits VALUES (42)")
+
+    result, report = run(declaration(prefix, [kept]), secrets, endpoints)
+    assert not report.failed, report.to_json()
+    assert result.orphaned == [f"{PROVIDER}/{gone.resource}"]
+    assert any(gone.resource in n["subject"] and "orphaned" in n["message"]
+               for n in report.notices)
+    with _pg.admin_connect(admin_password) as conn:
+        roles = {r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE %s",
+                                            (prefix + "%",))}
+        assert roles == {kept.login, f"{kept.login}_a", f"{kept.login}_b"}
+    with _pg.admin_connect(admin_password, gone.resource) as conn:  # the data is all there
+        assert conn.execute("SELECT n FROM visits").fetchone() == (42,)
+        assert conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'visits'"
+                            ).fetchone() == (_pg.ADMIN,)
+
+    again, report = run(declaration(prefix, [kept]), secrets, endpoints)
+    assert again.statements == 0
+    assert again.orphaned == result.orphaned  # still reported, still kept
+    with pytest.raises(psycopg.OperationalError, match="authentication failed"):
+        login(f"pw-{gone.login}", f"{gone.login}_a", gone.resource)
+
+
+def test_a_grant_whose_credential_is_not_issued_is_skipped_and_said_so(pg):
+    admin_password, prefix, endpoints = pg
+    issued = grant(prefix, "late")
+    pending = attrs.evolve(issued, credential=SecretRef(issued.credential.credential, None))
+    result, report = run(declaration(prefix, [pending]), Secrets(admin_password), endpoints)
+    assert [o.status for o in result.outcomes] == ["pending-credential"]
+    assert any("not issued yet" in op.cause for op in report.ops)
+
+
+def test_unreachable_provider_fails_after_a_bounded_wait_with_its_reason():
+    report = Report(printer=LivePrinter(stream=io.StringIO()))
+    endpoint = Endpoint("127.0.0.1", 9, "postgres")  # discard port: nothing listens
+    started = time.monotonic()
+    with pytest.raises(ProvisionError, match="not ready after 2s"):
+        provision_postgres.wait_for_server(endpoint, "x", report, PROVIDER, timeout=2)
+    assert time.monotonic() - started < 15
+    assert report.ops[-1].op == "wait-ready" and not report.ops[-1].ok
+
+
+def test_readiness_wait_reports_progress_and_accepts_a_server_that_comes_up_late():
+    """A just-started server refuses connections for a while: that is waited for, with
+    progress lines, and not mistaken for a broken one (clock and sleep are injected)."""
+    now = [0.0]
+    calls = [0]
+
+    def probe():
+        calls[0] += 1
+        if now[0] < 12:
+            raise ConnectionRefusedError("connection refused")
+        return "up"
+
+    stream = io.StringIO()
+    report = Report(printer=LivePrinter(stream=stream, clock=lambda: now[0]))
+    wait_ready(report, PROVIDER, probe, timeout=60, fatal=lambda e: False,
+               clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert report.ops[-1].ok and "ready after 12.0s" in report.ops[-1].result
+    assert stream.getvalue().count("not ready yet") == 2  # at 5s and 10s
+
+
+def test_a_refused_admin_password_ends_the_wait_at_once(pg):
+    admin_password, prefix, endpoints = pg
+    report = Report(printer=LivePrinter(stream=io.StringIO()))
+    started = time.monotonic()
+    with pytest.raises(ProvisionError, match="authentication failed"):
+        provision_postgres.wait_for_server(endpoints[PROVIDER], "wrong-" + prefix, report,
+                                           PROVIDER, timeout=30)
+    assert time.monotonic() - started < 10
