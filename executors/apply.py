@@ -337,8 +337,7 @@ def _file_facts(directory: Path) -> dict[str, FileFacts]:
 
 def observe(api, paths: NodePaths, desired: Desired) -> Observed:
     recorded = set(_read_json(paths.dirs_record, []))
-    dirs = {d: _dir_facts(d, d in recorded) for d in sorted({x.path for x in desired.dirs}
-                                                            | recorded)}
+    dirs = {d.path: _dir_facts(d.path, d.path in recorded) for d in desired.dirs}
     accesses = {a.path: AccessFacts(a.path, os.path.exists(a.path),
                                     os.access(a.path, os.R_OK), os.access(a.path, os.W_OK))
                 for a in desired.accesses}
@@ -376,9 +375,8 @@ class _Executor:
     health: dict = attrs.field(factory=dict)  # container → running | answering | not answering
 
     # directories ---------------------------------------------------------
-    def _record_dir(self, path: str, keep: bool) -> None:
-        recorded = set(_read_json(self.paths.dirs_record, []))
-        recorded = recorded | {path} if keep else recorded - {path}
+    def _record_dir(self, path: str) -> None:
+        recorded = set(_read_json(self.paths.dirs_record, [])) | {path}
         _write_json(self.paths.dirs_record, sorted(recorded))
 
     def _want_dir(self, path: str) -> DesiredDir:
@@ -392,23 +390,19 @@ class _Executor:
         os.chown(temp, want.uid, want.gid)
         os.chmod(temp, want.mode)
         os.rename(temp, target)  # appears whole: owner and mode are right from the start
-        self._record_dir(op.subject, True)
+        self._record_dir(op.subject)
         return "done"
 
     def fix_dir(self, op: Op, _) -> str:
         want = self._want_dir(op.subject)
         os.chown(op.subject, want.uid, want.gid)
         os.chmod(op.subject, want.mode)
-        self._record_dir(op.subject, True)
+        self._record_dir(op.subject)
         return "done"
 
     def adopt_dir(self, op: Op, _) -> str:
-        self._record_dir(op.subject, True)
+        self._record_dir(op.subject)
         return "recorded"
-
-    def release_dir(self, op: Op, _) -> str:
-        self._record_dir(op.subject, False)
-        return "released (kept on disk)"
 
     # files ---------------------------------------------------------------
     def write_file(self, op: Op, _) -> str:

@@ -123,7 +123,7 @@ class Applied:
 
 @attrs.frozen
 class Observed:
-    dirs: PMap[str, DirFacts] = pmap()  # declared paths and recorded paths
+    dirs: PMap[str, DirFacts] = pmap()  # declared paths
     accesses: PMap[str, AccessFacts] = pmap()
     files: PMap[str, FileFacts] = pmap()  # every file in the mesh's managed file directories
     containers: PMap[str, ContainerFacts] = pmap()  # managed containers of this mesh, by name
@@ -136,7 +136,7 @@ class Observed:
 
 @attrs.frozen
 class Op:
-    op: str  # create-dir fix-dir adopt-dir release-dir write-file remove-file remove-container
+    op: str  # create-dir fix-dir adopt-dir write-file remove-file remove-container
     #          run-step forget-step create-container recreate-container start-container
     #          record-applied
     subject: str
@@ -187,7 +187,8 @@ def _mode(bits: int) -> str:
 
 
 def _dir_ops(desired: Desired, observed: Observed, ops: list, refusals: list, notices: list):
-    declared = {d.path for d in desired.dirs}
+    # A directory no longer declared is left alone, data and all: the mesh never deletes data.
+    # It stays in the record of directories the mesh made, so declaring it again can fix it.
     for want in sorted(desired.dirs):
         have = observed.dirs.get(want.path, DirFacts(want.path, "absent"))
         if have.kind == "absent":
@@ -216,11 +217,6 @@ def _dir_ops(desired: Desired, observed: Observed, ops: list, refusals: list, no
         elif differences:
             notices.append(Refusal(want.path, "kept: holds data the mesh did not put there; "
                                    "not chowned or changed (" + "; ".join(differences) + ")"))
-    for path in sorted(observed.dirs):
-        have = observed.dirs[path]
-        if have.recorded and path not in declared:
-            ops.append(Op("release-dir", path, "no longer declared: kept on disk with its "
-                          "data, released from the mesh's record"))
 
 
 def _access_refusals(desired: Desired, observed: Observed, refusals: list):
@@ -320,10 +316,9 @@ def after(desired: Desired, observed: Observed, ops: Iterable[Op]) -> Observed:
         kind, subject = op.op, op.subject
         if kind in ("create-dir", "fix-dir", "adopt-dir"):
             want = want_dirs[subject]
-            empty = dirs.get(subject, DirFacts(subject, "absent")).empty
+            before = dirs.get(subject, DirFacts(subject, "absent"))
+            empty = True if before.kind == "absent" else before.empty  # a new directory is empty
             dirs[subject] = DirFacts(subject, "dir", want.uid, want.gid, want.mode, empty, True)
-        elif kind == "release-dir":
-            dirs[subject] = attrs.evolve(dirs[subject], recorded=False)
         elif kind == "write-file":
             want = want_files[subject]
             files[subject] = FileFacts(subject, want.sha256, want.mode)
