@@ -18,9 +18,10 @@ from typing import Callable, Iterable, Optional, Sequence
 import attrs
 
 from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
+from resolver._certs import certificate_reason
 from resolver._rotation import begin_rotation, holder_nodes, in_progress, next_generation_number
 
-from .ca import CaError, MeshCa, load_ca, sign_node
+from .ca import CaError, MeshCa, iso, load_ca, sign_node, utc_now
 from .keys import sealed_to_each
 
 Entropy = Callable[[], str]
@@ -87,10 +88,13 @@ def _issue_credential(ledger: Ledger, mesh: Mesh, request: Request, entropy: Ent
 
 def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
           ca: Optional[MeshCa] = None, ca_loader: Optional[Callable[[], MeshCa]] = None,
-          entropy: Entropy = new_secret, notes: Optional[list[str]] = None) -> Ledger:
+          entropy: Entropy = new_secret, notes: Optional[list[str]] = None,
+          now: Optional[str] = None) -> Ledger:
     """The ledger with every request issued. Credential requests are sealed to their holders;
     certificate requests are signed by `ca` (or the one `ca_loader` loads, only if needed).
-    Without a CA, certificate requests are left standing with a note saying how to create it."""
+    Without a CA, certificate requests are left standing with a note saying how to create it.
+    A certificate request is honoured only while the pure rule still asks for it at `now`
+    (default: the clock), so issuing the same requests twice signs nothing twice."""
     notes = notes if notes is not None else []
     credential_requests = [r for r in requests if r.kind == "credential"]
     certificate_requests = [r for r in requests if r.kind == "certificate"]
@@ -103,7 +107,10 @@ def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
         except CaError as error:
             notes.append(f"certificates not issued: {error}")
     if certificate_requests and ca is not None:
+        moment = now or iso(utc_now())
         for request in sorted(certificate_requests):
+            if certificate_reason(mesh, ledger, request.id, moment) is None:
+                continue  # satisfied already (a kept certificate is never signed anew)
             certificate = sign_node(ca, mesh, request.id)
             ledger = attrs.evolve(ledger,
                                   certificates=ledger.certificates.set(request.id, certificate))

@@ -141,8 +141,6 @@ def test_resolving_many_times_never_re_signs_declarations_byte_identical(tmp_pat
     assert load_mesh_dir(mesh_dir).ledger.certificates == inputs.ledger.certificates
 
 
-@pytest.mark.xfail(strict=False, reason="depends on the resolver being a fixed point: logins "
-                   "were seen to change between resolves (reported to the resolver's owner)")
 def test_plan_issue_twice_writes_the_same_ledger(tmp_path):
     mesh_dir, _, _ = prepare(FIXTURES / "homelab", tmp_path)
     run_cli("ca", "init", mesh_dir)

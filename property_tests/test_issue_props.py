@@ -1,0 +1,109 @@
+"""Issuing and rotating against generated meshes.
+
+- After issuing a resolution's requests, resolving again asks for nothing more (credentials and,
+  with a CA, certificates), and every value is sealed to exactly the holders requested.
+- Issuing is idempotent: issuing again, with the old or the new requests, changes nothing.
+- A rotation changes no container outside its holders: every container recreated, at either
+  step (provider first, then holders), runs on a holder node and refers to the credential.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nacl.public import PrivateKey
+from pyrsistent import pmap
+
+import resolver
+from executors.ca import init_ca
+from executors.issuer import issue, rotate
+from executors.keys import public_key_b64
+from resolver._plan import container_changes
+from resolver._rotation import holder_nodes, provider_applied
+
+from .strategies import NODE_NAMES, worlds
+
+NODE_KEYS = {name: PrivateKey.generate() for name in NODE_NAMES}
+
+
+def _counter():
+    count = iter(range(1, 1 << 30))
+    return lambda: f"test-secret-{next(count):08d}-" + "x" * 32
+
+
+def keyed(world):
+    nodes = pmap({n: attrs.evolve(node, public_key=public_key_b64(NODE_KEYS[n]))
+                  for n, node in world.mesh.nodes.items()})
+    return attrs.evolve(world, mesh=attrs.evolve(world.mesh, nodes=nodes))
+
+
+_CA = None
+
+
+def mesh_ca(mesh):
+    global _CA
+    if _CA is None:
+        _CA = init_ca(tempfile.mkdtemp(prefix="mesh-ca-"), mesh)
+    return _CA
+
+
+def resolve(world, ledger):
+    return resolver.resolve(world.catalogue, world.mesh, ledger)
+
+
+@settings(max_examples=40)
+@given(worlds(with_binding=True))
+def test_after_issuing_the_second_resolve_requests_nothing(world):
+    world = keyed(world)
+    first = resolve(world, world.ledger)
+    issued = issue(first.requests, world.mesh, first.ledger, ca=mesh_ca(world.mesh),
+                   entropy=_counter())
+    second = resolve(world, issued)
+    assert list(second.requests) == []
+    for request in first.requests:
+        if request.kind == "credential":
+            cred = issued.credentials[request.id]
+            assert sorted(cred.active.sealed) == sorted(request.holders)
+            assert cred.active.slot == request.slot
+        else:
+            assert request.id in issued.certificates
+    # idempotent: the old requests and the (empty) new ones change nothing
+    assert issue(first.requests, world.mesh, issued, ca=mesh_ca(world.mesh)) == issued
+    assert issue(second.requests, world.mesh, issued) == issued
+    # and resolving the issued ledger is a fixed point for what the issuer owns
+    assert second.ledger.credentials == issued.credentials
+    assert second.ledger.certificates == issued.certificates
+
+
+@settings(max_examples=40)
+@given(worlds(with_binding=True), st.data())
+def test_rotation_changes_no_container_outside_its_holders(world, data):
+    world = keyed(world)
+    first = resolve(world, world.ledger)
+    issued = resolve(world, issue(first.requests, world.mesh, first.ledger,
+                                  ca=mesh_ca(world.mesh), entropy=_counter()))
+    ledger = issued.ledger
+    if not ledger.credentials:
+        return
+    chosen = data.draw(st.sampled_from(sorted(ledger.credentials)))
+    rotated = rotate(ledger, [chosen], world.mesh, entropy=_counter())
+    assert {c for c in rotated.credentials
+            if rotated.credentials[c] != ledger.credentials[c]} == {chosen}
+    step1 = resolve(world, rotated)
+    # every provider reports whatever is pending: only the rotated credential may move holders
+    promoted = {c: provider_applied(cred, cred.pending.generation) if cred.pending else cred
+                for c, cred in step1.ledger.credentials.items()}
+    step2 = resolve(world, attrs.evolve(step1.ledger, credentials=pmap(promoted)))
+    holders = set(holder_nodes(ledger.credentials[chosen]))
+    for before, after in ((issued, step1), (step1, step2)):
+        for change in container_changes(before.declarations, after.declarations):
+            assert change.node in holders, f"{change} is outside the holders {holders}"
+            assert change.action == "recreate"
+            decl = after.declarations[change.node]
+            container = next(c for c in decl.containers if c.name == change.container)
+            assert chosen in {s.credential for s in container.secrets}, change
+        for node in set(before.declarations) - holders:
+            assert before.declarations[node].digest == after.declarations[node].digest, node
