@@ -47,6 +47,18 @@ DEFAULT_FACILITY_PATHS = {"docker-socket": "/var/run/docker.sock"}
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
 
+STATE_ROOT = "/var/lib/mesh"
+
+
+def state_host_path(instance: str, path: str) -> str:
+    """Where a state directory lives on its node: a relative path is the instance's own
+    (`/var/lib/mesh/<instance>/<path>`, so two instances never collide); an absolute path is
+    taken as written, and two owners of it are refused."""
+    if path.startswith("/"):
+        return path.rstrip("/") or "/"
+    return f"{STATE_ROOT}/{instance}/{path.strip('/')}"
+
+
 def container_name(mesh: str, instance: str, container: str) -> str:
     return _NAME_UNSAFE.sub("-", f"{mesh}-{instance}-{container}")
 
@@ -130,7 +142,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
         for dir_name, state in sorted(module.state.items()):
             uid, _, gid = state.owner.partition(":")
             state_dirs.setdefault(node, []).append(StateDirDecl(
-                path=state.path, uid=int(uid), gid=int(gid or uid), mode=state.mode,
+                path=state_host_path(name, state.path), uid=int(uid), gid=int(gid or uid), mode=state.mode,
                 instance=name, name=dir_name))
         for access in module.accesses.values():
             entry = accesses.setdefault(node, {}).setdefault(access.path, [set(), "ro"])
@@ -152,7 +164,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             mounts = []
             for m in container.mounts:
                 if m.state is not None:
-                    mounts.append(MountDecl("state", module.state[m.state].path, m.target,
+                    mounts.append(MountDecl("state", state_host_path(name, module.state[m.state].path), m.target,
                                             m.read_only))
                 elif m.access is not None:
                     acc = module.accesses[m.access]

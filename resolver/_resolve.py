@@ -32,7 +32,7 @@ from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import PortBook, derive_login
 from ._ledger import Ledger, PortAssignment
 from ._model import Mesh, Module, Require
-from ._render import render_declarations
+from ._render import render_declarations, state_host_path
 from ._select import select_provider
 
 DUAL_LOGIN_KINDS = ("database+login",)
@@ -222,7 +222,7 @@ class _Resolver:
         for name in self.placed():
             module, node = self.module_of(name), self.mesh.instances[name].node
             for dir_name, state in module.state.items():
-                owners.setdefault((node, state.path.rstrip("/")), []).append(
+                owners.setdefault((node, state_host_path(name, state.path)), []).append(
                     (name, module.name, dir_name))
         for (node, path), holders in sorted(owners.items()):
             names = sorted({h[0] for h in holders})

@@ -8,7 +8,8 @@ Invariants:
 - A rule that names an instance which does not exist or does not provide the requirement is a
   refusal stating so; it never falls through to a weaker rule (the operator meant that one).
 - A recorded binding whose provider still exists and still provides wins over every automatic
-  rule, so adding providers never rebinds an existing consumer.
+  rule, so adding providers never rebinds an existing consumer. `chosen_by` says "recorded"
+  only where the automatic rules would now pick otherwise (or nothing).
 - Pure and total: every outcome is a Selection, chosen or refused with its state.
 """
 
@@ -65,18 +66,28 @@ def select_provider(
             return Selection(None, state=codes.NOT_A_PROVIDER, named=named, rule=rule,
                              candidates=tuple(candidates))
         return _placed(named, rule, instance_nodes, known_nodes)
+    automatic = _automatic(consumer_node, default, candidates, candidate_set, instance_nodes)
     if recorded is not None and recorded in candidate_set:
-        return _placed(recorded, RECORDED, instance_nodes, known_nodes)
-    local = [c for c in candidates if instance_nodes.get(c) == consumer_node]
-    if len(local) == 1:
-        return _placed(local[0], CO_LOCATED, instance_nodes, known_nodes)
-    if default is not None and default in candidate_set:
-        return _placed(default, MESH_DEFAULT, instance_nodes, known_nodes)
-    if len(candidates) == 1:
-        return _placed(candidates[0], SOLE_PROVIDER, instance_nodes, known_nodes)
+        # the ledger decides; say "recorded" only when it is what keeps this provider, so a
+        # plan keeps telling why a binding was first made while the rules still agree
+        rule = automatic[1] if automatic[0] == recorded else RECORDED
+        return _placed(recorded, rule, instance_nodes, known_nodes)
+    if automatic[0] is not None:
+        return _placed(automatic[0], automatic[1], instance_nodes, known_nodes)
     if not candidates:
         return Selection(None, state=codes.NO_PROVIDER)
     return Selection(None, state=codes.AMBIGUOUS_PROVIDER, candidates=tuple(candidates))
+
+
+def _automatic(consumer_node, default, candidates, candidate_set, instance_nodes):
+    local = [c for c in candidates if instance_nodes.get(c) == consumer_node]
+    if len(local) == 1:
+        return local[0], CO_LOCATED
+    if default is not None and default in candidate_set:
+        return default, MESH_DEFAULT
+    if len(candidates) == 1:
+        return candidates[0], SOLE_PROVIDER
+    return None, None
 
 
 def _placed(provider: str, rule: str, instance_nodes, known_nodes) -> Selection:
