@@ -199,3 +199,73 @@ def test_a_node_whose_instances_require_nothing_says_so_and_passes(tmp_path):
     args = cli.build_parser().parse_args(["verify", str(tmp_path / "d.json")])
     assert args.func(args, out=out) == 0
     assert "requires-nothing" in out.getvalue() and "requires nothing" in out.getvalue()
+
+
+def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
+    """The `anchor` fixture (eight applications plus the control plane on one postgres server,
+    the control plane also on the broker): plan --issue seals real credentials, the provider
+    side provisions from the resolved declaration with the values unsealed by the node's key,
+    and verify on the consumer side says ok for every binding.
+
+    The shared test server forces two adaptations, both stated: names get this test's prefix
+    (the server outlives the test) and the mesh's addresses point at the loopback services."""
+    import attrs
+
+    import resolver
+    from _meshdir import FIXTURES, prepare, run_cli
+    from executors.cmd_apply import secret_source_from
+    from executors.loading import load_mesh_dir
+
+    pg_admin = _pg.require_pg()
+    _, mq_user, mq_admin = _rabbit.rabbit_admin()
+    prefix = _pg.unique_prefix()
+    mesh_dir, node_keys, _ = prepare(FIXTURES / "anchor", tmp_path)
+    code, output = run_cli("plan", "--issue", mesh_dir)
+    assert code == 0, output
+    inputs = load_mesh_dir(mesh_dir)
+    declaration = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger).declarations[
+        "anchor"]
+    unsealed = secret_source_from(str(mesh_dir / "ledger.yaml"), str(node_keys["anchor"]), "anchor")
+    test_admins = {PG_ADMIN.credential: pg_admin, MQ_ADMIN.credential: mq_admin}
+
+    def secret_source(ref: SecretRef) -> str:  # the servers here have the tests' admins
+        return test_admins.get(ref.credential) or unsealed(ref)
+
+    kinds = ("database+login", "vhost+account")
+    grants = [attrs.evolve(g, login=prefix + g.login, resource=prefix + g.resource)
+              for g in declaration.grants if g.kind in kinds]
+    assert sum(g.kind == "database+login" for g in grants) == 9
+    assert all(g.credential.generation == 1 for g in grants)
+    provider = attrs.evolve(declaration, mesh=f"mesh-{prefix}", grants=pvector(grants))
+    pg_host, pg_port = _pg.pg_address()
+    api_host, api_port = _rabbit.api_address()
+    endpoints = {PG: Endpoint(pg_host, pg_port, _pg.ADMIN), MQ: Endpoint(api_host, api_port,
+                                                                         mq_user)}
+    try:
+        report = Report()
+        result = provision_grants(provider, secret_source, report, endpoints=endpoints)
+        assert not report.failed, report.to_json()
+        assert [o.status for o in result.outcomes] == ["in-force"] * 10
+        again = provision_grants(provider, secret_source, Report(), endpoints=endpoints)
+        assert again.statements == 0
+
+        amqp_host, amqp_port = _rabbit.amqp_address()
+        bindings = []
+        for b in declaration.bindings:
+            if b.kind not in kinds:
+                continue
+            values = dict(b.values)
+            values["user"] = prefix + values["user"]
+            key = "database" if b.kind == "database+login" else "vhost"
+            values[key] = prefix + values[key]
+            values["host"], values["port"] = ((pg_host, str(pg_port)) if b.kind == kinds[0]
+                                              else (amqp_host, str(amqp_port)))
+            bindings.append(attrs.evolve(b, values=pmap(values)))
+        consumer = attrs.evolve(declaration, bindings=pvector(bindings))
+        results = verify_declaration(consumer, secret_source, timeout=5)
+        checked = [r for r in results if r.status != "requires-nothing"]
+        assert len(checked) == 10
+        assert all(r.status == "ok" for r in checked), [r.message for r in checked if not r.ok]
+    finally:
+        _pg.cleanup(pg_admin, prefix)
+        _rabbit.cleanup(prefix)
