@@ -155,7 +155,7 @@ def test_both_ends_agree_and_logins_are_never_shared(world):
         assert b.resource == grant.resource
         assert b.secret == grant.credential
         triple = (b.provision, b.provider, b.consumer)
-        assert logins.setdefault(b.login, triple) == triple, "two consumers share a login"
+        assert logins.setdefault(grant.login, triple) == triple, "two bindings share a login"
 
 
 # 8 ---------------------------------------------------------------------------------------
