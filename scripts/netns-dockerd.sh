@@ -42,7 +42,10 @@ PIDFILE=/run/mesh-test/nd/$name.pid
 CREATED=/run/mesh-test/nd/$name.created-netns
 LOG=$LOGDIR/netns-dockerd-$name.log
 
-alive() { local p; p=$(cat "$PIDFILE" 2>/dev/null) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+alive() {
+    local p; p=$(cat "$PIDFILE" 2>/dev/null) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null \
+        && [ "$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]   # not a zombie
+}
 answers() { "$DOCKER" -H "$HOST" info >/dev/null 2>&1; }
 
 case $cmd in

@@ -88,7 +88,8 @@ start_daemon() {
 
 pid_alive() { # pid_alive PIDFILE
     local pid
-    [ -s "$1" ] && pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+    [ -s "$1" ] && pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null \
+        && [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]   # not a zombie
 }
 
 # write_if_changed FILE MODE < content: returns 0 if the file changed.
@@ -107,6 +108,27 @@ http_code() { curl -s -o /dev/null -m 5 -w '%{http_code}' "$@" || true; }
 [ "$(id -u)" = 0 ] || die "must run as root (installs packages, starts daemons)"
 mkdir -p "$STATE" "$LOGDIR" "$RUNDIR"
 chmod 0755 "$STATE"
+
+# One run at a time (several sessions may share this machine). A mkdir lock,
+# not flock: daemons started below would inherit a flock'ed descriptor and
+# hold the lock forever.
+LOCK=$RUNDIR/services.lock
+lock_wait_start=$SECONDS lock_next=$SECONDS
+until mkdir "$LOCK" 2>/dev/null; do
+    holder=$(cat "$LOCK/pid" 2>/dev/null || true)
+    if [ -n "$holder" ] && ! pid_alive "$LOCK/pid"; then
+        log "removing stale lock $LOCK (pid $holder is gone)"
+        rm -rf "$LOCK"; continue
+    fi
+    (( SECONDS - lock_wait_start < 900 )) || die "another services.sh (pid ${holder:-?}) holds $LOCK for 15 min"
+    if (( SECONDS >= lock_next )); then
+        log "waiting for another services.sh run (pid ${holder:-?}) to finish"
+        lock_next=$((SECONDS + 10))
+    fi
+    sleep 1
+done
+echo $$ >"$LOCK/pid"
+trap 'rm -rf "$LOCK"' EXIT
 
 # --------------------------------------------------------------------------
 # 1. Debian packages
@@ -366,23 +388,52 @@ if ! grep -q rabbitmq_management /etc/rabbitmq/enabled_plugins 2>/dev/null; then
     rabbit_restart=1
 fi
 
-if rabbit_ping >/dev/null 2>&1; then
+RABBIT_PID=$RUNDIR/rabbitmq-server.pid   # pid of the wrapper that lives as long as the node
+rabbit_proc() { pid_alive "$RABBIT_PID" || pgrep -u rabbitmq -f 'beam.*rabbit' >/dev/null 2>&1; }
+# Already running? The HTTP API answers in milliseconds; an Erlang CLI call
+# (rabbitmq-diagnostics) takes a second or two, so ask HTTP first.
+if rabbit_api_answers || rabbit_ping >/dev/null 2>&1; then
     if [ $rabbit_restart = 1 ]; then
         log "rabbitmq: configuration changed: stopping the running node"
         rabbitmqctl -q stop >/dev/null 2>&1 || true
-        for _ in $(seq 1 30); do rabbit_ping >/dev/null 2>&1 || break; sleep 1; done
+        stop_start=$SECONDS
+        while rabbit_proc; do
+            if (( SECONDS - stop_start >= 60 )); then
+                log "rabbitmq: node still there after 60s: killing it"
+                pkill -KILL -u rabbitmq -f 'beam.*rabbit' || true
+                [ -s "$RABBIT_PID" ] && kill -KILL "$(cat "$RABBIT_PID")" 2>/dev/null || true
+                sleep 2; break
+            fi
+            sleep 1
+        done
+        log "rabbitmq: node stopped after $((SECONDS - stop_start))s"
     else
         log "rabbitmq: node already running"
     fi
 fi
-if ! rabbit_ping >/dev/null 2>&1; then
-    if pgrep -u rabbitmq -f 'beam.*rabbit' >/dev/null 2>&1; then
-        log "rabbitmq: a node process exists but does not answer yet"
-    else
-        log "rabbitmq: starting rabbitmq-server in background (log $RABBIT_LOG)"
-        start_daemon "$RABBIT_LOG" rabbitmq-server
-    fi
-    wait_for "rabbitmq (rabbitmq-diagnostics ping)" 120 "$RABBIT_LOG" rabbit_ping
+if ! rabbit_api_answers && ! rabbit_ping >/dev/null 2>&1; then
+    # Start the node unless one is already booting; if it dies, say so.
+    r_start=$SECONDS r_next=$((SECONDS + 5)) r_started=0
+    if rabbit_proc; then log "rabbitmq: a node process exists but does not answer yet"; fi
+    until rabbit_ping >/dev/null 2>&1; do
+        if ! rabbit_proc; then
+            if [ $r_started = 1 ]; then show_log "$RABBIT_LOG"; die "rabbitmq-server exited (see also /var/log/rabbitmq/)"; fi
+            log "rabbitmq: starting rabbitmq-server in background (log $RABBIT_LOG)"
+            start_daemon "$RABBIT_LOG" sh -c 'echo $$ >"$1"; exec rabbitmq-server' sh "$RABBIT_PID"
+            r_started=1
+            sleep 2
+            continue
+        fi
+        if (( SECONDS - r_start >= 120 )); then
+            show_log "$RABBIT_LOG"; die "rabbitmq (rabbitmq-diagnostics ping): not ready after 120s"
+        fi
+        if (( SECONDS >= r_next )); then
+            log "  ... waiting for rabbitmq (rabbitmq-diagnostics ping) ($((SECONDS - r_start))s / 120s)"
+            r_next=$((SECONDS + 5))
+        fi
+        sleep 1
+    done
+    log "  rabbitmq (rabbitmq-diagnostics ping): ready after $((SECONDS - r_start))s"
 fi
 wait_for "rabbitmq management API ($RABBIT_API)" 60 "$RABBIT_LOG" rabbit_api_answers
 
