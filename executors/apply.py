@@ -545,6 +545,35 @@ def _skip(report: Report, ops: Sequence[Op]) -> None:
         report.record(op.op, op.subject, op.cause, "skipped: an earlier operation failed")
 
 
+def _sweep_temporaries(paths: NodePaths, desired: Desired) -> int:
+    """Remove what an interrupted write left behind (temp files may hold secrets)."""
+    removed = 0
+    for directory in (paths.env_dir, paths.bindings_dir, paths.steps_dir, paths.root):
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file():
+                os.unlink(entry.path)
+                removed += 1
+    for want in desired.dirs:  # half-made state directories (mkdtemp beside the target)
+        parent, name = os.path.split(want.path)
+        try:
+            entries = list(os.scandir(parent))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(f".{name}.") and entry.name.endswith(".tmp") \
+                    and entry.is_dir(follow_symlinks=False):
+                try:
+                    os.rmdir(entry.path)  # only ever empty: it is renamed before anything goes in
+                    removed += 1
+                except OSError:
+                    pass
+    return removed
+
+
 # --------------------------------------------------------------------------- the call
 
 
@@ -614,6 +643,9 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
             return report
         report.say(f"{len(plan.ops)} operation(s) to apply" if plan.ops
                    else "nothing to change in files, directories or containers")
+        swept = _sweep_temporaries(paths, rendered.desired)
+        if swept:
+            report.say(f"removed {swept} temporary file(s) left by an interrupted apply")
         executor = _Executor(api, paths, rendered, report, stop_timeout)
 
         def before_containers() -> None:

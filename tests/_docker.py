@@ -129,3 +129,47 @@ def http_get(url: str, timeout: float = 10.0) -> str:
 
 def env_of(reply: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in reply.splitlines() if "=" in line)
+
+
+# --------------------------------------------------------------------------- declarations
+
+
+def declaration(mesh: str, serial: int = 1, containers=(), **fields):
+    """A Declaration for node `n1` at 127.0.0.1 (tests build resolver objects directly)."""
+    from pyrsistent import pvector
+
+    from resolver import Declaration
+
+    vectors = {k: pvector(v) if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
+    return Declaration(mesh=mesh, node="n1", address="127.0.0.1", serial=serial,
+                       containers=pvector(containers), **vectors)
+
+
+def container(mesh: str, short: str, image: str, *, env=None, secrets=(), port=None,
+              command=None, run_once=False, health=None, mounts=(), labels=None):
+    from pyrsistent import pmap, pvector
+
+    from resolver import ContainerDecl, PublishedPort
+
+    ports = [PublishedPort("127.0.0.1", port, HTTP_PORT, "tcp", "http")] if port else []
+    return ContainerDecl(
+        name=f"{mesh}-{short}", instance=f"app@n1", container=short, image=image,
+        command=pvector(command) if command is not None else None, env=pmap(env or {}),
+        secrets=pvector(secrets), ports=pvector(ports), mounts=pvector(mounts),
+        run_once=run_once, health=health, labels=pmap(labels or {}))
+
+
+def http_health(port: int, timeout: int = 20):
+    from resolver import HealthDecl
+
+    return HealthDecl(kind="http", port=HTTP_PORT, host_port=port, path="/cgi-bin/env",
+                      timeout=timeout)
+
+
+def write_declaration(path, decl) -> str:
+    import json
+
+    from resolver import unstructure
+
+    Path(path).write_text(json.dumps(unstructure(decl), indent=2))
+    return str(path)
