@@ -8,10 +8,16 @@ holders only move once the provider has the new generation in force:
   2. once the provider reports it applied: every holder node that changes and every container
      recreated because its environment or env-file changes.
 Dual-login credentials (postgres) have no window; single ones (the AMQP broker) say theirs.
+
+`mesh applied DIR NODE (--digest D | --report applied.json)` records that NODE applied its
+current declaration (the report `mesh apply` leaves on the node): as provider, the generations
+its grants put in force; as holder, the generations its containers hold. That is what moves
+holders to a pending generation and retires an old one; the plan of what it changes is shown.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import attrs
@@ -20,6 +26,7 @@ import resolver
 from resolver._plan import container_changes
 from resolver._rotation import (
     describe_rotation,
+    record_applied,
     holder_nodes,
     is_dual,
     provider_applied,
@@ -28,6 +35,7 @@ from resolver._rotation import (
 
 from executors.issuer import rotate, select_credentials
 from executors.loading import load_mesh_dir, write_ledger
+from resolver import MeshError
 
 
 def register(subparsers) -> None:
@@ -47,6 +55,20 @@ def register(subparsers) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="show the plan without writing the ledger")
     parser.set_defaults(func=run)
+
+    applied = subparsers.add_parser(
+        "applied",
+        help="record that NODE applied its current declaration (advances rotations)",
+        description="Record in the ledger that NODE applied the declaration with this digest "
+        "(its applied.json from `mesh apply`): generations its grants put in force and "
+        "generations its containers hold. Refused unless the digest is the one the mesh "
+        "declares for NODE now.")
+    applied.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
+    applied.add_argument("node", metavar="NODE")
+    source = applied.add_mutually_exclusive_group(required=True)
+    source.add_argument("--digest", metavar="SHA256", help="the applied declaration's digest")
+    source.add_argument("--report", metavar="FILE", help="the node's applied.json")
+    applied.set_defaults(func=run_applied)
 
 
 def _with_providers_applied(ledger, ids):
@@ -118,3 +140,47 @@ def _print_step(w, title, old, new, changes) -> None:
         w(f"  {change.action} {change.node}/{change.container}{causes}")
     if not changes:
         w("  no container is recreated")
+
+
+def _reported_digest(args) -> str:
+    if args.digest:
+        return args.digest
+    try:
+        with open(args.report, encoding="utf-8") as handle:
+            digest = json.load(handle).get("digest")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise MeshError(f"{args.report}: not a readable applied report ({exc})") from None
+    if not isinstance(digest, str):
+        raise MeshError(f"{args.report}: has no `digest` of the applied declaration")
+    return digest
+
+
+def run_applied(args, out=None) -> int:
+    out = out or sys.stdout
+    inputs = load_mesh_dir(args.directory)
+    digest = _reported_digest(args)
+    resolve = lambda ledger: resolver.resolve(  # noqa: E731
+        inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+    current = resolve(inputs.ledger)
+    declaration = current.declarations.get(args.node)
+    if declaration is None:
+        raise MeshError(f"no node {args.node} in the mesh; nodes: "
+                        f"{', '.join(sorted(current.declarations))}")
+    if declaration.digest != digest:
+        raise MeshError(f"{args.node} reported declaration {digest}, but the mesh declares "
+                        f"{declaration.digest} for it now: nothing recorded (apply the newest "
+                        f"declaration on {args.node}, then report it)")
+    ledger = record_applied(current.ledger, args.node, declaration)
+    after = resolve(ledger)
+    w = lambda line="": print(line, file=out)  # noqa: E731
+    moved = sorted(c for c in ledger.credentials
+                   if ledger.credentials[c] != current.ledger.credentials.get(c))
+    w(f"{args.node} applied {digest}: {len(moved)} credential"
+      f"{'s' if len(moved) != 1 else ''} recorded")
+    for cred_id in moved:
+        w(f"  {describe_rotation(cred_id, ledger.credentials[cred_id])}")
+    _print_step(w, "as a result", current, after,
+                container_changes(current.declarations, after.declarations))
+    write_ledger(inputs.ledger_path, after.ledger)
+    print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    return 0

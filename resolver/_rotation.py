@@ -224,5 +224,38 @@ __all__ = [
     "RotationError", "SLOTS", "OWN_SECRET_PREFIX", "provider_first", "is_dual", "holder_nodes", "next_generation_number", "idle_slot",
     "in_progress", "first_generation", "begin_rotation", "provider_applied", "holder_applied",
     "waiting_holders", "holder_generation", "provider_generations", "accepted_generations",
-    "grant_view", "window_holders", "describe_rotation", "report_applied",
+    "grant_view", "window_holders", "describe_rotation", "report_applied", "record_applied",
 ]
+
+
+def record_applied(ledger: Ledger, node: str, declaration) -> Ledger:
+    """The ledger after `node` reported its whole `declaration` applied.
+
+    As the provider, each grant's credential generation is in force. As a holder, the node holds
+    what its containers and binding files refer to; a node that holds a credential only to
+    grant it (the provider's node) holds its grant's generation. Provider reports go first, so
+    a generation promoted by this report counts for the holders that applied it."""
+    held: dict[str, int] = {}
+    for container in declaration.containers:
+        for ref in container.secrets:
+            if ref.generation is not None:
+                held[ref.credential] = min(held.get(ref.credential, ref.generation),
+                                           ref.generation)
+    for binding in declaration.bindings:
+        ref = binding.secret
+        if ref is not None and ref.generation is not None:
+            held[ref.credential] = min(held.get(ref.credential, ref.generation), ref.generation)
+    granted: dict[str, int] = {}
+    for grant in declaration.grants:
+        if grant.credential.generation is not None:
+            granted[grant.credential.credential] = grant.credential.generation
+        admin = grant.admin  # the provisioner authenticates with it: held, not granted
+        if admin is not None and admin.generation is not None:
+            held.setdefault(admin.credential, admin.generation)
+    for credential_id, generation in sorted(granted.items()):
+        ledger = report_applied(ledger, credential_id, node, provider=generation)
+    for credential_id, generation in sorted(granted.items()):
+        held.setdefault(credential_id, generation)
+    for credential_id, generation in sorted(held.items()):
+        ledger = report_applied(ledger, credential_id, node, holder=generation)
+    return ledger
