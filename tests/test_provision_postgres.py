@@ -255,3 +255,108 @@ def test_a_refused_admin_password_ends_the_wait_at_once(pg):
         provision_postgres.wait_for_server(endpoints[PROVIDER], "wrong-" + prefix, report,
                                            PROVIDER, timeout=30)
     assert time.monotonic() - started < 10
+
+
+# --------------------------------------------------------------------------- pure diff properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from executors.provision_postgres import (  # noqa: E402
+    SLOTS,
+    DatabaseFacts,
+    DesiredGrant,
+    Observed,
+    RoleFacts,
+    SlotWant,
+    diff,
+    marker,
+)
+
+NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+PASSWORDS = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=8, max_size=20)
+
+
+@st.composite
+def desired_grants(draw):
+    groups = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
+    grants = []
+    for group in groups:
+        slots = {s: None for s in SLOTS}
+        for slot in draw(st.sampled_from([("a",), ("b",), ("a", "b")])):
+            slots[slot] = SlotWant(draw(st.integers(1, 9)), draw(PASSWORDS))
+        grants.append(DesiredGrant(group=group, database=group + "_db",
+                                   credential=f"postgres-database/p/{group}", slots=slots))
+    return grants
+
+
+def exact_state(grants, mark: str) -> Observed:
+    """The catalog a server holds once `grants` are in force (md5 verifiers: cheap to make)."""
+    import hashlib
+
+    roles, dbs = {}, {}
+    for g in grants:
+        roles[g.group] = RoleFacts(g.group, False, None, mark)
+        for slot in SLOTS:
+            name, want = g.login(slot), g.slots[slot]
+            verifier = ("md5" + hashlib.md5((want.password + name).encode()).hexdigest()
+                        if want else None)
+            roles[name] = RoleFacts(name, want is not None, verifier, mark,
+                                    frozenset({g.group}), (f"role={g.group}",))
+        dbs[g.database] = DatabaseFacts(g.database, g.group, mark, public_connect=False)
+    return Observed("admin", roles, dbs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(desired_grants(), st.data())
+def test_diff_is_empty_exactly_when_the_server_holds_the_grants(grants, data):
+    mark = marker("m", "postgres@n")
+    exact = exact_state(grants, mark)
+    assert diff("m", "postgres@n", grants, exact).statements == ()
+    # one fact off (a password, a login flag, a membership, an owner, PUBLIC's CONNECT,
+    # an orphaned role) and there is something to do
+    g = data.draw(st.sampled_from(grants))
+    slot = data.draw(st.sampled_from(SLOTS))
+    name = g.login(slot)
+    change = data.draw(st.sampled_from(["password", "login", "member", "owner", "public",
+                                        "orphan"]))
+    roles, dbs = dict(exact.roles), dict(exact.databases)
+    import attrs as _attrs
+    if change == "password":
+        # a wrong password on a live slot, or any password left on a disabled one
+        roles[name] = _attrs.evolve(roles[name], verifier="md5" + "0" * 32)
+        expected = True
+    elif change == "login":
+        roles[name] = _attrs.evolve(roles[name], can_login=not roles[name].can_login)
+        expected = True
+    elif change == "member":
+        roles[name] = _attrs.evolve(roles[name], member_of=frozenset())
+        expected = True
+    elif change == "owner":
+        dbs[g.database] = _attrs.evolve(dbs[g.database], owner="admin")
+        expected = True
+    elif change == "public":
+        dbs[g.database] = _attrs.evolve(dbs[g.database], public_connect=True)
+        expected = True
+    else:
+        roles["zz_orphan"] = RoleFacts("zz_orphan", True, None, mark)
+        expected = True
+    plan = diff("m", "postgres@n", grants, Observed("admin", roles, dbs))
+    assert bool(plan.statements) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(desired_grants(), st.booleans())
+def test_no_statement_text_cause_or_subject_holds_a_password(grants, from_scratch):
+    observed = (Observed("admin", {}, {}) if from_scratch
+                else exact_state([DesiredGrant(g.group, g.database, g.credential,
+                                               {s: (SlotWant(1, "old-password-x") if w else None)
+                                                for s, w in g.slots.items()}) for g in grants],
+                                 marker("m", "postgres@n")))
+    plan = diff("m", "postgres@n", grants, observed)
+    shown = " ".join(f"{s.text} {s.cause} {s.subject} {s!r}" for s in plan.statements)
+    for g in grants:
+        for want in g.slots.values():
+            if want is not None:
+                assert want.password not in shown
+    assert any(s.params for s in plan.statements)  # the passwords travel as parameters
