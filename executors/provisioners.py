@@ -23,7 +23,7 @@ import attrs
 
 from resolver import Declaration, GrantDecl, MeshError, SecretRef
 
-from .report import Operation, Report
+from .report import Report
 
 SecretSource = Callable[[SecretRef], str]
 
@@ -140,7 +140,28 @@ def _one_line(error: Exception) -> str:
     return text[:300]
 
 
-def _providers(declaration: Declaration, endpoints: Mapping[str, Endpoint],
+def idle_providers(declaration: Declaration) -> dict[str, tuple[str, SecretRef]]:
+    """PostgreSQL providers on this node with no grant left: {instance: (kind, admin ref)}.
+
+    The declaration does not say what an instance provides, so this recognises the shape the
+    catalogue's postgres module has: a published container port 5432 (listen `postgres`) and
+    its own `admin` secret. Their managed logins whose grants all went must still be dropped."""
+    granted = {g.provider for g in declaration.grants}
+    found: dict[str, tuple[str, SecretRef]] = {}
+    for container in declaration.containers:
+        if container.instance in granted:
+            continue
+        admin = next((ref for ref in container.secrets
+                      if ref.credential == f"secret/{container.instance}/admin"), None)
+        serves = any(p.listen == DEFAULT_ADMIN_LISTEN[POSTGRES_KIND]
+                     and p.container_port == DEFAULT_ADMIN_PORT[POSTGRES_KIND]
+                     for p in container.ports)
+        if admin is not None and serves:
+            found[container.instance] = (POSTGRES_KIND, admin)
+    return found
+
+
+def _providers(declaration: Declaration,
                kinds: Mapping[str, str]) -> dict[tuple[str, str], list[GrantDecl]]:
     groups: dict[tuple[str, str], list[GrantDecl]] = {}
     for grant in declaration.grants:
@@ -161,20 +182,23 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
 
     endpoints: provider instance → Endpoint, overriding the one derived from its published
     ports. admin_refs / provider_kinds: the admin credential and grant kind of providers that
-    have no grant left, so their orphans are still found. kinds: only grants of these kinds
+    have no grant left, so their orphans are still found (PostgreSQL providers of the
+    catalogue's shape are recognised without them: see idle_providers). kinds: only grants of these kinds
     (None: every kind, and kinds with no provisioner are reported). dry_run: observe and list
     the statements, change nothing. The result is also added to `report.facts["provisioned"]`."""
     from . import provision_amqp, provision_postgres  # noqa: WPS433 - kinds load their clients
 
     endpoints = dict(endpoints or {})
-    admin_refs = dict(admin_refs or {})
+    idle = idle_providers(declaration)
+    admin_refs = {**{p: ref for p, (_, ref) in idle.items()}, **(admin_refs or {})}
+    provider_kinds = {**{p: kind for p, (kind, _) in idle.items()}, **(provider_kinds or {})}
     result = ProvisionResult()
     by_kind = {POSTGRES_KIND: provision_postgres.provision_provider,
                AMQP_KIND: provision_amqp.provision_provider}
     wanted_kinds = set(kinds) if kinds is not None else None
     if dry_run:
         ready_timeout = min(ready_timeout, 5.0)
-    for (provider, kind), grants in _providers(declaration, endpoints, provider_kinds or {}).items():
+    for (provider, kind), grants in _providers(declaration, provider_kinds).items():
         if wanted_kinds is not None and kind not in wanted_kinds:
             continue
         if secret_source is None:
@@ -213,6 +237,9 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
             problem = f"{provider} names no admin credential for {kind} grants"
         elif admin.generation is None:
             problem = f"the admin credential {admin.credential} of {provider} is not issued yet"
+        if problem is not None and not grants:  # only a sweep for orphans was possible
+            report.notice(provider, f"not checked for orphaned logins: {problem}")
+            continue
         if problem is not None:
             report.record("provision", provider, f"{len(issued)} {kind} grant(s)",
                           f"failed: {problem}", ok=False)
@@ -244,13 +271,6 @@ def _merge_facts(report: Report, result: ProvisionResult) -> None:
     facts["orphaned"].extend(result.orphaned)
 
 
-def grant_secrets(grant: GrantDecl, secret_source: SecretSource) -> tuple[str, Optional[str]]:
-    """(value of the grant's credential, value of its retiring credential or None)."""
-    active = secret_source(grant.credential)
-    retiring = secret_source(grant.retiring) if grant.retiring is not None else None
-    return active, retiring
-
-
 def summarise(outcomes: Iterable[GrantOutcome]) -> str:
     counts: dict[str, int] = {}
     for outcome in outcomes:
@@ -259,5 +279,4 @@ def summarise(outcomes: Iterable[GrantOutcome]) -> str:
 
 
 __all__ = ["Endpoint", "GrantOutcome", "ProvisionError", "ProvisionResult", "SecretSource",
-           "derive_endpoint", "provision_grants", "wait_ready", "grant_secrets", "summarise",
-           "Operation"]
+           "derive_endpoint", "provision_grants", "wait_ready", "summarise"]

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from pyrsistent import pvector
 
-from resolver import Declaration, GrantDecl, SecretRef
+from resolver import ContainerDecl, Declaration, GrantDecl, PublishedPort, SecretRef
 
 import _pg
 from executors import provision_postgres
@@ -255,6 +255,27 @@ def test_a_refused_admin_password_ends_the_wait_at_once(pg):
         provision_postgres.wait_for_server(endpoints[PROVIDER], "wrong-" + prefix, report,
                                            PROVIDER, timeout=30)
     assert time.monotonic() - started < 10
+
+
+
+def test_a_providers_last_grant_gone_is_still_swept(pg):
+    """No grant names the provider any more; its container (the catalogue's postgres shape:
+    port 5432 published, its own admin secret) is still declared, so its orphans are found."""
+    admin_password, prefix, endpoints = pg
+    secrets = Secrets(admin_password)
+    only = grant(prefix, "solo")
+    secrets.set(only.credential.credential, 1, f"pw-{only.login}")
+    assert not run(declaration(prefix, [only]), secrets, endpoints)[1].failed
+    server = ContainerDecl(
+        name="postgres-server", instance=PROVIDER, container="server",
+        image="docker.io/library/postgres@sha256:" + "0" * 64, secrets=pvector([ADMIN_REF]),
+        ports=pvector([PublishedPort("127.0.0.1", 20010, 5432, "tcp", "postgres")]))
+    empty = attrs.evolve(declaration(prefix, []), containers=pvector([server]))
+    result, report = run(empty, secrets, endpoints)
+    assert not report.failed, report.to_json()
+    assert result.orphaned == [f"{PROVIDER}/{only.resource}"]
+    assert [op.op for op in report.ops].count("drop-role") == 3
+    assert run(empty, secrets, endpoints)[0].statements == 0
 
 
 # --------------------------------------------------------------------------- pure diff properties
