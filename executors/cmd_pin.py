@@ -21,6 +21,7 @@ from resolver._artifacts import (
     containers_using,
     pin_key,
     pin_requests,
+    split_repository,
     used_artifacts,
     with_pins,
 )
@@ -71,12 +72,19 @@ def run(args, out=None, client: RegistryClient | None = None) -> int:
 
     client = client or RegistryClient(timeout=(args.timeout, args.timeout))
     digests: dict[str, str] = {}
+    unreachable: dict[str, str] = {}  # registry → the tag it failed for; a registry that did not answer is not asked again
     failures = 0
     for request in requests_:
-        print(f"→ {request.key}: asking {request.repository}", file=out, flush=True)
+        registry = split_repository(request.repository)[0]
+        print(f"→ {request.key}: asking {registry}", file=out, flush=True)
         try:
+            if registry in unreachable:
+                raise RegistryError("unreachable", f"not asked: {registry} did not answer for "
+                                    f"{unreachable[registry]} (above)")
             digest = client.resolve(request.repository, request.tag)
         except RegistryError as error:
+            if error.kind == "unreachable" and registry not in unreachable:
+                unreachable[registry] = request.key
             failures += 1
             for name in request.artifacts:
                 module, artifact = name.split("/", 1)
