@@ -110,6 +110,7 @@ def dump_yaml(data: Any) -> str:
     yaml.default_flow_style = False
     yaml.sort_base_mapping_type_on_output = False
     yaml.width = 4096  # sealed values and PEMs stay on one line each
+    yaml.allow_unicode = False  # escape non-ASCII: a raw U+0085 would read back as a line break
     out = _Text()
     yaml.dump(data, out)
     return "".join(out.parts)

@@ -87,6 +87,14 @@ def _plain(node: Any) -> Any:
     return node
 
 
+def _text_position(text: str, index: Optional[int]) -> tuple[int, int]:
+    """1-based (line, col) of a character index (the reader reports indices, not marks)."""
+    if not isinstance(index, int) or index < 0:
+        return 1, 1
+    index = min(index, len(text))
+    return text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
 def parse_yaml(text: str, file: str) -> tuple[Any, DocumentPositions]:
     """Parse YAML text; syntax errors become InputError with the parser's position."""
     yaml = YAML(typ="rt")
@@ -95,11 +103,15 @@ def parse_yaml(text: str, file: str) -> tuple[Any, DocumentPositions]:
         tree = yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         what = " ".join(x for x in (exc.context, exc.problem) if x) or "malformed YAML"
         raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
     except YAMLError as exc:
-        raise InputError([Fault(file, 0, 0, f"YAML: {exc}", "well-formed YAML")]) from None
+        line, col = _text_position(text, getattr(exc, "position", None))
+        what = getattr(exc, "reason", None) or str(exc).split("\n")[0]
+        if getattr(exc, "character", None) is not None:
+            what = f"character {exc.character!r} is not allowed ({what})"
+        raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
     return _plain(tree), DocumentPositions(file, tree)
 
 

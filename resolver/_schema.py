@@ -1,7 +1,7 @@
 """JSON Schema (draft 2020-12) of every document, generated from the attrs classes.
 
 Invariants:
-- The schema is derived from the same classes and the same yaml_key renames the converter
+- The schema is derived from the same classes and the same key renames (document_key) the converter
   uses, so it cannot drift from what the loader accepts: properties are the keys as written,
   `additionalProperties` is false, `required` is exactly the fields without a default.
 - Value constraints the validator enforces on single values (enumerations, port ranges, octal
@@ -18,7 +18,7 @@ from typing import Any, Union
 import attrs
 from pyrsistent.typing import PMap, PVector
 
-from ._convert import CONVERTER, yaml_key
+from ._convert import CONVERTER, document_key
 from ._declaration import Declaration
 from ._ledger import LEDGER_VERSION, Ledger
 from ._model import GRANT_KINDS, Mesh, Module, Provision
@@ -112,12 +112,12 @@ class _Builder:
             extra = CONSTRAINTS.get((cls.__name__, field.name), {})
             schema = _constrain(schema, extra)
             if field.default is attrs.NOTHING:
-                required.append(yaml_key(field.name))
+                required.append(document_key(cls, field.name))
             else:
                 default = _json_default(field.default, hints[field.name])
                 if default is not _NO_DEFAULT:
                     schema["default"] = default
-            properties[yaml_key(field.name)] = schema
+            properties[document_key(cls, field.name)] = schema
         required += [k for k in ALSO_REQUIRED.get(cls.__name__, ()) if k not in required]
         definition: dict[str, Any] = {"type": "object"}
         doc = _summary(cls)

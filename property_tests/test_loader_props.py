@@ -1,0 +1,181 @@
+"""Any YAML either loads or is refused with located faults; nothing else escapes the loader.
+
+Inputs are random YAML trees, random text, and one-place mutations of valid documents (the
+catalogue's own manifests and a mesh written here). Whatever the loader does with them, it
+returns a model or raises InputError whose every fault names a file and a line >= 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from resolver import (
+    InputError,
+    dump_yaml,
+    load_inputs,
+    load_ledger,
+    load_mesh,
+    load_module,
+    load_provisions,
+    parse_yaml,
+)
+
+try:
+    from .strategies_documents import mutations, yaml_trees
+except ImportError:  # property_tests/ is not a package
+    from strategies_documents import mutations, yaml_trees
+
+REPO = Path(__file__).resolve().parent.parent
+CATALOGUE = REPO / "catalogue"
+
+LOADERS = {
+    "module.yaml": load_module,
+    "provisions.yaml": load_provisions,
+    "mesh.yaml": load_mesh,
+    "ledger.yaml": load_ledger,
+}
+
+MESH = """\
+mesh: home
+nodes:
+  anchor: {address: 10.0.0.1, facilities: [docker-socket], control: true}
+  lab: {address: "fd00::2", ssh-port: 2222}
+instances:
+  postgres@anchor: {module: postgres, node: anchor}
+  app@lab: {module: app, node: lab, bind: {db: postgres@anchor}}
+defaults: {postgres-database: postgres@anchor}
+host-ports: {first: 20000, last: 20100}
+floors:
+  - {port: 5672, sources: mesh, reason: enrolment}
+"""
+
+LEDGER = """\
+version: 1
+ports:
+  postgres@anchor: {pg: {node: anchor, port: 20000}}
+bindings:
+  app@lab: {db: postgres@anchor}
+credentials:
+  c1: {active: {generation: 1, slot: a, sealed: {lab: c2VhbGVk}}, retired: [0]}
+pins:
+  postgres:16: sha256:0000000000000000000000000000000000000000000000000000000000000000
+"""
+
+APP = """\
+name: app
+artifacts:
+  app: {repository: example/app, tag: "2"}
+listens:
+  http: {port: 3000}
+secrets: [admin]
+requires:
+  - {as: db, provision: postgres-database}
+state:
+  data: {path: data, owner: "1000:1000"}
+containers:
+  - name: app
+    artifact: app
+    env: {DB: "${db.host}:${db.port}", PW: "${self.admin.password}", URL: "${self.http.port}"}
+    mounts: [{target: /data, state: data}]
+    health: {tcp: http}
+"""
+
+
+def seed_documents() -> list[tuple[str, str]]:
+    """(loader key, text) of valid documents to mutate."""
+    seeds = [("mesh.yaml", MESH), ("ledger.yaml", LEDGER), ("module.yaml", APP)]
+    for path in sorted(CATALOGUE.glob("*/module.yaml")):
+        seeds.append(("module.yaml", path.read_text()))
+    if (CATALOGUE / "provisions.yaml").exists():
+        seeds.append(("provisions.yaml", (CATALOGUE / "provisions.yaml").read_text()))
+    return seeds
+
+
+SEEDS = seed_documents()
+
+
+def assert_loads_or_locates(loader, text: str, file: str) -> None:
+    try:
+        loader(text, file)
+    except InputError as error:
+        assert error.faults, "an InputError with no fault"
+        for fault in error.faults:
+            assert fault.file == file
+            assert fault.line >= 1 and fault.col >= 1, str(fault)
+            assert fault.message
+
+
+@given(tree=yaml_trees(), which=st.sampled_from(sorted(LOADERS)))
+@example(tree={"version": 1, "ports": {"a": {"b": {"node": "n", "port": 99999}}}}, which="ledger.yaml")
+def test_random_trees_load_or_locate(tree, which):
+    assert_loads_or_locates(LOADERS[which], dump_yaml(tree), which)
+
+
+@given(text=st.text(max_size=80), which=st.sampled_from(sorted(LOADERS)))
+@example(text="? [a, b]\n: c\n", which="mesh.yaml")  # a list as a mapping key
+@example(text="a: &x [*x]\n", which="mesh.yaml")
+@example(text="\x00", which="ledger.yaml")
+def test_random_text_loads_or_locates(text, which):
+    assert_loads_or_locates(LOADERS[which], text, which)
+
+
+@given(data=st.data(), seed=st.sampled_from(SEEDS))
+def test_mutated_documents_load_or_locate(data, seed):
+    which, text = seed
+    plain, _ = parse_yaml(text, which)
+    mutated = data.draw(mutations(plain))
+    assert_loads_or_locates(LOADERS[which], dump_yaml(mutated), which)
+
+
+@given(data=st.data(), seed=st.sampled_from(SEEDS))
+def test_text_edits_load_or_locate(data, seed):
+    """Line-level damage: a line dropped, duplicated, or re-indented."""
+    which, text = seed
+    lines = text.splitlines(keepends=True)
+    index = data.draw(st.integers(0, max(len(lines) - 1, 0)))
+    edit = data.draw(st.sampled_from(["drop", "duplicate", "indent", "dedent", "truncate"]))
+    if lines:
+        if edit == "drop":
+            del lines[index]
+        elif edit == "duplicate":
+            lines.insert(index, lines[index])
+        elif edit == "indent":
+            lines[index] = "  " + lines[index]
+        elif edit == "dedent":
+            lines[index] = lines[index].lstrip()
+        else:
+            lines[index] = lines[index][: data.draw(st.integers(0, len(lines[index])))]
+    assert_loads_or_locates(LOADERS[which], "".join(lines), which)
+
+
+def test_seeds_are_valid():
+    for which, text in SEEDS:
+        LOADERS[which](text, which)
+
+
+@given(data=st.data())
+def test_mutated_mesh_inputs_load_or_locate(data):
+    """The whole-mesh loader, with one document of a valid mesh mutated at a time."""
+    documents = {
+        "mesh": (MESH, "mesh.yaml"),
+        "ledger": (LEDGER, "ledger.yaml"),
+        "module:app": (APP, "catalogue/app/module.yaml"),
+    }
+    if (CATALOGUE / "provisions.yaml").exists():
+        documents["provisions"] = ((CATALOGUE / "provisions.yaml").read_text(), "provisions.yaml")
+    if (CATALOGUE / "postgres" / "module.yaml").exists():
+        documents["module:postgres"] = ((CATALOGUE / "postgres" / "module.yaml").read_text(),
+                                        "catalogue/postgres/module.yaml")
+    key = data.draw(st.sampled_from(sorted(documents)))
+    text, file = documents[key]
+    plain, _ = parse_yaml(text, file)
+    documents[key] = (dump_yaml(data.draw(mutations(plain))), file)
+    try:
+        load_inputs(documents)
+    except InputError as error:
+        files = {file for _, file in documents.values()}
+        for fault in error.faults:
+            assert fault.file in files and fault.line >= 1, str(fault)
