@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import tempfile
+import time
 from typing import Callable, Optional
 from urllib.parse import urljoin
 
@@ -40,6 +41,7 @@ NONDISTRIBUTABLE = ("foreign", "nondistributable")
 DOCKER_HUB_API = "registry-1.docker.io"
 DEFAULT_TIMEOUT = (5.0, 60.0)  # connect, read (seconds)
 CHUNK = 1 << 20
+PROGRESS_SECONDS = 5.0
 
 Progress = Callable[[str], None]
 
@@ -218,23 +220,31 @@ class RegistryClient:
         self._request("PUT", registry, f"{location}{separator}digest={digest}", scope, what=what,
                       ok=(201,), headers={"Content-Type": "application/octet-stream"}, data=data)
 
-    def copy_blob(self, source: str, source_path: str, target: str, target_path: str, digest: str) -> bool:
-        """Copy one blob unless the target has it; True when bytes were moved. Verified on the way."""
+    def copy_blob(self, source: str, source_path: str, target: str, target_path: str, digest: str,
+                  progress: Progress = lambda line: None) -> bool:
+        """Copy one blob unless the target has it; True when bytes were moved. Verified on the way,
+        with a progress line at least every PROGRESS_SECONDS while bytes flow."""
         if self.has_blob(target, target_path, digest):
             return False
         response = self._request("GET", source, f"{source_path}/blobs/{digest}", f"repository:{source_path}:pull",
                                  what=f"fetching blob {digest[:19]} from {source}/{source_path}", stream=True)
         hasher = hashlib.sha256()
+        received, said = 0, time.monotonic()
         with tempfile.TemporaryFile() as spool:
             try:
                 for chunk in response.iter_content(CHUNK):
                     hasher.update(chunk)
                     spool.write(chunk)
+                    received += len(chunk)
+                    if time.monotonic() - said >= PROGRESS_SECONDS:
+                        progress(f"    blob {digest[:19]}: {received} bytes fetched")
+                        said = time.monotonic()
             except requests.exceptions.RequestException as exc:
                 raise RegistryError("unreachable", f"fetching blob {digest[:19]}: {_reason(exc)}") from None
             if "sha256:" + hasher.hexdigest() != digest:
                 raise RegistryError("protocol", f"blob {digest} from {source}/{source_path} does not match its digest")
             spool.seek(0)
+            progress(f"    blob {digest[:19]}: {received} bytes fetched and verified, uploading")
             self.push_blob(target, target_path, digest, spool)
         return True
 
@@ -263,7 +273,7 @@ class RegistryClient:
             for blob in blobs:
                 if not blob or any(word in blob.get("mediaType", "") for word in NONDISTRIBUTABLE):
                     continue  # foreign layers are fetched from their own URLs, never copied
-                moved = self.copy_blob(source, source_path, target, target_path, blob["digest"])
+                moved = self.copy_blob(source, source_path, target, target_path, blob["digest"], progress)
                 progress(f"  blob {blob['digest'][:19]} ({blob.get('size', '?')} bytes): "
                          f"{'copied' if moved else 'already there'}")
         pushed = self.put_manifest(target, target_path, digest, media_type, body)

@@ -164,12 +164,16 @@ def test_unknown_tag_and_repository_are_errors_naming_the_manifest_line(tmp_path
 
 def test_an_unreachable_registry_is_a_clear_error(tmp_path, capsys):
     port = closed_port()
-    directory = write_mesh(tmp_path, {"main": (f"127.0.0.1:{port}/mesh-test/app", "1")})
+    directory = write_mesh(tmp_path, {"main": (f"127.0.0.1:{port}/mesh-test/app", "1"),
+                                      "more": (f"127.0.0.1:{port}/mesh-test/more", "1")})
     code, out = mesh(capsys, "pin", str(directory))
     assert code == 1
-    line = line_of(directory / "catalogue" / "app" / "module.yaml", "tag:")
-    assert f"module.yaml:{line}:10: artifact main" in out
+    manifest = directory / "catalogue" / "app" / "module.yaml"
+    main_line, more_line = line_of(manifest, "tag: '1'"), line_of(manifest, "more") + 2
+    assert f"module.yaml:{main_line}:10: artifact main" in out
     assert "unreachable: resolving" in out and "connection refused" in out
+    assert (f"module.yaml:{more_line}:10: artifact more (127.0.0.1:{port}/mesh-test/more:1): "
+            f"unreachable: not asked: 127.0.0.1:{port} did not answer") in out  # asked once only
     assert "Traceback" not in out
     assert not (directory / "ledger.yaml").exists()
 
