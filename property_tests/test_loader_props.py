@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import copy
+
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -24,9 +27,9 @@ from resolver import (
 )
 
 try:
-    from .strategies_documents import mutations, yaml_trees
+    from .strategies_documents import mutations, paths, scalars, yaml_trees
 except ImportError:  # property_tests/ is not a package
-    from strategies_documents import mutations, yaml_trees
+    from strategies_documents import mutations, paths, scalars, yaml_trees
 
 REPO = Path(__file__).resolve().parent.parent
 CATALOGUE = REPO / "catalogue"
@@ -122,7 +125,13 @@ def test_random_text_loads_or_locates(text, which):
     assert_loads_or_locates(LOADERS[which], text, which)
 
 
-@given(data=st.data(), seed=st.sampled_from(SEEDS))
+def seed_id(seed: tuple[str, str]) -> str:
+    first = seed[1].split("\n", 1)[0]
+    return f"{seed[0]}:{first[:24]}"
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=seed_id)
+@given(data=st.data())
 def test_mutated_documents_load_or_locate(data, seed):
     which, text = seed
     plain, _ = parse_yaml(text, which)
@@ -149,6 +158,26 @@ def test_text_edits_load_or_locate(data, seed):
         else:
             lines[index] = lines[index][: data.draw(st.integers(0, len(lines[index])))]
     assert_loads_or_locates(LOADERS[which], "".join(lines), which)
+
+
+@pytest.mark.parametrize("which, text", [("mesh.yaml", MESH), ("ledger.yaml", LEDGER),
+                                         ("module.yaml", APP)], ids=["mesh", "ledger", "module"])
+@given(data=st.data())
+def test_every_leaf_replaced_loads_or_locates(data, which, text):
+    """Each scalar of a valid document, replaced in turn by an arbitrary scalar."""
+    plain, _ = parse_yaml(text, which)
+    for path in paths(plain):
+        parent = plain
+        for key in path[:-1]:
+            parent = parent[key]
+        if not path or isinstance(parent[path[-1]], (dict, list)):
+            continue
+        mutated = copy.deepcopy(plain)
+        target = mutated
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = data.draw(scalars, label=".".join(map(str, path)))
+        assert_loads_or_locates(LOADERS[which], dump_yaml(mutated), which)
 
 
 def test_seeds_are_valid():
