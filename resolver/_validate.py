@@ -427,7 +427,7 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
             f.port(("ports", instance, listen, "port"), assignment.port)
     for cred_id, credential in ledger.credentials.items():
         path = ("credentials", cred_id)
-        for slot_name in ("active", "retiring"):
+        for slot_name in ("active", "retiring", "pending"):
             generation = getattr(credential, slot_name)
             if generation is None:
                 continue

@@ -110,3 +110,27 @@ def test_resolved_declarations_validate(directory):
         plain = json.loads(json.dumps(resolver.unstructure(declaration)))
         errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in check.iter_errors(plain)]
         assert errors == [], node
+
+
+DOCS = REPO / "docs" / "schema.md"
+
+
+def test_docs_examples_load():
+    import re
+
+    from resolver import load_ledger, load_mesh, load_module, load_provisions
+
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), re.S)
+    loaders = [load_module, load_provisions, load_mesh, load_ledger]
+    assert len(blocks) == len(loaders)
+    for block, loader in zip(blocks, loaders):
+        loader(block, "docs/schema.md")
+
+
+@pytest.mark.parametrize("document", ["module", "provisions", "mesh", "ledger"])
+def test_docs_name_every_key(document):
+    text = DOCS.read_text()
+    missing = sorted({key for definition in json_schema(document)["$defs"].values()
+                      for key in definition["properties"] if f"`{key}`" not in text
+                      and f"{key}," not in text and f"{key}}}" not in text})
+    assert missing == []
