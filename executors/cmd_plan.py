@@ -19,6 +19,7 @@ from resolver import Declaration, InputError, Fault, Resolution, structure, unst
 from resolver._plan import container_changes
 
 from executors.loading import load_mesh_dir, write_atomic, write_ledger
+from executors.runtime import resolving
 
 DECLARATION_SUFFIX = ".declaration.json"
 
@@ -58,15 +59,17 @@ def run(args, out=None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
     now = args.now or _utc_now()
-    resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                                  sources=inputs.sources, now=now)
+    with resolving():
+        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                                      sources=inputs.sources, now=now)
     issued = None
     if args.issue:
         from executors.issuer import issue_requests  # needs entropy and the CA: executors only
 
         issued = issue_requests(inputs, resolution)
-        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, issued,
-                                      sources=inputs.sources, now=now)
+        with resolving():
+            resolution = resolver.resolve(inputs.catalogue, inputs.mesh, issued,
+                                          sources=inputs.sources, now=now)
     previous = read_declarations(Path(args.out)) if args.out else {}
     changes = container_changes(previous, resolution.declarations) if args.out else None
     nodes = sorted(args.node) if args.node else sorted(resolution.declarations)

@@ -72,7 +72,7 @@ def declaration_digest(declaration: Declaration) -> str:
 def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
     from ._resolve import RESOURCE_KEYS, binding_record, secret_id
 
-    mesh, instances = r.mesh, r.mesh.instances
+    mesh, instances = r.mesh, r.instances
     address = {n: node.address for n, node in mesh.nodes.items()}
     live = [n for n in r.placed()]
     live_set = set(live)
@@ -96,7 +96,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
         secret = None
         if b.credential is not None:
             login = logins[b.credential]
-            cred = r.ledger.credentials.get(b.credential)
+            cred = r.credentials.get(b.credential)
             active = cred.active if cred is not None else None
             dual = b.kind == "database+login"
             slot = (active.slot if active is not None and active.slot else "a") if dual else None
@@ -197,6 +197,14 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
         entry["sources"].add(address[cnode])
         entry["consumers"].add(b.consumer)
     broker = mesh.substrate.broker
+    allow_by_node: dict[str, list] = {}
+    for (pnode, port, proto), e in sorted(allow.items()):
+        allow_by_node.setdefault(pnode, []).append(FirewallAllow(
+            port, proto, pvector(sorted(e["sources"])),
+            f"{e['what']} for {', '.join(sorted(e['consumers']))}"))
+    live_by_node: dict[str, list] = {}
+    for n in live:
+        live_by_node.setdefault(instances[n].node, []).append(n)
     declarations, serials = {}, {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
@@ -211,21 +219,22 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             floors.append(FirewallFloor(f.port, f.protocol,
                                         pvector(mesh_sources if f.sources == "mesh" else []),
                                         f.reason or f"floor {f.port}/{f.protocol}"))
-        allows = [FirewallAllow(port, proto, pvector(sorted(e["sources"])),
-                                f"{e['what']} for {', '.join(sorted(e['consumers']))}")
-                  for (pnode, port, proto), e in sorted(allow.items()) if pnode == node_name]
+        allows = allow_by_node.get(node_name, [])
         cert = r.ledger.certificates.get(node_name)
         decl = Declaration(
             mesh=mesh.mesh, node=node_name, address=node.address,
             containers=pvector(containers.get(node_name, [])),
-            state_dirs=pvector(sorted(state_dirs.get(node_name, []))),
+            state_dirs=pvector(sorted(state_dirs.get(node_name, []),
+                                      key=lambda d: (d.path, d.instance, d.name))),
             accesses=pvector(AccessDecl(path, mode, pvector(sorted(names)))
                              for path, (names, mode) in sorted(accesses.get(node_name, {}).items())),
             firewall=FirewallIntent(node.address, pvector(allows), pvector(sorted(floors)),
                                     pvector(mesh_sources)),
-            grants=pvector(sorted(grants.get(node_name, []))),
-            bindings=pvector(sorted(binding_decls.get(node_name, []))),
-            instances=pvector(n for n in live if instances[n].node == node_name),
+            grants=pvector(sorted(grants.get(node_name, []),
+                                  key=lambda g: (g.provider, g.consumer, g.provision))),
+            bindings=pvector(sorted(binding_decls.get(node_name, []),
+                                    key=lambda b: (b.consumer, b.requirement))),
+            instances=pvector(live_by_node.get(node_name, [])),
             certificate=cert.pem if cert is not None else None,
         )
         digest = declaration_digest(decl)
@@ -269,7 +278,9 @@ def _health(health, module, instance, assigned):
 
 
 def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
-    inst = r.mesh.instances[name]
+    if "$" not in raw:
+        return raw
+    inst = r.instances[name]
 
     def one(match):
         if match.group(0) == "$$":
@@ -303,6 +314,6 @@ def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
 
 
 def _refs_for(r, cred_id):
-    cred = r.ledger.credentials.get(cred_id)
+    cred = r.credentials.get(cred_id)
     active = cred.active if cred is not None else None
     return [SecretRef(cred_id, active.generation if active is not None else None)]

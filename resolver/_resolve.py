@@ -71,6 +71,15 @@ class _Resolver:
         self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
         self.names = sorted(mesh.instances)
         self.nodes = set(mesh.nodes)
+        # plain dicts for the hot lookups: a pmap lookup costs several times a dict's
+        self.instances = dict(mesh.instances)
+        self.modules = dict(catalogue.modules)
+        self._module_of = {n: self.modules.get(i.module) for n, i in self.instances.items()}
+        self.recorded_bindings = {k: dict(v) for k, v in ledger.bindings.items()}
+        self.recorded_ports = {k: dict(v) for k, v in ledger.ports.items()}
+        self.recorded_logins = dict(ledger.logins)
+        self.credentials = dict(ledger.credentials)
+        self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
         self.assigned_ports: Optional[dict] = None
         self._mirrorable = self._mirrored = 0
 
@@ -87,7 +96,7 @@ class _Resolver:
             self.blocked.setdefault(name, []).append(code)
 
     def module_of(self, name: str) -> Optional[Module]:
-        return self.catalogue.modules.get(self.mesh.instances[name].module)
+        return self._module_of[name]
 
     def live(self, name: str) -> bool:
         return name not in self.blocked
@@ -96,7 +105,7 @@ class _Resolver:
 
     def check_placement(self) -> None:
         for name in self.names:
-            inst = self.mesh.instances[name]
+            inst = self.instances[name]
             module = self.catalogue.modules.get(inst.module)
             if module is None:
                 self.problem(codes.UNKNOWN_MODULE,
@@ -176,14 +185,14 @@ class _Resolver:
 
     def _first_holder(self, names: list[str]) -> str:
         """The instance that keeps a singular thing: one already recorded, else the first."""
-        recorded = [n for n in names if n in self.ledger.ports or n in self.ledger.bindings
-                    or any(n in p for p in self.ledger.bindings.values() for p in p.values())]
+        recorded = [n for n in names if n in self.recorded_ports or n in self.recorded_bindings
+                    or n in self.recorded_providers]
         return sorted(recorded or names)[0]
 
     def check_claims(self) -> None:
         by_node: dict[tuple, list[str]] = {}
         for name in self.placed():
-            module, node = self.module_of(name), self.mesh.instances[name].node
+            module, node = self.module_of(name), self.instances[name].node
             for claim in module.claims:
                 by_node.setdefault((node, "claim", claim), []).append(name)
             for listen_name, listen in module.listens.items():
@@ -220,7 +229,7 @@ class _Resolver:
     def check_state_paths(self) -> None:
         owners: dict[tuple, list[tuple]] = {}
         for name in self.placed():
-            module, node = self.module_of(name), self.mesh.instances[name].node
+            module, node = self.module_of(name), self.instances[name].node
             for dir_name, state in module.state.items():
                 owners.setdefault((node, state_host_path(name, state.path)), []).append(
                     (name, module.name, dir_name))
@@ -256,11 +265,18 @@ class _Resolver:
 
     def bind_all(self) -> dict[tuple, _Bound]:
         by_provision, by_module = self.candidates_index()
-        instance_nodes = {n: self.mesh.instances[n].node for n in self.names
+        instance_nodes = {n: self.instances[n].node for n in self.names
                           if self.module_of(n) is not None}
         bound: dict[tuple, _Bound] = {}
+        local_index: dict[tuple, list] = {}  # (what, node) → candidates on that node
+        for key, names in list(by_provision.items()) + [(("module", m), n)
+                                                        for m, n in by_module.items()]:
+            for n in names:
+                local_index.setdefault((key, instance_nodes[n]), []).append(n)
+        sets = {key: set(v) for key, v in by_provision.items()}
+        sets.update({("module", m): set(v) for m, v in by_module.items()})
         for name in self.placed():
-            inst, module = self.mesh.instances[name], self.module_of(name)
+            inst, module = self.instances[name], self.module_of(name)
             for index, req in enumerate(module.requires):
                 if req.part is not None and req.part not in inst.parts:
                     continue
@@ -274,16 +290,22 @@ class _Resolver:
                                      instance=name, requirement=req.as_,
                                      blocks=[] if req.optional else [name])
                         continue
+                    key = req.provision
                 else:
                     candidates = by_module.get(req.module, [])
-                candidates = sorted(c for c in candidates if c != name)
+                    key = ("module", req.module)
+                local = local_index.get((key, inst.node), [])
+                if name in sets.get(key, ()):  # an instance never serves itself
+                    candidates = [c for c in candidates if c != name]
+                    local = [c for c in local if c != name]
                 what = req.provision or f"module {req.module}"
                 selection = select_provider(
                     consumer_node=inst.node, override=inst.bind.get(req.as_),
                     manifest=req.provider,
-                    recorded=self.ledger.bindings.get(name, {}).get(req.as_),
+                    recorded=self.recorded_bindings.get(name, {}).get(req.as_),
                     default=self.mesh.defaults.get(req.provision) if req.provision else None,
-                    candidates=candidates, instance_nodes=instance_nodes, known_nodes=self.nodes)
+                    candidates=candidates, instance_nodes=instance_nodes, known_nodes=self.nodes,
+                    local=local)
                 if selection.provider is None:
                     self.refuse_requirement(name, module, index, req, what, selection)
                     continue
@@ -299,7 +321,7 @@ class _Resolver:
         return req.listen or sorted(module.listens)[0]
 
     def refuse_requirement(self, name, module, index, req, what, selection) -> None:
-        inst = self.mesh.instances[name]
+        inst = self.instances[name]
         if selection.rule == "instance override":
             doc, path = "mesh", ("instances", name, "bind", req.as_)
         elif selection.rule == "manifest":
@@ -321,7 +343,7 @@ class _Resolver:
                        f"({selection.rule}), which does not provide it")
         else:
             message = (f"{name} requires {what} ({req.as_}) from {selection.named}, whose node "
-                       f"{self.mesh.instances[selection.named].node!r} is not in the mesh")
+                       f"{self.instances[selection.named].node!r} is not in the mesh")
         if req.optional:
             self.problem(state, message + "; the requirement is optional, so it stays unbound",
                          doc=doc, path=path, instance=name, requirement=req.as_,
@@ -364,15 +386,15 @@ class _Resolver:
         assigned: dict[tuple, int] = {}
         live = self.placed()
         for name in live:  # fixed ports first: they are claims (conflicts refused already)
-            node = self.mesh.instances[name].node
+            node = self.instances[name].node
             for listen_name, listen in sorted(self.module_of(name).listens.items()):
                 if listen.fixed is not None:
                     books[node].reserve(listen.fixed)
                     assigned[(name, listen_name)] = listen.fixed
         pending = []
         for name in live:  # recorded ports next, so a newcomer never takes them
-            node = self.mesh.instances[name].node
-            recorded = self.ledger.ports.get(name, {})
+            node = self.instances[name].node
+            recorded = self.recorded_ports.get(name, {})
             for listen_name, listen in sorted(self.module_of(name).listens.items()):
                 if listen.fixed is not None:
                     continue
@@ -382,7 +404,7 @@ class _Resolver:
                 else:
                     pending.append((name, listen_name, entry))
         for name, listen_name, entry in pending:
-            node = self.mesh.instances[name].node
+            node = self.instances[name].node
             book = books[node]
             if entry is not None and book.in_range(entry.port) and book.reserve(entry.port):
                 port = entry.port
@@ -409,7 +431,7 @@ class _Resolver:
             if self.module_of(name).listens[listen_name].fixed is not None:
                 continue
             ports.setdefault(name, {})[listen_name] = PortAssignment(
-                self.mesh.instances[name].node, port)
+                self.instances[name].node, port)
         for name, entries in self.ledger.ports.items():
             if name not in self.mesh.instances:
                 for listen_name, entry in sorted(entries.items()):
@@ -433,14 +455,14 @@ class _Resolver:
             b.credential = credential_id(b.requirement.provision, b.provider, b.consumer)
             if b.credential in logins:
                 continue
-            recorded = self.ledger.logins.get(b.credential)
+            recorded = self.recorded_logins.get(b.credential)
             logins[b.credential] = recorded or derive_login(b.credential, b.consumer, used)
         return logins
 
     # ------------------------------------------------------------------ credentials
 
     def secret_ref(self, cred_id: str, holders: set, reason: str, slot=None) -> SecretRef:
-        cred = self.ledger.credentials.get(cred_id)
+        cred = self.credentials.get(cred_id)
         active = cred.active if cred is not None else None
         if active is None:
             self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
@@ -496,10 +518,11 @@ class _Resolver:
             logins=pmap({**kept_logins, **logins}),
             nodes=node_serials,
         )
-        requests = sorted(set(self.requests))
+        requests = sorted(set(self.requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
+                                                             q.slot or ""))
         return Resolution(
             declarations=declarations,
-            bindings=pvector(sorted(bindings)),
+            bindings=pvector(sorted(bindings, key=lambda b: (b.consumer, b.requirement))),
             problems=pvector(sorted(set(self.problems), key=_problem_order)),
             requests=pvector(requests),
             changes=pvector(sorted(set(self.changes))),
@@ -536,7 +559,7 @@ class _Resolver:
                     if provide.provision == "artifact-store" and self.assigned_ports is not None:
                         port = self.assigned_ports.get((name, provide.listen))
                         if port is not None and self._registry is None:
-                            node = self.mesh.instances[name].node
+                            node = self.instances[name].node
                             self._registry = f"{self.mesh.nodes[node].address}:{port}"
         return self._registry
 

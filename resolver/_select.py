@@ -49,13 +49,17 @@ def select_provider(
     candidates: Sequence[str],
     instance_nodes: Mapping[str, str],
     known_nodes,
+    local: Optional[Sequence[str]] = None,
 ) -> Selection:
     """Pick the provider for one requirement.
 
     `candidates` are the instances able to serve the requirement (sorted); `instance_nodes`
-    maps every assigned instance to its node; `known_nodes` is the set of the mesh's nodes.
+    maps every assigned instance to its node; `known_nodes` is the set of the mesh's nodes;
+    `local`, when the caller has it indexed, the candidates on the consumer's node.
     """
     candidate_set = set(candidates)
+    if local is None:
+        local = [c for c in candidates if instance_nodes.get(c) == consumer_node]
     for rule, named in ((INSTANCE_OVERRIDE, override), (MANIFEST, manifest)):
         if named is None:
             continue
@@ -66,7 +70,7 @@ def select_provider(
             return Selection(None, state=codes.NOT_A_PROVIDER, named=named, rule=rule,
                              candidates=tuple(candidates))
         return _placed(named, rule, instance_nodes, known_nodes)
-    automatic = _automatic(consumer_node, default, candidates, candidate_set, instance_nodes)
+    automatic = _automatic(local, default, candidates, candidate_set)
     if recorded is not None and recorded in candidate_set:
         # the ledger decides; say "recorded" only when it is what keeps this provider, so a
         # plan keeps telling why a binding was first made while the rules still agree
@@ -79,8 +83,7 @@ def select_provider(
     return Selection(None, state=codes.AMBIGUOUS_PROVIDER, candidates=tuple(candidates))
 
 
-def _automatic(consumer_node, default, candidates, candidate_set, instance_nodes):
-    local = [c for c in candidates if instance_nodes.get(c) == consumer_node]
+def _automatic(local, default, candidates, candidate_set):
     if len(local) == 1:
         return local[0], CO_LOCATED
     if default is not None and default in candidate_set:
