@@ -32,6 +32,7 @@ from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import PortBook, derive_login
 from ._ledger import Ledger, PortAssignment
 from ._model import Mesh, Module, Require
+from ._artifacts import artifact_key, image_reference
 from ._render import render_declarations, state_host_path
 from ._select import select_provider
 
@@ -566,29 +567,20 @@ class _Resolver:
     def image_reference(self, module: Module, artifact_name: str) -> str:
         """`repository@digest`, or the mesh registry's copy when it holds that digest."""
         artifact = module.artifacts[artifact_name]
-        digest = self.image_digest(module, artifact_name)
-        repository = artifact.repository or f"{self.mesh.mesh}/{module.name}-{artifact_name}"
         registry = self.mesh_registry()
-        if artifact.mirror:
+        key = artifact_key(module.name, artifact_name)
+        reference = image_reference(artifact, self.ledger, registry, key=key)
+        if artifact.mirror and artifact.repository is not None:
             self._mirrorable += 1
-            if registry is not None and self.ledger.mirrored.get(digest) == registry:
+            if registry is not None and reference.startswith(registry + "/"):
                 self._mirrored += 1
-                return f"{registry}/{_repository_path(repository)}@{digest}"
-        return f"{repository}@{digest}"
+        return reference
 
     @property
     def artifact_state(self) -> str:
         if self.mesh_registry() is not None and self._mirrored == self._mirrorable:
             return "self-hosting"
         return "external"
-
-
-def _repository_path(repository: str) -> str:
-    """The path of a repository inside its registry: `docker.io/library/x` → `library/x`."""
-    first, _, rest = repository.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return rest
-    return repository
 
 
 def _problem_order(p: Problem):
