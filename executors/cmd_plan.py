@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import resolver
-from resolver import Declaration, InputError, Fault, Resolution, structure, unstructure
+from resolver import Declaration, Fault, InputError, Resolution, structure, unstructure
+from resolver._convert import unstructure_full
 from resolver._plan import container_changes
 
 from executors.loading import load_mesh_dir, write_atomic, write_ledger
@@ -129,18 +130,14 @@ def write_declarations(directory: Path, resolution: Resolution, nodes) -> None:
 def plan_document(resolution: Resolution, nodes, changes) -> dict:
     doc = {
         "artifacts": resolution.artifacts,
-        "nodes": {n: unstructure(resolution.declarations[n]) for n in nodes},
-        "bindings": [unstructure(b) for b in resolution.bindings],
-        "problems": [unstructure(p) for p in resolution.problems],
-        "requests": [unstructure(r) for r in resolution.requests],
-        "changes": [unstructure(c) for c in resolution.changes],
+        "nodes": {n: unstructure_full(resolution.declarations[n]) for n in nodes},
+        "bindings": [unstructure_full(b) for b in resolution.bindings],
+        "problems": [unstructure_full(p) for p in resolution.problems],
+        "requests": [unstructure_full(r) for r in resolution.requests],
+        "changes": [unstructure_full(c) for c in resolution.changes],
     }
-    for node in doc["nodes"].values():
-        node.setdefault("containers", [])
-        node.setdefault("grants", [])
-        node.setdefault("firewall", {}).setdefault("allow", [])
     if changes is not None:
-        doc["container_changes"] = [unstructure(c) for c in changes]
+        doc["container_changes"] = [unstructure_full(c) for c in changes]
     return doc
 
 

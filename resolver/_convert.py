@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from pyrsistent import PMap as RuntimePMap
+from pyrsistent import PVector as RuntimePVector
 from pyrsistent import pmap, pvector
 from pyrsistent.typing import PMap, PVector
 
@@ -63,8 +65,8 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=True)
+def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=omit_defaults)
 
     conv.register_structure_hook(str, _strict(str, "a string"))
     conv.register_structure_hook(int, _strict(int, "a whole number"))
@@ -94,6 +96,13 @@ def make_converter() -> cattrs.Converter:
         is_pmap, lambda m: {k: conv.unstructure(v) for k, v in m.items()}
     )
     conv.register_unstructure_hook_func(is_pvector, lambda v: [conv.unstructure(i) for i in v])
+    # values unstructured without a declared type arrive with pyrsistent's runtime classes
+    conv.register_unstructure_hook_func(
+        lambda t: isinstance(t, type) and issubclass(t, RuntimePMap),
+        lambda m: {k: conv.unstructure(v) for k, v in m.items()})
+    conv.register_unstructure_hook_func(
+        lambda t: isinstance(t, type) and issubclass(t, RuntimePVector),
+        lambda v: [conv.unstructure(i) for i in v])
 
     def attrs_structure(cls: type):
         renames = {a.name: override(rename=document_key(cls, a.name)) for a in attrs.fields(cls)}
@@ -108,7 +117,8 @@ def make_converter() -> cattrs.Converter:
 
     def attrs_unstructure(cls: type):
         renames = {a.name: override(rename=document_key(cls, a.name)) for a in attrs.fields(cls)}
-        return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **renames)
+        return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=omit_defaults,
+                                        **renames)
 
     conv.register_structure_hook_factory(attrs.has, attrs_structure)
     conv.register_unstructure_hook_factory(attrs.has, attrs_unstructure)
@@ -116,6 +126,7 @@ def make_converter() -> cattrs.Converter:
 
 
 CONVERTER = make_converter()
+FULL_CONVERTER = make_converter(omit_defaults=False)  # every field, for programs reading plans
 
 
 def structure(data: Any, cls: type):
@@ -124,3 +135,8 @@ def structure(data: Any, cls: type):
 
 def unstructure(obj: Any) -> Any:
     return CONVERTER.unstructure(obj)
+
+
+def unstructure_full(obj: Any) -> Any:
+    """Like unstructure, but every attribute is present (defaults too): plans for programs."""
+    return FULL_CONVERTER.unstructure(obj)
