@@ -83,6 +83,7 @@ class _Resolver:
         self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
         self.assigned_ports: Optional[dict] = None
         self._mirrorable = self._mirrored = 0
+        self._unpinned: set = set()
 
     # ------------------------------------------------------------------ problems
 
@@ -138,8 +139,9 @@ class _Resolver:
                     self.check_pinned(name, module, container.artifact)
 
     def check_pinned(self, name: str, module: Module, artifact_name: str) -> None:
-        if self.image_digest(module, artifact_name) is None and name not in self.blocked_by(
-                name, codes.UNPINNED_ARTIFACT):
+        if self.image_digest(module, artifact_name) is None and \
+                (name, artifact_name) not in self._unpinned:
+            self._unpinned.add((name, artifact_name))
             artifact = module.artifacts[artifact_name]
             what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
                     else f"build {module.name}/{artifact_name}")
@@ -149,9 +151,6 @@ class _Resolver:
                          f"artifact {artifact_name} ({what}) of instance {name} has no digest in "
                          f"the ledger; {how}", doc=f"module:{module.name}",
                          path=("artifacts", artifact_name), instance=name, blocks=[name])
-
-    def blocked_by(self, name: str, code: str) -> set:
-        return {name} if code in self.blocked.get(name, ()) else set()
 
     def image_digest(self, module: Module, artifact_name: str) -> Optional[str]:
         artifact = module.artifacts.get(artifact_name)
