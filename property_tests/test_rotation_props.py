@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyrsistent import pmap
 
 from resolver._rotation import (

@@ -9,8 +9,9 @@ written under the temporary directory and every character printed is searched fo
 
 from __future__ import annotations
 
-import attrs
 import pytest
+
+import resolver
 
 from executors.keys import load_private_key, unseal_for_node
 from executors.loading import load_mesh_dir, write_ledger
@@ -29,6 +30,14 @@ def _report_everything_applied(mesh_dir) -> None:
         for node in holder_nodes(ledger.credentials[cred_id]):
             ledger = report_applied(ledger, cred_id, node, holder=newest)
     write_ledger(inputs.ledger_path, ledger)
+
+
+def _digest(mesh_dir, node) -> str:
+    inputs = load_mesh_dir(mesh_dir)
+    resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                                  sources=inputs.sources)
+    declaration = resolution.declarations.get(node)
+    return declaration.digest if declaration is not None else "sha256:none"
 
 
 def _issued_values(mesh_dir, keys, seen: set) -> None:
@@ -68,6 +77,9 @@ def test_no_issued_secret_in_any_file_or_output(fixture, tmp_path):
             if others:
                 mesh("rotate", mesh_dir, "--consumer", others[0])
                 _issued_values(mesh_dir, keys, values)
+            for node in sorted(keys):  # every node reports its declaration applied
+                mesh("applied", mesh_dir, node, "--digest", _digest(mesh_dir, node),
+                     allowed=(0, 2))
             _report_everything_applied(mesh_dir)
             _issued_values(mesh_dir, keys, values)
             mesh("rotate", mesh_dir, "--provider", provider)
