@@ -38,6 +38,7 @@ from ._declaration import (
     secret_token,
 )
 from ._ledger import NodeSerial
+from ._rotation import grant_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -106,13 +107,17 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             values["user"] = f"{login}_{slot}" if dual else login
             values[RESOURCE_KEYS[b.kind]] = login
             values["password"] = secret_token(b.credential)
-            retiring = cred.retiring if cred is not None else None
+            # the provider is told the newest generation (pending, during a rotation) and the
+            # one it must still accept; holders stay on `active` until the provider applied
+            newest, retiring = grant_view(cred) if active is not None else (None, None)
+            grant_secret = SecretRef(b.credential, newest.generation) if newest else secret
+            grant_slot = newest.slot if newest else slot
             admin_name = next((p.admin for p in r.module_of(b.provider).provides
                                if p.provision == b.requirement.provision), None)
             grants.setdefault(provider_node, []).append(GrantDecl(
                 provision=b.requirement.provision, kind=b.kind, provider=b.provider,
                 consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
-                credential=secret, slot=slot,
+                credential=grant_secret, slot=grant_slot,
                 retiring=SecretRef(b.credential, retiring.generation) if retiring else None,
                 retiring_slot=retiring.slot if retiring else None,
                 admin=own_secrets.get((b.provider, admin_name)) if admin_name else None))

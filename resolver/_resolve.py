@@ -468,7 +468,8 @@ class _Resolver:
             self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
                                          reason, slot))
             return SecretRef(cred_id, None)
-        missing = sorted(set(holders) - set(active.sealed))
+        newest = cred.pending or active  # a holder sealed into a pending rotation is satisfied
+        missing = sorted(set(holders) - set(newest.sealed))
         if missing:
             self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
                                          f"not sealed to {', '.join(missing)}", active.slot))

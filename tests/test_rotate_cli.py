@@ -109,8 +109,6 @@ def test_dry_run_writes_nothing_and_names_holders_and_containers(tmp_path):
     assert "recreate home/" in output and "umami" in output
 
 
-@pytest.mark.xfail(strict=False, reason="needs the resolver to put the pending generation in the "
-                   "provider's grant (resolver._rotation.grant_view); reported")
 def test_rotation_end_to_end_through_the_cli(tmp_path):
     mesh_dir, _, _ = prepare(FIXTURES / "homelab", tmp_path)
     run_cli("ca", "init", mesh_dir)
