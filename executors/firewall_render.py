@@ -136,8 +136,11 @@ def _ct(key: str, direction: Optional[str] = None) -> dict:
 
 
 def _comment(text: str) -> str:
-    # libnftables aborts the whole process on a comment over 128 bytes: keep it ASCII and short.
-    text = " ".join(text.split()).encode("ascii", "replace").decode("ascii")
+    # libnftables aborts the whole process on a comment over 128 bytes, stops at a NUL, and
+    # `nft list ruleset` prints quotes unescaped (a saved ruleset would not load back): keep
+    # printable ASCII without quotes or backslashes, and keep it short.
+    text = "".join(c if " " <= c <= "~" and c not in '"\\' else "?"
+                   for c in " ".join(text.split()))
     return text if len(text) <= COMMENT_MAX else text[: COMMENT_MAX - 1] + "~"
 
 
@@ -145,7 +148,7 @@ def _ip_family(address: ipaddress._BaseAddress) -> str:
     return "ip" if address.version == 4 else "ip6"
 
 
-@attrs.frozen(order=True)
+@attrs.frozen
 class _Opening:
     """One (kind, port, protocol, family) opening: one set (unless from anywhere), one rule."""
 
@@ -159,7 +162,9 @@ class _Opening:
 
     @property
     def set_name(self) -> str:
-        return f"{self.kind}_{self.protocol}_{self.port}_{'v4' if self.family == 'ip' else 'v6'}"
+        family = "v4" if self.family == "ip" else "v6"
+        host_only = "" if self.published else "_host"  # not published: the input hook only
+        return f"{self.kind}_{self.protocol}_{self.port}_{family}{host_only}"
 
 
 def _openings(intent: FirewallIntent) -> list:
@@ -168,29 +173,26 @@ def _openings(intent: FirewallIntent) -> list:
     def add(kind, port, protocol, sources, reason, published, where):
         _check_port(port, protocol, where)
         if not sources and kind == "floor":
-            key = (port, protocol, kind, None)
-            entry = grouped.setdefault(key, [set(), set(), False])
-            entry[1].add(reason)
-            entry[2] = entry[2] or published
+            grouped.setdefault((port, protocol, kind, None, published), [set(), set()])[1].add(reason)
             return
         for text in sources:
             address = _address(text, where)
-            key = (port, protocol, kind, _ip_family(address))
-            entry = grouped.setdefault(key, [set(), set(), False])
+            key = (port, protocol, kind, _ip_family(address), published)
+            entry = grouped.setdefault(key, [set(), set()])
             entry[0].add(address)
             entry[1].add(reason)
-            entry[2] = entry[2] or published
 
     for index, floor in enumerate(intent.floors):
         add("floor", floor.port, floor.protocol, floor.sources, floor.reason, True, f"floor {index}")
     for index, allow in enumerate(intent.allow):
         add("allow", allow.port, allow.protocol, allow.sources, allow.reason, allow.published,
             f"allow {index}")
-    return sorted(
+    return [
         _Opening(port, protocol, kind, family, published,
                  tuple(str(a) for a in sorted(addresses)), tuple(sorted(reasons)))
-        for (port, protocol, kind, family), (addresses, reasons, published) in grouped.items()
-    )
+        for (port, protocol, kind, family, published), (addresses, reasons)
+        in sorted(grouped.items(), key=lambda item: (*item[0][:3], item[0][3] or "", item[0][4]))
+    ]
 
 
 def _input_rule(opening: _Opening) -> dict:

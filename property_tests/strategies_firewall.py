@@ -28,7 +28,7 @@ addresses = st.sampled_from(IPV4 + IPV6)
 source_lists = st.lists(addresses, max_size=6).map(lambda a: pvector(_sorted(a)))
 ports = st.integers(min_value=1, max_value=65535)
 protocols = st.sampled_from(["tcp", "udp"])
-reasons = st.text(max_size=200)
+reasons = st.one_of(st.text(max_size=40), st.text(min_size=100, max_size=300))  # long: comment limits
 
 allows = st.builds(
     FirewallAllow, port=ports, protocol=protocols, sources=source_lists, reason=reasons,
