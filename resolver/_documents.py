@@ -23,6 +23,7 @@ from ._errors import Fault, InputError
 from ._inputs import Catalogue, Sources
 from ._ledger import EMPTY_LEDGER, Ledger
 from ._load import DocumentPositions, parse_yaml, structure_faults
+from ._repair import repair
 from ._model import Mesh, Module, Provisions
 from ._validate import (
     ledger_version_fault,
@@ -34,8 +35,13 @@ from ._validate import (
 )
 
 
-def _structured(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
+def _structured(text: str, file: str, cls: type, validate, *, wrap: Optional[str] = None,
                 precheck=None) -> tuple[Any, DocumentPositions]:
+    """Parse, structure and validate one document, raising InputError with every fault.
+
+    When some values have the wrong type, the document is structured once more with those
+    values replaced by neutral ones, so the checks between keys still run and report the
+    rest; their faults at a replaced value are dropped (the type fault already says it)."""
     data, where = parse_yaml(text, file)
     if data is None:
         raise InputError([Fault(file, 1, 1, "the document is empty", f"a {cls.__name__} mapping")])
@@ -49,41 +55,57 @@ def _structured(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
     try:
         model = structure(data, cls)
     except Exception as exc:  # the converter's exception tree, mapped to positions
-        raise InputError(structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]) from None
-    return model, where
-
-
-def _checked(model, where: DocumentPositions, faults: list[Fault]):
+        faults = structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]
+        raise InputError(faults + _faults_beyond_types(data, cls, exc, where, validate)) from None
+    faults = validate(model, where)
     if faults:
         raise InputError(faults)
     return model, where
 
 
+def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: DocumentPositions,
+                         validate) -> list[Fault]:
+    repaired: list[tuple] = []
+    for _ in range(4):
+        data, paths = repair(data, cls, exc)
+        if paths is None:
+            return []  # something was missing or not a plain value: nothing sound to check
+        repaired += paths
+        try:
+            model = structure(data, cls)
+        except Exception as again:  # noqa: BLE001 - the converter's exception tree
+            exc = again
+            continue
+        covered = {where.position(path, at_key=key) for path in repaired for key in (False, True)}
+        return [f for f in validate(model, where) if (f.line, f.col) not in covered]
+    return []
+
+
 def load_module(text: str, file: str, *, name: Optional[str] = None) -> tuple[Module, DocumentPositions]:
     """A module.yaml; `name`, when given, is its directory's name and must equal `name:`."""
-    module, where = _structured(text, file, Module)
-    faults = validate_module(module, where)
-    if name is not None and module.name != name:
-        faults.append(where.fault(("name",), f"module name {module.name!r} differs from its directory",
-                                  repr(name)))
-    return _checked(module, where, faults)
+
+    def validate(module: Module, where: DocumentPositions) -> list[Fault]:
+        faults = validate_module(module, where)
+        if name is not None and module.name != name:
+            faults.append(where.fault(("name",), f"module name {module.name!r} differs from its "
+                                      "directory", repr(name)))
+        return faults
+
+    return _structured(text, file, Module, validate)
 
 
 def load_provisions(text: str, file: str) -> tuple[Provisions, DocumentPositions]:
     """provisions.yaml: a bare mapping of provision name → definition."""
-    provisions, where = _structured(text, file, Provisions, wrap="provisions")
-    return _checked(provisions, where, validate_provisions(provisions, where))
+    return _structured(text, file, Provisions, validate_provisions, wrap="provisions")
 
 
 def load_mesh(text: str, file: str) -> tuple[Mesh, DocumentPositions]:
-    mesh, where = _structured(text, file, Mesh)
-    return _checked(mesh, where, validate_mesh(mesh, where))
+    return _structured(text, file, Mesh, validate_mesh)
 
 
 def load_ledger(text: str, file: str) -> tuple[Ledger, DocumentPositions]:
     """A ledger at version 1; any other version is refused with its position."""
-    ledger, where = _structured(text, file, Ledger, precheck=ledger_version_fault)
-    return _checked(ledger, where, validate_ledger(ledger, where))
+    return _structured(text, file, Ledger, validate_ledger, precheck=ledger_version_fault)
 
 
 class _Text:

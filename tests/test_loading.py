@@ -300,6 +300,26 @@ def test_every_validation_fault_of_one_module_is_reported():
     ]
 
 
+def test_type_faults_and_reference_faults_of_one_document_are_reported_together():
+    text = (APP.replace("port: 3000", 'port: "3000"').replace("state: data", "state: cache")
+            .replace('    tag: "2"', "    tag: 2\n    colour: red").replace("artifact: app", "artifact: 7"))
+    faults = faults_of(load_module, text, "app.yaml", name="app")
+    assert [(f.line, f.message) for f in faults] == [
+        (5, "artifacts.app.tag is a number (2)"),  # not also "has no tag": repaired, not removed
+        (6, "unknown key 'colour'"),
+        (9, "listens.http.port is a string ('3000')"),
+        (35, "containers.0.artifact is a number (7)"),  # not also "no artifact named ''"
+        (44, "undeclared state 'cache'"),
+    ]
+
+
+def test_a_missing_key_stops_the_checks_between_keys():
+    """A missing key cannot be filled in soundly, so only the structure faults are given."""
+    text = APP.replace("    artifact: app\n", "").replace("state: data", "state: cache")
+    faults = faults_of(load_module, text, "app.yaml")
+    assert [f.message for f in faults] == ["missing required key 'artifact'"]
+
+
 # --------------------------------------------------------------------------- reference faults
 
 
