@@ -18,6 +18,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from requests.exceptions import RequestException
+
 import resolver
 from resolver import Declaration, Fault, InputError, MeshError, load_document
 
@@ -184,11 +186,22 @@ def run(args, out=None) -> int:
 
     report = Report(printer=LivePrinter())
     api = docker_engine.connect(args.docker_host)
-    report = apply_module.apply_latest(
-        declarations, api=api, state_root=args.state_root, secret_source=secret_source,
-        dry_run=args.dry_run, report=report,
-        firewall=None if args.no_firewall else firewall_hook(args.state_root),
-        provisioners=discover_provisioners(), stop_timeout=args.stop_timeout)
+    try:
+        report = apply_module.apply_latest(
+            declarations, api=api, state_root=args.state_root, secret_source=secret_source,
+            dry_run=args.dry_run, report=report,
+            firewall=None if args.no_firewall else firewall_hook(args.state_root),
+            provisioners=discover_provisioners(), stop_timeout=args.stop_timeout)
+    except (docker_engine.docker.errors.DockerException, RequestException) as exc:
+        # the engine is unreachable or broke off mid-way: nothing is recorded as applied
+        print(f"mesh: the Docker Engine at {args.docker_host or 'the local socket'} did not "
+              f"answer as expected: {exc}", file=sys.stderr)
+        report.facts["result"] = "failed"
+        report.facts["error"] = str(exc)
+    except OSError as exc:
+        print(f"mesh: {exc.filename or args.state_root}: {exc.strerror or exc}", file=sys.stderr)
+        report.facts["result"] = "failed"
+        report.facts["error"] = str(exc)
     if args.json:
         json.dump(report.to_json(), out, indent=2, sort_keys=True)
         out.write("\n")
