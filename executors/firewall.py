@@ -5,8 +5,8 @@ Invariants:
 - A change is one transaction (add, delete, re-add our table with its full contents), checked
   first as a dry run; a batch the kernel refuses changes nothing and the report says why.
 - No document without the ssh floor is applied, whatever the caller passes.
-- The digest of the applied document is kept twice on the node: as the comment of the input
-  chain's first rule (so the running table says what it is) and in `<state_dir>/firewall.digest`
+- The digest of the applied document is kept twice on the node: as the name of an empty chain
+  in our table (so the running table says what it is) and in `<state_dir>/firewall.digest`
   (written atomically). When both say the desired digest and the table exists, nothing is done.
 """
 
@@ -22,13 +22,12 @@ import attrs
 from resolver import FirewallIntent, MeshError
 
 from .firewall_render import (
-    DIGEST_COMMENT_PREFIX,
     FAMILY,
-    INPUT_CHAIN,
     TABLE,
     FirewallError,
     Rendered,
     SshFloorMissing,
+    digest_from_chain_name,
     keeps_ssh_floor,
     render,
 )
@@ -165,27 +164,23 @@ def write_recorded_digest(state_dir: str, digest: str) -> None:
 
 
 def _running_table(nft) -> tuple[bool, Optional[str]]:
-    """Whether our table exists and the digest its input chain carries (reads no other table)."""
-    rc, output, error = nft.json_cmd({"nftables": [{"list": {"tables": {}}}]})
+    """Whether our table exists and the digest its chains carry.
+
+    One `list chains` (no rules, no set elements: the cheapest listing there is); other
+    tables' chains are listed by the kernel but never read here."""
+    rc, output, error = nft.json_cmd({"nftables": [{"list": {"chains": {}}}]})
     if rc != 0:
-        raise FirewallError(f"cannot list nftables tables: {error.strip()}")
-    exists = any(
-        o.get("table", {}).get("family") == FAMILY and o["table"].get("name") == TABLE
-        for o in output.get("nftables", [])
-    )
-    if not exists:
-        return False, None
-    # The chain alone: its rules carry the digest; listing the sets' elements is not needed.
-    rc, output, error = nft.json_cmd(
-        {"nftables": [{"list": {"chain": {"family": FAMILY, "table": TABLE, "name": INPUT_CHAIN}}}]}
-    )
-    if rc != 0:
-        return True, None  # our table without our input chain: changed by hand, replace it
-    for item in output.get("nftables", []):
-        comment = item.get("rule", {}).get("comment") or ""
-        if comment.startswith(DIGEST_COMMENT_PREFIX):
-            return True, comment[len(DIGEST_COMMENT_PREFIX):]
-    return True, None
+        raise FirewallError(f"cannot list nftables chains: {error.strip()}")
+    ours = [o["chain"] for o in output.get("nftables", [])
+            if o.get("chain", {}).get("family") == FAMILY and o["chain"].get("table") == TABLE]
+    if not ours:
+        rc, output, _ = nft.json_cmd({"nftables": [{"list": {"tables": {}}}]})
+        exists = rc == 0 and any(
+            o.get("table", {}).get("family") == FAMILY and o["table"].get("name") == TABLE
+            for o in output.get("nftables", []))
+        return exists, None  # an empty table of our name: replace it
+    digests = [d for d in (digest_from_chain_name(c["name"]) for c in ours) if d]
+    return True, digests[0] if len(digests) == 1 else None
 
 
 def observe(nft, state_dir: str) -> Observed:
@@ -216,6 +211,13 @@ def diff(desired_digest: str, observed: Observed) -> tuple:
 
 
 # ---------------------------------------------------------------------------- apply
+
+
+def _run_document(nft, text: str) -> tuple:
+    """Hand libnftables the JSON text once serialised (json_cmd would serialise it again)."""
+    nft.set_json_output(True)  # libnftables parses the input as JSON in JSON mode
+    rc, _, error = nft.cmd(text)
+    return rc, error
 
 
 def _first_error(error: str) -> str:
@@ -252,7 +254,7 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
             started = time.monotonic()
             previous = nft.set_dry_run(True)
             try:
-                rc, _, error = nft.json_cmd(rendered.document)
+                rc, error = _run_document(nft, rendered.text)
             finally:
                 nft.set_dry_run(previous)
             if rc != 0:
@@ -265,7 +267,7 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
                                    time.monotonic() - started))
                 continue
         started = time.monotonic()
-        rc, _, error = nft.json_cmd(rendered.document)
+        rc, error = _run_document(nft, rendered.text)
         report.transactions += 1
         if rc != 0:
             report.record(Step(op, "failed", "the kernel refused the transaction, the running "

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
@@ -29,7 +30,9 @@ FORWARD_CHAIN = "forward"
 # Before the filter-priority forward chains of the container runtime (iptables-nft's
 # `ip filter FORWARD`, priority 0), so a drop here is final whatever they accept.
 FORWARD_PRIORITY = -10
-DIGEST_COMMENT_PREFIX = "mesh-digest "
+# The digest names an empty regular chain (never jumped to, so it matches nothing): listing
+# chains is the cheapest question libnftables answers, it needs no set elements.
+DIGEST_CHAIN_PREFIX = "digest_"
 ANYWHERE = "any"  # the source of a floor with no sources, in read-back triples
 PROTOCOLS = ("tcp", "udp")
 COMMENT_MAX = 120  # libnftables aborts on rule comments longer than 128 bytes
@@ -58,8 +61,9 @@ class Rendered:
     digest: str
     ssh_triples: frozenset  # the (port, protocol, source) the ssh floor must keep open
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
+        """The document as libnftables reads it (compact, canonical JSON)."""
         return canonical_json(self.document)
 
 
@@ -73,18 +77,35 @@ class ReadBack:
     forward: frozenset  # (port, protocol, source) accepted for DNAT'd (published) traffic
     published_closed: bool  # the forward hook drops every other DNAT'd connection
     tables: frozenset  # (family, name) of every table the document mentions
-    digest_comment: Optional[str]
+    digest: Optional[str]  # from the digest chain's name
 
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _address(text: str, where: str) -> ipaddress._BaseAddress:
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical(text: str) -> tuple:
+    """(version, integer, canonical text) of an address; pure, cached for 5,000 sources."""
+    address = ipaddress.ip_address(text)
+    return (address.version, int(address), str(address))
+
+
+def _address(text: str, where: str) -> tuple:
     try:
-        return ipaddress.ip_address(text)
-    except ValueError:
+        return _canonical(text)
+    except (ValueError, TypeError):
         raise FirewallError(f"{where}: {text!r} is not an IP address") from None
+
+
+def digest_chain_name(digest: str) -> str:
+    return DIGEST_CHAIN_PREFIX + digest.replace(":", "_", 1)
+
+
+def digest_from_chain_name(name: str) -> Optional[str]:
+    if not name.startswith(DIGEST_CHAIN_PREFIX):
+        return None
+    return name[len(DIGEST_CHAIN_PREFIX):].replace("_", ":", 1)
 
 
 def _check_port(port: int, protocol: str, where: str) -> None:
@@ -107,10 +128,10 @@ def intent_triples(intent: FirewallIntent, *, published_only: bool = False) -> f
     for allow in intent.allow:
         if published_only and not allow.published:
             continue
-        triples.update((allow.port, allow.protocol, str(_address(s, "allow"))) for s in allow.sources)
+        triples.update((allow.port, allow.protocol, _address(s, "allow")[2]) for s in allow.sources)
     for floor in intent.floors:
         if floor.sources:
-            triples.update((floor.port, floor.protocol, str(_address(s, "floor"))) for s in floor.sources)
+            triples.update((floor.port, floor.protocol, _address(s, "floor")[2]) for s in floor.sources)
         else:
             triples.add((floor.port, floor.protocol, ANYWHERE))
     return frozenset(triples)
@@ -144,8 +165,8 @@ def _comment(text: str) -> str:
     return text if len(text) <= COMMENT_MAX else text[: COMMENT_MAX - 1] + "~"
 
 
-def _ip_family(address: ipaddress._BaseAddress) -> str:
-    return "ip" if address.version == 4 else "ip6"
+def _ip_family(address: tuple) -> str:
+    return "ip" if address[0] == 4 else "ip6"
 
 
 @attrs.frozen
@@ -189,7 +210,7 @@ def _openings(intent: FirewallIntent) -> list:
             f"allow {index}")
     return [
         _Opening(port, protocol, kind, family, published,
-                 tuple(str(a) for a in sorted(addresses)), tuple(sorted(reasons)))
+                 tuple(a[2] for a in sorted(addresses)), tuple(sorted(reasons)))
         for (port, protocol, kind, family, published), (addresses, reasons)
         in sorted(grouped.items(), key=lambda item: (*item[0][:3], item[0][3] or "", item[0][4]))
     ]
@@ -217,7 +238,7 @@ def _forward_rule(opening: _Opening) -> dict:
     return _obj("rule", chain=FORWARD_CHAIN, expr=expr, comment=_comment(comment))
 
 
-def _body(intent: FirewallIntent, digest_comment: str) -> list:
+def _body(intent: FirewallIntent) -> list:
     _address(intent.address, "address")
     openings = _openings(intent)
     table = {"family": FAMILY, "name": TABLE}
@@ -246,7 +267,7 @@ def _body(intent: FirewallIntent, digest_comment: str) -> list:
 
     established = _match(_ct("state"), ["established", "related"], op="in")
     commands += [
-        rule(INPUT_CHAIN, [_match({"meta": {"key": "iif"}}, "lo"), {"accept": None}], digest_comment),
+        rule(INPUT_CHAIN, [_match({"meta": {"key": "iif"}}, "lo"), {"accept": None}]),
         rule(INPUT_CHAIN, [established, {"accept": None}]),
         rule(INPUT_CHAIN, [_match(_ct("state"), "invalid", op="in"), {"drop": None}]),
         rule(INPUT_CHAIN, [_match(_payload("icmp", "type"), {"set": ICMP_TYPES}), {"accept": None}]),
@@ -270,11 +291,11 @@ def render(intent: FirewallIntent) -> Rendered:
             "the firewall intent has no ssh floor (a floor whose reason starts with 'ssh'): "
             "refusing to render a ruleset that could lock the operator out"
         )
-    unsigned = {"nftables": _body(intent, DIGEST_COMMENT_PREFIX + "pending")}
-    digest = "sha256:" + hashlib.sha256(canonical_json(unsigned).encode()).hexdigest()
-    document = {"nftables": _body(intent, DIGEST_COMMENT_PREFIX + digest)}
+    body = _body(intent)
+    digest = "sha256:" + hashlib.sha256(canonical_json({"nftables": body}).encode()).hexdigest()
+    document = {"nftables": body + [{"add": _obj("chain", name=digest_chain_name(digest))}]}
     ssh = frozenset(
-        (f.port, f.protocol, str(_address(s, "floor")))
+        (f.port, f.protocol, _address(s, "floor")[2])
         for f in ssh_floors(intent) for s in f.sources
     ) | frozenset((f.port, f.protocol, ANYWHERE) for f in ssh_floors(intent) if not f.sources)
     return Rendered(document=document, digest=digest, ssh_triples=ssh)
@@ -315,7 +336,7 @@ def _elements(sets: dict, reference: Any, family: str) -> list:
     expected = "ipv4_addr" if family == "ip" else "ipv6_addr"
     if found["type"] != expected:
         raise UnrecognisedRule(f"set {reference} holds {found['type']}, matched as {family} saddr")
-    return [str(ipaddress.ip_address(e)) for e in found.get("elem", [])]
+    return [_canonical(e)[2] for e in found.get("elem", [])]
 
 
 def _read_input_rule(expr: list, sets: dict) -> Optional[list]:
@@ -383,11 +404,14 @@ def read_back(document: dict) -> ReadBack:
     sets = {o["set"]["name"]: o["set"] for o in adds if "set" in o}
     chains = {o["chain"]["name"]: o["chain"] for o in adds if "chain" in o}
     rules = [o["rule"] for o in adds if "rule" in o]
-    accepted_in, accepted_fwd, closed, digest_comment = set(), set(), False, None
+    digests = [d for d in map(digest_from_chain_name, chains) if d]
+    for name, chain in chains.items():
+        if name in (INPUT_CHAIN, FORWARD_CHAIN):
+            continue
+        if not digest_from_chain_name(name) or "hook" in chain:
+            raise UnrecognisedRule(f"chain {name!r}")
+    accepted_in, accepted_fwd, closed = set(), set(), False
     for rule in rules:
-        comment = rule.get("comment") or ""
-        if rule["chain"] == INPUT_CHAIN and comment.startswith(DIGEST_COMMENT_PREFIX):
-            digest_comment = comment[len(DIGEST_COMMENT_PREFIX):]
         if rule["chain"] == INPUT_CHAIN:
             triples = _read_input_rule(rule["expr"], sets)
             accepted_in.update(triples or ())
@@ -408,7 +432,7 @@ def read_back(document: dict) -> ReadBack:
         forward=frozenset(accepted_fwd),
         published_closed=closed,
         tables=tables,
-        digest_comment=digest_comment,
+        digest=digests[0] if len(digests) == 1 else None,
     )
 
 

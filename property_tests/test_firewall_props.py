@@ -26,7 +26,6 @@ import resolver
 from executors.firewall import RECORD_DIGEST, REPLACE_TABLE, Observed, diff
 from executors.firewall_render import (
     ANYWHERE,
-    DIGEST_COMMENT_PREFIX,
     FAMILY,
     TABLE,
     SshFloorMissing,
@@ -101,7 +100,7 @@ def test_rendering_is_deterministic(intent, shuffler):
     assert render(shuffled).text == first.text
     round_tripped = resolver.structure(resolver.unstructure(intent), resolver.FirewallIntent)
     assert render(round_tripped).digest == first.digest
-    assert read_back(first.document).digest_comment == first.digest
+    assert read_back(first.document).digest == first.digest
 
 
 def _tables_named(value, found):
