@@ -223,3 +223,21 @@ def test_the_kernel_accepts_every_rendered_document(batch):
                             input=lines, capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_the_renderer_is_pure():
+    """executors/firewall_render.py imports nothing that does I/O (the resolver's own rule)."""
+    import ast
+
+    source = Path(__file__).resolve().parent.parent / "executors" / "firewall_render.py"
+    forbidden = {"os", "io", "pathlib", "subprocess", "socket", "time", "datetime", "random",
+                 "secrets", "logging", "threading", "nftables", "tempfile", "shutil", "sys",
+                 "ctypes", "importlib", "docker", "requests"}
+    found = []
+    for node in ast.walk(ast.parse(source.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+        found += [n for n in names if n.split(".")[0] in forbidden or n.startswith("executors")]
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("open", "__import__"):
+            found.append(node.func.id)
+    assert found == []
