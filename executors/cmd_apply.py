@@ -12,6 +12,7 @@ to this node) opened with `--key FILE` (the node's private key).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import pkgutil
@@ -87,7 +88,9 @@ def load_declarations(arguments) -> list[tuple[str, Declaration]]:
             faults.append(Fault(str(path), 0, 0, f"cannot be read: {exc}", "a declaration file"))
             continue
         try:
-            declaration, _ = load_document(text, str(path), Declaration)
+            declaration = _fast_json(text) if path.suffix == ".json" else None
+            if declaration is None:  # YAML, or JSON with a fault: located faults from the loader
+                declaration, _ = load_document(text, str(path), Declaration)
         except InputError as error:
             faults.extend(error.faults)
             continue
@@ -103,6 +106,15 @@ def load_declarations(arguments) -> list[tuple[str, Declaration]]:
     if faults:
         raise InputError(faults)
     return loaded
+
+
+def _fast_json(text: str):
+    """A well-formed JSON declaration without the YAML loader's position bookkeeping (the
+    common case, and most of a no-op apply's time); None sends anything else to the loader."""
+    try:
+        return resolver.structure(json.loads(text), Declaration)
+    except Exception:  # malformed: load_document reports it, located
+        return None
 
 
 def secret_source_from(secrets_file, key_file, node: str):
@@ -136,12 +148,12 @@ def secret_source_from(secrets_file, key_file, node: str):
 
 def firewall_hook(state_root: str):
     """The firewall executor as an apply hook, or None when it is not installed."""
-    try:
-        from .firewall import apply_firewall
-    except ImportError:
+    if importlib.util.find_spec("executors.firewall") is None:
         return None
 
     def apply_intent(intent, report: Report, dry_run: bool) -> None:
+        from .firewall import apply_firewall  # imported only for a declared intent
+
         try:
             result = apply_firewall(intent, state_root, dry_run=dry_run, emit=report.say)
         except MeshError as exc:
@@ -159,11 +171,14 @@ def firewall_hook(state_root: str):
     return apply_intent
 
 
-def discover_provisioners() -> list:
-    """`provision(declaration, secret_source, report, dry_run)` of each executors/provision_*.py."""
+def discover_provisioners(declaration: Declaration) -> list:
+    """`provision(declaration, secret_source, report, dry_run)` of each executors/provision_*.py;
+    none are imported for a declaration without grants (they have nothing to do)."""
     import executors
 
     found = []
+    if not declaration.grants:
+        return found
     for module in sorted(pkgutil.iter_modules(executors.__path__), key=lambda m: m.name):
         if module.name.startswith(PROVISIONER_PREFIX):
             provision = getattr(importlib.import_module(f"executors.{module.name}"),
@@ -191,7 +206,8 @@ def run(args, out=None) -> int:
             declarations, api=api, state_root=args.state_root, secret_source=secret_source,
             dry_run=args.dry_run, report=report,
             firewall=None if args.no_firewall else firewall_hook(args.state_root),
-            provisioners=discover_provisioners(), stop_timeout=args.stop_timeout)
+            provisioners=discover_provisioners(max(declarations, key=lambda d: d[1].serial)[1]),
+            stop_timeout=args.stop_timeout)
     except (docker_engine.docker.errors.DockerException, RequestException) as exc:
         # the engine is unreachable or broke off mid-way: nothing is recorded as applied
         print(f"mesh: the Docker Engine at {args.docker_host or 'the local socket'} did not "
@@ -227,3 +243,27 @@ def print_summary(report: Report, out) -> None:
               + ", ".join(f"{c} {g}" for c, g in sorted(generations.items())), file=out)
     if not report.ops and facts.get("result") == "applied":
         print("  nothing to change", file=out)
+
+
+def main(argv=None) -> int:
+    """`python -m executors.cmd_apply …`: the same command, without loading every other
+    subcommand of the `mesh` CLI (a node's timer or hook runs only this one)."""
+    import argparse
+
+    from .cli import print_faults
+
+    parser = argparse.ArgumentParser(prog="mesh")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["apply", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except InputError as error:
+        print_faults(error)
+        return 2
+    except MeshError as error:
+        print(f"mesh: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

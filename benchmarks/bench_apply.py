@@ -1,0 +1,145 @@
+"""Benchmark: `mesh apply` vs `docker-compose up -d`, 40 containers running, nothing to change.
+
+Both tools manage their own 40 containers of the same workload (same local image, command,
+three env values, one port published on 127.0.0.1 each) side by side on one engine; each
+repetition times one no-op `mesh apply` (the CLI, a fresh process, as an operator runs it)
+and one no-op `docker-compose up -d` (Debian's docker-compose), alternating. Prints every
+timing, the medians and the ratio. Needs the Docker Engine (scripts/services.sh) and
+docker-compose; cleans up its containers.
+
+    python3 benchmarks/bench_apply.py [--containers 40] [--repetitions 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import _docker  # noqa: E402  (the tests' image helper: busybox-static via docker import)
+
+COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"]
+
+
+def timed(command: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    elapsed = time.perf_counter() - began
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command[:4])}… failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return elapsed, done
+
+
+def compose_file(project: str, image_tag: str, ports: list[int]) -> str:
+    lines = ["version: '2.4'", "services:"]
+    for i, port in enumerate(ports):
+        lines += [f"  c{i:02d}:",
+                  f"    image: {image_tag}",
+                  f"    command: {json.dumps(COMMAND)}",
+                  "    environment:",
+                  f"      SERVICE: c{i:02d}",
+                  "      DB_HOST: db.example",
+                  "      MODE: production",
+                  "    ports:",
+                  f"      - 127.0.0.1:{port}:{_docker.HTTP_PORT}",
+                  "    restart: unless-stopped"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--containers", type=int, default=40)
+    parser.add_argument("--repetitions", type=int, default=7)
+    args = parser.parse_args()
+
+    from executors import docker_engine
+
+    api = docker_engine.connect(_docker.docker_host())
+    api.ping()
+    image = _docker.env_image(api)
+    tag = f"{_docker.ENV_IMAGE_REPOSITORY}:bench"
+    api.tag(image, _docker.ENV_IMAGE_REPOSITORY, "bench")
+    mesh = _docker.unique_mesh("b")
+    project = f"{mesh}compose"
+    n = args.containers
+    mesh_ports = [_docker.free_port() for _ in range(n)]
+    compose_ports = [_docker.free_port() for _ in range(n)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.setdefault("DOCKER_HOST", _docker.docker_host())
+
+    with tempfile.TemporaryDirectory(prefix="bench-apply-") as work:
+        work_path = Path(work)
+        containers = [_docker.container(mesh, f"c{i:02d}", image, command=COMMAND, port=port,
+                                        env={"SERVICE": f"c{i:02d}", "DB_HOST": "db.example",
+                                             "MODE": "production"})
+                      for i, port in enumerate(mesh_ports)]
+        declaration = _docker.write_declaration(work_path / "node.json",
+                                                _docker.declaration(mesh, 1, containers))
+        (work_path / "docker-compose.yml").write_text(compose_file(project, tag, compose_ports))
+        mesh_command = [sys.executable, "-m", "executors.cli", "apply", declaration,
+                        "--state-root", str(work_path / "state"), "--json", "--no-firewall"]
+        direct_command = [sys.executable, "-m", "executors.cmd_apply", *mesh_command[4:]]
+        compose_command = ["docker-compose", "-p", project, "-f",
+                           str(work_path / "docker-compose.yml"), "up", "-d"]
+        try:
+            print(f"setting up: {n} containers through mesh apply, {n} through docker-compose")
+            first, _ = timed(mesh_command, cwd=REPO, env=env)
+            print(f"  mesh apply (creating {n}): {first:.2f}s")
+            first, _ = timed(compose_command, cwd=work_path, env=env)
+            print(f"  docker-compose up -d (creating {n}): {first:.2f}s")
+            from executors.apply import apply_declaration
+            from resolver import Declaration, structure
+
+            decl = structure(json.loads(Path(declaration).read_text()), Declaration)
+            times: dict[str, list[float]] = {"mesh": [], "direct": [], "library": [],
+                                             "compose": []}
+            print("  (mesh apply = the `mesh` CLI in a fresh process; cmd_apply = the same command "
+                  "run as `python -m executors.cmd_apply`, without importing the CLI's other "
+                  "subcommands; library = apply_declaration() in this process, i.e. render + one "
+                  "list call + diff, no interpreter start or imports)")
+            for repetition in range(1, args.repetitions + 1):
+                for key, command in (("mesh", mesh_command), ("direct", direct_command)):
+                    elapsed, done = timed(command, cwd=REPO, env=env)
+                    operations = len(json.loads(done.stdout)["ops"])
+                    if operations:
+                        sys.exit(f"{key} wanted {operations} operation(s) on a converged node")
+                    times[key].append(elapsed)
+                began = time.perf_counter()
+                report = apply_declaration(decl, api=api, state_root=work_path / "state")
+                times["library"].append(time.perf_counter() - began)
+                if report.ops:
+                    sys.exit("apply_declaration wanted operations on a converged node")
+                elapsed, done = timed(compose_command, cwd=work_path, env=env)
+                times["compose"].append(elapsed)
+                print(f"  repetition {repetition}: mesh apply {times['mesh'][-1] * 1000:5.0f} ms"
+                      f"   cmd_apply {times['direct'][-1] * 1000:5.0f} ms"
+                      f"   library {times['library'][-1] * 1000:5.0f} ms"
+                      f"   docker-compose up -d {times['compose'][-1] * 1000:5.0f} ms")
+            median = {key: statistics.median(values) for key, values in times.items()}
+            print(f"\n{n} containers running, nothing to change, {args.repetitions} repetitions "
+                  "(medians):")
+            print(f"  docker-compose up -d         {median['compose'] * 1000:7.0f} ms")
+            for key, label in (("mesh", "mesh apply (CLI)"), ("direct", "python -m executors.cmd_apply"),
+                               ("library", "apply_declaration (library)")):
+                print(f"  {label:28} {median[key] * 1000:7.0f} ms   ratio "
+                      f"{median['compose'] / median[key]:5.1f}x")
+            print("  target: mesh apply >= 10x faster than docker-compose up -d")
+        finally:
+            subprocess.run(["docker-compose", "-p", project, "-f",
+                            str(work_path / "docker-compose.yml"), "down", "-t", "1"],
+                           capture_output=True, cwd=work_path, env=env)
+            _docker.cleanup(api, mesh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
