@@ -296,3 +296,59 @@ def test_applying_a_sequence_ends_in_the_state_of_its_last_declaration(api, mesh
         {os.path.basename(p): f.sha256 for p, f in observed.files.items()}
     assert fresh.applied == observed.applied
 
+
+
+def test_firewall_intent_goes_through_the_firewall_executor_before_containers(
+        api, mesh, tmp_path):
+    """In a fresh network namespace (never the host's ruleset): the firewall executor applies
+    the declared intent before any container operation, and a second apply does nothing."""
+    import subprocess
+    import sys
+
+    from resolver import FirewallAllow, FirewallFloor, FirewallIntent
+
+    from _netns import have_tools
+
+    reason = have_tools()
+    if reason:
+        pytest.skip(reason)
+    image = env_image(api)
+    port = free_port()
+    intent = FirewallIntent(
+        address="127.0.0.1",
+        allow=pvector([FirewallAllow(port, "tcp", pvector(["10.1.0.2"]), "web@n1 for app@n2")]),
+        floors=pvector([FirewallFloor(22, "tcp", pvector(), "ssh")]),
+        mesh_sources=pvector(["10.1.0.2", "127.0.0.1"]))
+    decl = attrs.evolve(declaration(mesh, containers=[
+        container(mesh, "web", image, port=port)]), firewall=intent)
+    path = write_declaration(tmp_path / "d.json", decl)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    script = (
+        "import sys\n"
+        "from executors import cli\n"
+        f"argv = ['apply', {path!r}, '--json', '--state-root', {str(tmp_path / 's')!r}, "
+        "'--stop-timeout', '1']\n"
+        "for run in ('first', 'second'):\n"
+        f"    with open({str(runs)!r} + '/' + run + '.json', 'w') as out:\n"
+        "        sys.stdout = out\n"
+        "        code = cli.main(argv)\n"
+        "        sys.stdout = sys.__stdout__\n"
+        "    assert code == 0, run\n"
+        "import nftables\n"
+        "n = nftables.Nftables()\n"
+        "rc, listing, err = n.cmd('list table inet mesh')\n"
+        f"open({str(runs)!r} + '/table.txt', 'w').write(listing)\n")
+    done = subprocess.run(["unshare", "-n", sys.executable, "-c", script], capture_output=True,
+                          text=True, cwd=str(tmp_path), timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__)))})
+    assert done.returncode == 0, done.stderr
+    first = json.loads((runs / "first.json").read_text())
+    second = json.loads((runs / "second.json").read_text())
+    kinds = [op["op"] for op in first["ops"]]
+    assert any(k.startswith("firewall") for k in kinds), kinds
+    firewall_at = min(i for i, k in enumerate(kinds) if k.startswith("firewall"))
+    assert firewall_at < kinds.index("create-container")
+    assert second["ops"] == []
+    assert str(port) in (runs / "table.txt").read_text()
