@@ -636,7 +636,9 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
         if dry_run:
             for op in plan.ops:
                 report.record(op.op, op.subject, op.cause, "planned")
-            report.say(f"dry run: {len(plan.ops)} operation(s) planned, nothing changed")
+            report.say(f"dry run: {len(plan.ops)} operation(s) planned, nothing changed"
+                       + ("; grants are provisioned only by a real apply, once their providers "
+                          "run" if provisioners else ""))
             if firewall is not None and declaration.firewall is not None:
                 firewall(declaration.firewall, report, True)
             report.facts["result"] = "dry-run"
@@ -654,9 +656,10 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
 
         ok = _execute(plan, executor, before_containers)
         if ok:
-            for provisioner in provisioners:
-                provisioner(declaration, secret_source, report, False)
-            ok = not report.failed
+            for provisioner in provisioners:  # grants need their providers up: after containers
+                result = provisioner(declaration, secret_source, report, False)
+                ok = ok and not getattr(result, "failed", False)
+            ok = ok and not report.failed
         if ok:
             report.facts.update(serial_applied=declaration.serial,
                                 generations=dict(rendered.desired.generations))
