@@ -417,8 +417,12 @@ class _Executor:
         return "removed"
 
     # containers ----------------------------------------------------------
-    def remove_container(self, op: Op, _) -> str:
-        engine.remove(self.api, op.subject, self.rendered.desired.mesh, self.stop_timeout)
+    def _stop_and_remove(self, name: str, operation) -> None:
+        self.report.progress(operation, f"stopping (grace period up to {self.stop_timeout}s)")
+        engine.remove(self.api, name, self.rendered.desired.mesh, self.stop_timeout)
+
+    def remove_container(self, op: Op, operation) -> str:
+        self._stop_and_remove(op.subject, operation)
         return "removed"
 
     def _create_and_start(self, op, operation) -> str:
@@ -432,7 +436,7 @@ class _Executor:
         return self._create_and_start(op, operation)
 
     def recreate_container(self, op: Op, operation) -> str:
-        engine.remove(self.api, op.subject, self.rendered.desired.mesh, self.stop_timeout)
+        self._stop_and_remove(op.subject, operation)
         return self._create_and_start(op, operation)
 
     def start_container(self, op: Op, operation) -> str:

@@ -123,7 +123,14 @@ def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
         say(f"pulling {spec.image} (not present on this node)")
         try:
             repository, digest = spec.image.split("@", 1)
-            api.pull(repository, tag=digest)
+            next_tick = time.monotonic() + TICK_SECONDS
+            for event in api.pull(repository, tag=digest, stream=True, decode=True):
+                if "error" in event:
+                    raise EngineError(f"pulling {spec.image} failed: {event['error']}")
+                if time.monotonic() >= next_tick:  # a long pull is never silent
+                    say(f"pulling {spec.image}: {event.get('status', '')} "
+                        f"{event.get('progress', '')}".rstrip())
+                    next_tick = time.monotonic() + TICK_SECONDS
         except APIError as exc:
             raise EngineError(f"pulling {spec.image} failed: {exc.explanation or exc}") from None
         return api.create_container(**arguments)["Id"]

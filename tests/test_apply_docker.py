@@ -352,3 +352,47 @@ def test_firewall_intent_goes_through_the_firewall_executor_before_containers(
     assert firewall_at < kinds.index("create-container")
     assert second["ops"] == []
     assert str(port) in (runs / "table.txt").read_text()
+
+
+def test_an_image_named_by_digest_is_pulled_only_when_missing(api, mesh, tmp_path):
+    """`repository@sha256:…` from the test registry: pulled when absent, never when present."""
+    registry = os.environ.get("MESH_TEST_REGISTRY", "127.0.0.1:5000")
+    try:
+        import urllib.request
+
+        urllib.request.urlopen(f"http://{registry}/v2/", timeout=3).close()
+    except OSError as exc:
+        pytest.skip(f"no registry at {registry} ({exc}); scripts/services.sh starts one")
+    repository = f"{registry}/mesh-test/apply-pull-{mesh}"
+    api.tag(env_image(api), repository, "v1")
+    digest = None
+    for event in api.push(repository, tag="v1", stream=True, decode=True):
+        assert "error" not in event, event
+        digest = event.get("aux", {}).get("Digest", digest)
+    assert digest
+    api.remove_image(f"{repository}:v1")  # untag: the repository@digest is now absent here
+    reference = f"{repository}@{digest}"
+    decl = declaration(mesh, containers=[container(mesh, "web", reference, command=SLEEPER)])
+    try:
+        import io
+
+        from executors.report import LivePrinter, Report
+
+        said = io.StringIO()
+        report = apply_declaration(decl, api=api, state_root=tmp_path / "s", stop_timeout=1,
+                                   report=Report(printer=LivePrinter(stream=said)))
+        assert report.facts["result"] == "applied", report.to_json()
+        assert f"pulling {reference} (not present on this node)" in said.getvalue()
+        assert api.inspect_container(f"{mesh}-web")["Config"]["Image"] == reference
+        cleanup(api, mesh)
+        said = io.StringIO()
+        report = apply_declaration(decl, api=api, state_root=tmp_path / "s", stop_timeout=1,
+                                   report=Report(printer=LivePrinter(stream=said)))
+        assert [op.op for op in report.ops] == ["create-container"]
+        assert "pulling" not in said.getvalue()  # present now: not pulled again
+    finally:
+        cleanup(api, mesh)
+        try:
+            api.remove_image(reference)
+        except Exception:  # already gone
+            pass
