@@ -6,7 +6,9 @@ Invariants:
   a label or the report. Labels carry one-way fingerprints so a cause can name the env key.
 - Node-side state lives under the state root: env/ and bindings/ (files the mesh writes),
   steps/ (run-once completion markers: the step's config digest), dirs.json (directories the
-  mesh created or adopted), applied.json (serial, digest, generations in force), lock.
+  mesh created or adopted), applied.json (serial, digest, generations in force), lock, and
+  noop.json (what apply_fast's no-op check compares: removed before a real apply acts,
+  rewritten after it succeeds).
 - Every write is atomic (temp, fsync, rename), so a SIGKILL at any point leaves either the old
   or the new file, and a re-run converges; the applied record is written only on success.
 - A failed operation stops what follows (listed as skipped); the report says why.
@@ -90,6 +92,10 @@ class NodePaths:
     @property
     def applied(self) -> Path:
         return self.root / "applied.json"
+
+    @property
+    def noop_record(self) -> Path:
+        return self.root / "noop.json"
 
     def marker(self, step: str) -> Path:
         return self.steps_dir / f"{step}.digest"
@@ -605,6 +611,13 @@ class _Lock:
         os.close(self.fd)
 
 
+def _forget_noop_record(paths: NodePaths) -> None:
+    try:
+        os.unlink(paths.noop_record)
+    except FileNotFoundError:
+        pass
+
+
 def applied_serial(state_root) -> Optional[int]:
     record = _read_json(NodePaths(Path(state_root)).applied, None)
     return record.get("serial") if isinstance(record, dict) else None
@@ -613,8 +626,10 @@ def applied_serial(state_root) -> Optional[int]:
 def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE_ROOT,
                       secret_source: Optional[SecretSource] = None, dry_run: bool = False,
                       report: Optional[Report] = None, firewall: Optional[Firewall] = None,
-                      provisioners: Sequence[Provisioner] = (), stop_timeout: int = 10) -> Report:
-    """Make this node match `declaration`; returns the report (report.facts["result"])."""
+                      provisioners: Sequence[Provisioner] = (), stop_timeout: int = 10,
+                      noop_inputs: Optional[dict] = None) -> Report:
+    """Make this node match `declaration`; returns the report (report.facts["result"]).
+    With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record."""
     report = report if report is not None else Report()
     paths = NodePaths(Path(state_root))
     report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial)
@@ -649,6 +664,7 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
             return report
         report.say(f"{len(plan.ops)} operation(s) to apply" if plan.ops
                    else "nothing to change in files, directories or containers")
+        _forget_noop_record(paths)  # until this apply succeeds, no-op checks decline
         swept = _sweep_temporaries(paths, rendered.desired)
         if swept:
             report.say(f"removed {swept} temporary file(s) left by an interrupted apply")
@@ -667,6 +683,12 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
         if ok:
             report.facts.update(serial_applied=declaration.serial,
                                 generations=dict(rendered.desired.generations))
+        if ok and noop_inputs is not None and not report.notices and not declaration.grants \
+                and (declaration.firewall is None or firewall is None):
+            from .apply_fast import noop_record
+
+            _write_json(paths.noop_record, noop_record(declaration, rendered.desired,
+                                                       noop_inputs))
         report.facts["health"] = dict(sorted(executor.health.items()))
         report.facts["result"] = "applied" if ok else "failed"
         report.say(f"serial {report.facts['serial_applied']} in force; "

@@ -4,6 +4,9 @@ Each subcommand lives in its own module `executors/cmd_<name>.py` exposing
 `register(subparsers)`, which adds a parser whose `func(args) -> int` runs it. Exit codes:
 0 success, 1 refusals or failed checks, 2 bad input (every fault printed as file:line:col).
 No traceback reaches a user for bad input: InputError is caught here.
+Only the chosen subcommand's module is imported when the first argument names one (a no-op
+`mesh apply` must not pay for every other command); `mesh --help`, no command or an unknown
+one build the full parser, so help and usage errors list every command.
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-
-from resolver import InputError, MeshError
 
 COMMANDS = [
     "check",
@@ -26,7 +27,7 @@ COMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mesh",
         description="Resolve a mesh of self-hosted nodes from manifests and a ledger, "
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
+    for name in commands:
         importlib.import_module(f"executors.cmd_{name.replace('-', '_')}").register(sub)
     return parser
 
@@ -47,20 +48,31 @@ def print_faults(error: InputError, stream=None) -> None:
     print(f"{count} error{'s' if count != 1 else ''}", file=stream)
 
 
+def commands_for(argv) -> list[str]:
+    """The subcommands to register: only the one named first, else all (help, usage errors)."""
+    if argv and argv[0] in COMMANDS:
+        return [argv[0]]
+    return COMMANDS
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(commands_for(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except InputError as error:
-        print_faults(error)
-        return 2
-    except MeshError as error:
-        print(f"mesh: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("mesh: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        resolver = sys.modules.get("resolver")  # whoever raised these imported it
+        if resolver is not None and isinstance(error, resolver.InputError):
+            print_faults(error)
+            return 2
+        if resolver is not None and isinstance(error, resolver.MeshError):
+            print(f"mesh: {error}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

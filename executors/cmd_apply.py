@@ -7,6 +7,9 @@ A DECLARATION may be a file (JSON or YAML of resolver.unstructure(declaration)) 
 directory of them; of all given, only the newest by serial is applied, the rest are reported
 as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
 to this node) opened with `--key FILE` (the node's private key).
+A no-op is answered first by apply_fast's check (standard library only), which declines to this
+full path on any doubt; `--no-fast` or MESH_APPLY_NO_FAST=1 skips it. Heavy imports (the
+resolver, the docker SDK) happen only on the full path.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from requests.exceptions import RequestException
+from typing import TYPE_CHECKING
 
-import resolver
-from resolver import Declaration, Fault, InputError, MeshError, load_document
+if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
+    from resolver import Declaration
 
-from .report import LivePrinter, Report
+    from .report import Report
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
 PROVISIONER_PREFIX = "provision_"  # executors/provision_<name>.py exposing `provision(...)`
@@ -55,6 +58,9 @@ def register(subparsers) -> None:
                         help="grace period when stopping a container to replace it (default 10)")
     parser.add_argument("--no-firewall", action="store_true",
                         help="leave the firewall as it is even if the declaration has an intent")
+    parser.add_argument("--no-fast", action="store_true",
+                        help="skip the quick no-op check and always observe and diff in full "
+                        "(also MESH_APPLY_NO_FAST=1)")
     parser.set_defaults(func=run)
 
 
@@ -75,6 +81,8 @@ def _files(arguments) -> list[Path]:
 
 def load_declarations(arguments) -> list[tuple[str, Declaration]]:
     """Every declaration named, or InputError with every fault of every file."""
+    from resolver import Declaration, Fault, InputError, load_document
+
     faults: list[Fault] = []
     loaded: list[tuple[str, Declaration]] = []
     files = _files(arguments)
@@ -111,8 +119,10 @@ def load_declarations(arguments) -> list[tuple[str, Declaration]]:
 def _fast_json(text: str):
     """A well-formed JSON declaration without the YAML loader's position bookkeeping (the
     common case, and most of a no-op apply's time); None sends anything else to the loader."""
+    import resolver
+
     try:
-        return resolver.structure(json.loads(text), Declaration)
+        return resolver.structure(json.loads(text), resolver.Declaration)
     except Exception:  # malformed: load_document reports it, located
         return None
 
@@ -121,6 +131,9 @@ def secret_source_from(secrets_file, key_file, node: str):
     """SecretRef → value, from the values sealed to `node` in a ledger file; None if no file."""
     if secrets_file is None and key_file is None:
         return None
+    import resolver
+    from resolver import Fault, InputError, MeshError
+
     if secrets_file is None or key_file is None:
         raise MeshError("--secrets and --key go together: the sealed values and the key that "
                         "opens them")
@@ -152,6 +165,8 @@ def firewall_hook(state_root: str):
         return None
 
     def apply_intent(intent, report: Report, dry_run: bool) -> None:
+        from resolver import MeshError
+
         from .firewall import apply_firewall  # imported only for a declared intent
 
         try:
@@ -193,6 +208,17 @@ def discover_provisioners(declaration: Declaration) -> list:
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
+    from . import apply_fast
+
+    if not apply_fast.fast_path_disabled(args):
+        code = apply_fast.try_noop(args, out)
+        if code is not None:
+            return code
+    from requests.exceptions import RequestException
+
+    from .report import LivePrinter, Report
+
+    noop_inputs = None if args.dry_run else _noop_inputs(apply_fast, args)
     declarations = load_declarations(args.declarations)
     node = declarations[0][1].node
     secret_source = secret_source_from(args.secrets, args.key, node)
@@ -207,7 +233,8 @@ def run(args, out=None) -> int:
             dry_run=args.dry_run, report=report,
             firewall=None if args.no_firewall else firewall_hook(args.state_root),
             provisioners=discover_provisioners(max(declarations, key=lambda d: d[1].serial)[1]),
-            stop_timeout=args.stop_timeout)
+            stop_timeout=args.stop_timeout,
+            noop_inputs=noop_inputs if noop_inputs == _noop_inputs(apply_fast, args) else None)
     except (docker_engine.docker.errors.DockerException, RequestException) as exc:
         # the engine is unreachable or broke off mid-way: nothing is recorded as applied
         print(f"mesh: the Docker Engine at {args.docker_host or 'the local socket'} did not "
@@ -224,6 +251,15 @@ def run(args, out=None) -> int:
     else:
         print_summary(report, out)
     return 0 if report.facts.get("result") in ("applied", "dry-run", "superseded") else 1
+
+
+def _noop_inputs(apply_fast, args):
+    """The inputs' fingerprint, taken before and after loading: equal both times, the
+    declaration applied is the one fingerprinted."""
+    try:
+        return apply_fast.noop_inputs(args)
+    except OSError:  # unreadable: the full path reports it
+        return None
 
 
 def print_summary(report: Report, out) -> None:
@@ -249,6 +285,8 @@ def main(argv=None) -> int:
     """`python -m executors.cmd_apply …`: the same command, without loading every other
     subcommand of the `mesh` CLI (a node's timer or hook runs only this one)."""
     import argparse
+
+    from resolver import InputError, MeshError
 
     from .cli import print_faults
 

@@ -1,0 +1,307 @@
+"""The no-op check of `mesh apply`: say "nothing to change" without the resolver or the SDK.
+
+Invariants:
+- Standard library only (json, os, hashlib, http.client, socket, fcntl): importing the resolver
+  (cattrs, ruamel), attrs or the docker SDK costs far more than the whole check.
+- It answers only for byte-identical inputs (declaration file, sealed secrets and key) to the
+  last successful full apply, whose record (`<state root>/noop.json`) says what that apply left;
+  it then observes the same facts the full path observes (one container list call, the state
+  directories, accessed paths, the files the mesh writes, run-once markers, applied.json).
+- Any doubt declines (returns None) and the full path runs unchanged: an unusual argument, a
+  grant or a firewall intent to enforce, an unreadable file, an engine not on a unix socket, an
+  answer not understood, another apply holding the lock. It never writes anything.
+- A no-op it reports is the full path's no-op report, same text and same --json document.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+RECORD_VERSION = 1
+NOOP_RECORD = "noop.json"
+DEFAULT_SOCKET = "/var/run/docker.sock"
+API_VERSION = "1.41"  # the full path's docker_engine.API_VERSION
+LABEL_MESH = "mesh.mesh"
+LABEL_DIGEST = "mesh.config-digest"
+ENGINE_TIMEOUT = 10
+
+
+class _Decline(Exception):
+    """The check cannot vouch for a no-op; the full path decides."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _sha256_file(path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def noop_inputs(args) -> Optional[dict]:
+    """The fingerprint of what a no-op depends on besides the node: the one declaration file's
+    bytes and the sealed secrets' and key's bytes (a one-way digest; never a value). None when
+    the invocation is not one the check handles (several files, a spool directory, YAML)."""
+    if len(args.declarations) != 1:
+        return None
+    declaration = Path(args.declarations[0])
+    if declaration.suffix != ".json" or not declaration.is_file():
+        return None
+    secrets = None
+    if (args.secrets is None) != (args.key is None):
+        return None  # the full path explains that they go together
+    if args.secrets is not None:
+        digest = hashlib.sha256()
+        for part in (args.secrets, args.key):
+            with open(part, "rb") as handle:
+                data = handle.read()
+            digest.update(len(data).to_bytes(8, "big") + data)
+        secrets = digest.hexdigest()
+    return {"declaration_sha256": _sha256_file(declaration), "secrets_sha256": secrets}
+
+
+def fast_path_disabled(args) -> bool:
+    return bool(getattr(args, "no_fast", False)) or \
+        os.environ.get("MESH_APPLY_NO_FAST", "") not in ("", "0")
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+def _socket_path(docker_host: Optional[str]) -> str:
+    if not docker_host:
+        return DEFAULT_SOCKET
+    if docker_host.startswith("unix:///"):
+        return docker_host[len("unix://"):]
+    raise _Decline(f"engine {docker_host} is not a unix socket")
+
+
+def list_managed(docker_host: Optional[str], mesh: str) -> list[dict]:
+    """GET /containers/json?all=1 with the full path's label filter, over the unix socket."""
+    import http.client
+    import urllib.parse
+
+    path = _socket_path(docker_host)
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            sock.connect(path)
+            self.sock = sock
+
+    filters = urllib.parse.quote(json.dumps({"label": [f"{LABEL_MESH}={mesh}"]}))
+    connection = UnixConnection("localhost", timeout=ENGINE_TIMEOUT)
+    try:
+        connection.request("GET", f"/v{API_VERSION}/containers/json?all=1&filters={filters}")
+        reply = connection.getresponse()
+        body = reply.read()
+    finally:
+        connection.close()
+    if reply.status != 200:
+        raise _Decline(f"engine answered {reply.status}")
+    rows = json.loads(body)
+    if not isinstance(rows, list):
+        raise _Decline("engine answer is not a list")
+    return rows
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def _read_json(path):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _check_applied(root: Path, record: dict) -> None:
+    applied = _read_json(root / "applied.json")
+    if not isinstance(applied, dict) or "serial" not in applied or \
+            (applied["serial"], applied.get("digest", ""), applied.get("generations", {})) != \
+            (record["serial"], record["digest"], record["generations"]):
+        raise _Decline("applied.json differs from the no-op record")
+
+
+def _check_dirs(root: Path, record: dict) -> None:
+    recorded = set(_read_json(root / "dirs.json")) if record["dirs"] else set()
+    for want in record["dirs"]:
+        if want["path"] not in recorded:
+            raise _Decline(f"{want['path']} is not in the mesh's record of directories")
+        st = os.lstat(want["path"])
+        if not stat.S_ISDIR(st.st_mode) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) \
+                != (want["uid"], want["gid"], want["mode"]):
+            raise _Decline(f"{want['path']} differs")
+    for want in record["accesses"]:
+        path = want["path"]
+        if not (os.path.exists(path) and os.access(path, os.R_OK)
+                and (want["mode"] != "rw" or os.access(path, os.W_OK))):
+            raise _Decline(f"{path} is not usable {want['mode']}")
+
+
+def _check_files(root: Path, record: dict) -> None:
+    if set(record["files"]) != {"env", "bindings"}:
+        raise _Decline("files outside env/ and bindings/")
+    for kind in ("env", "bindings"):
+        want = record["files"][kind]
+        found = {}
+        try:
+            entries = list(os.scandir(root / kind))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:  # the same selection as the full path's observation
+            if entry.name.startswith(".") or not entry.name.endswith(".env") \
+                    or not entry.is_file():
+                continue
+            if stat.S_IMODE(entry.stat().st_mode) != 0o600:
+                raise _Decline(f"{entry.path} mode changed")
+            found[entry.name] = _sha256_file(entry.path)
+        if found != want:
+            raise _Decline(f"files in {root / kind} differ")
+
+
+def _check_markers(root: Path, record: dict) -> None:
+    want = {c["name"]: c["digest"] for c in record["containers"] if c["run_once"]}
+    found = {}
+    steps = root / "steps"
+    if steps.is_dir():
+        for entry in os.scandir(steps):
+            if entry.name.endswith(".digest") and not entry.name.startswith("."):
+                with open(entry.path, encoding="utf-8") as handle:
+                    found[entry.name[: -len(".digest")]] = handle.read().strip()
+    if found != want:
+        raise _Decline("run-once markers differ")
+
+
+def _check_containers(rows: list[dict], record: dict) -> None:
+    want = {c["name"]: c["digest"] for c in record["containers"] if not c["run_once"]}
+    seen = set()
+    for row in rows:
+        names = [n.lstrip("/") for n in row.get("Names") or []]
+        name = names[0] if names else row["Id"][:12]
+        labels = row.get("Labels") or {}
+        if name not in want or name in seen:  # not declared, or a run-once step's leftover
+            raise _Decline(f"container {name} is not a declared service")
+        if labels.get(LABEL_DIGEST, "") != want[name] or row.get("State", "") != "running":
+            raise _Decline(f"container {name} differs or is not running")
+        seen.add(name)
+    if seen != set(want):
+        raise _Decline("a declared container is missing")
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _facts(record: dict, label: str, dry_run: bool) -> dict:
+    facts = {"superseded": [], "file": label, "mesh": record["mesh"], "node": record["node"],
+             "serial": record["serial"], "digest": record["digest"],
+             "serial_applied": record["serial"], "generations": dict(record["generations"]),
+             "result": "dry-run" if dry_run else "applied"}
+    if not dry_run:
+        facts["health"] = {}
+    return facts
+
+
+def _print(facts: dict, as_json: bool, out) -> None:
+    if as_json:  # the full path's Report.to_json() with no operation and no notice
+        json.dump({**facts, "ops": [], "notices": []}, out, indent=2, sort_keys=True)
+        out.write("\n")
+        return
+    print(f"node {facts['node']} (mesh {facts['mesh']}): {facts['result']}; "
+          f"serial in force {facts['serial_applied']}", file=out)
+    if facts["generations"]:
+        print("  credential generations in force: "
+              + ", ".join(f"{c} {g}" for c, g in sorted(facts["generations"].items())), file=out)
+    if facts["result"] == "applied":
+        print("  nothing to change", file=out)
+
+
+def _say(began: float, message: str) -> None:
+    print(f"[{time.monotonic() - began:6.1f}s] · {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the call
+
+
+def check(args) -> dict:
+    """The facts of a no-op report, or _Decline."""
+    inputs = noop_inputs(args)
+    if inputs is None:
+        raise _Decline("not one JSON declaration file")
+    root = Path(args.state_root)
+    try:
+        record = _read_json(root / NOOP_RECORD)
+    except FileNotFoundError:
+        raise _Decline("no record of a successful apply") from None
+    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION \
+            or record.get("inputs") != inputs:
+        raise _Decline("inputs differ from the last successful apply")
+    if record["firewall_intent"] and not args.no_firewall:
+        raise _Decline("the firewall intent is checked by the full path")
+    try:
+        lock = os.open(root / "lock", os.O_RDWR)
+    except FileNotFoundError:
+        raise _Decline("no lock file") from None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise _Decline("another apply is running") from None
+            raise
+        _check_applied(root, record)
+        _check_dirs(root, record)
+        _check_files(root, record)
+        _check_markers(root, record)
+        _check_containers(list_managed(args.docker_host, record["mesh"]), record)
+    finally:
+        os.close(lock)
+    return _facts(record, str(Path(args.declarations[0])), args.dry_run)
+
+
+def try_noop(args, out) -> Optional[int]:
+    """Print the no-op report and return 0, or None: the full path must run."""
+    began = time.monotonic()
+    try:
+        facts = check(args)
+    except Exception as exc:  # any doubt, whatever it is: the full path decides and reports
+        if os.environ.get("MESH_APPLY_EXPLAIN"):
+            _say(began, f"no-op check declined: {exc}")
+        return None
+    _say(began, f"no-op check: declaration serial {facts['serial']} for node {facts['node']} "
+         "unchanged since its last successful apply; files, directories, run-once markers and "
+         "containers observed as recorded")
+    _say(began, f"serial {facts['serial_applied']} in force; 0 operation(s); "
+         f"result: {facts['result']}")
+    _print(facts, args.json, out)
+    return 0
+
+
+def noop_record(declaration, desired, inputs: dict) -> dict:
+    """What the check needs, from the full path's rendered desired state (called by apply.py
+    after a successful apply)."""
+    files: dict = {"env": {}, "bindings": {}}
+    for f in desired.files:
+        directory, name = os.path.split(f.path)
+        files.setdefault(os.path.basename(directory), {})[name] = f.sha256
+    return {
+        "version": RECORD_VERSION, "inputs": inputs,
+        "mesh": desired.mesh, "node": desired.node, "serial": desired.serial,
+        "digest": desired.digest, "generations": dict(desired.generations),
+        "firewall_intent": declaration.firewall is not None,
+        "containers": [{"name": c.name, "digest": c.digest, "run_once": c.run_once}
+                       for c in desired.containers],
+        "dirs": [{"path": d.path, "uid": d.uid, "gid": d.gid, "mode": d.mode}
+                 for d in desired.dirs],
+        "accesses": [{"path": a.path, "mode": a.mode} for a in desired.accesses],
+        "files": files,
+    }

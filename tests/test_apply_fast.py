@@ -1,0 +1,344 @@
+"""The quick no-op check of `mesh apply` (executors/apply_fast.py) against the real engine.
+
+It must answer exactly as the full path does for a converged node (text, --json, --dry-run),
+and decline to the full path for every kind of drift, which then fixes it, after which the
+check answers again. It must not import the resolver, cattrs, ruamel, attrs or the docker SDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import io
+import json
+import os
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import attrs
+import pytest
+from pyrsistent import pmap, pvector
+
+from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, FirewallIntent,
+                      SecretRef, StateDirDecl, secret_token)
+
+from executors import apply_fast, cli, cmd_apply, keys
+from _docker import (cleanup, container, declaration, docker_host, engine, env_image,
+                     unique_mesh, write_declaration)
+
+pytestmark = pytest.mark.integration
+
+SLEEPER = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+FAST_MARK = "no-op check:"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def api():
+    return engine()
+
+
+@pytest.fixture
+def mesh(api):
+    name = unique_mesh("q")
+    yield name
+    cleanup(api, name)
+
+
+def run(capsys, *argv):
+    """(exit code, stdout, stderr, whether the no-op check answered)."""
+    code = cli.main(["apply", *map(str, argv), "--stop-timeout", "1",
+                     "--docker-host", docker_host()])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err, FAST_MARK in captured.err
+
+
+def run_json(capsys, *argv):
+    code, out, err, fast = run(capsys, *argv, "--json")
+    return code, json.loads(out), err, fast
+
+
+class Node:
+    """A node with every kind of thing the check looks at: two services, a run-once step, a
+    state directory, an accessed path, an env file per container and a binding file."""
+
+    def __init__(self, api, mesh, tmp_path, serial=1, web_env="one"):
+        self.api, self.mesh, self.tmp = api, mesh, tmp_path
+        self.state = tmp_path / "state"
+        self.data = tmp_path / "srv" / "data"
+        self.shared = tmp_path / "shared"
+        self.shared.mkdir(exist_ok=True)
+        self.path = self.write(serial, web_env)
+
+    def decl(self, serial, web_env):
+        image = env_image(self.api)
+        return declaration(
+            self.mesh, serial=serial,
+            containers=[
+                container(self.mesh, "init", image, command=["sh", "-c", "echo ok"],
+                          run_once=True),
+                container(self.mesh, "web", image, command=SLEEPER, env={"MODE": web_env}),
+                container(self.mesh, "db", image, command=SLEEPER, env={"ROLE": "db"})],
+            state_dirs=[StateDirDecl(str(self.data), 1000, 1000, "0750", "app@n1", "data")],
+            accesses=[AccessDecl(str(self.shared), "rw", pvector(["app@n1"]))],
+            bindings=[BindingDecl("app@n1", "db", "db@n1", None, pmap({"host": "10.0.0.9"}))])
+
+    def write(self, serial, web_env="one", name="d.json"):
+        return write_declaration(self.tmp / name, self.decl(serial, web_env))
+
+    def name(self, short):
+        return f"{self.mesh}-{short}"
+
+
+@pytest.fixture
+def node(api, mesh, tmp_path, capsys):
+    node = Node(api, mesh, tmp_path)
+    code, report, err, fast = run_json(capsys, node.path, "--state-root", node.state)
+    assert code == 0 and not fast, err
+    assert report["ops"], "the first apply creates everything"
+    return node
+
+
+# --------------------------------------------------------------------------- same answer
+
+
+def test_the_check_answers_a_converged_node_exactly_as_the_full_path_does(node, capsys):
+    for extra in ([], ["--json"], ["--dry-run"], ["--dry-run", "--json"]):
+        fast = run(capsys, node.path, "--state-root", node.state, *extra)
+        full = run(capsys, node.path, "--state-root", node.state, *extra, "--no-fast")
+        assert fast[3] and not full[3], (extra, fast[2])
+        assert (fast[0], fast[1]) == (full[0], full[1]) == (0, full[1]), extra
+    code, report, _, _ = run_json(capsys, node.path, "--state-root", node.state)
+    assert report["ops"] == [] and report["result"] == "applied"
+    assert report["serial_applied"] == 1 and report["file"] == node.path
+
+
+def test_a_no_op_with_sealed_secrets_answers_as_the_full_path_and_a_new_ledger_declines(
+        api, mesh, tmp_path, capsys):
+    from resolver import Credential, Generation, Ledger, dump_ledger
+
+    key_path = tmp_path / "n1.key"
+    public = keys.create_node_key(key_path)
+    secret = "s3cr3t-" + os.urandom(6).hex()
+
+    def ledger(value):
+        sealed = pmap({"n1": keys.seal(public, value, "n1")})
+        path = tmp_path / "ledger.yaml"
+        path.write_text(dump_ledger(Ledger(credentials=pmap(
+            {"db-cred": Credential(active=Generation(3, sealed=sealed))}))))
+        return path
+
+    ledger_path = ledger(secret)
+    decl = declaration(mesh, containers=[container(
+        mesh, "web", env_image(api), command=SLEEPER, env={"DB_PASSWORD": secret_token("db-cred")},
+        secrets=[SecretRef("db-cred", 3)])])
+    path = write_declaration(tmp_path / "d.json", decl)
+    argv = [path, "--state-root", tmp_path / "state", "--secrets", ledger_path, "--key", key_path]
+    assert run(capsys, *argv)[0] == 0
+    fast, full = run(capsys, *argv), run(capsys, *argv, "--no-fast")
+    assert fast[3] and (fast[0], fast[1]) == (full[0], full[1])
+    assert "credential generations in force: db-cred 3" in fast[1]
+    fast, full = run(capsys, *argv, "--json"), run(capsys, *argv, "--json", "--no-fast")
+    assert fast[3] and (fast[0], fast[1]) == (full[0], full[1])
+    assert secret not in json.dumps(json.loads((tmp_path / "state" / "noop.json").read_text()))
+    # without the secrets the full path refuses: so must the check not answer
+    code, _, err, fast_answered = run(capsys, path, "--state-root", tmp_path / "state")
+    assert code == 1 and not fast_answered and "no sealed secrets were given" in err
+    # a ledger that changed (here: the same value sealed again) is unsealed by the full path
+    ledger(secret)
+    code, report, _, fast_answered = run_json(capsys, *argv)
+    assert code == 0 and not fast_answered and report["ops"] == []
+    assert run(capsys, *argv)[3]
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def stop_a_container(node):
+    node.api.stop(node.name("web"), timeout=1)
+    return [("start-container", node.name("web"))]
+
+
+def remove_a_container(node):
+    node.api.remove_container(node.name("db"), force=True)
+    return [("create-container", node.name("db"))]
+
+
+def recreate_a_container_by_hand_with_other_env(node):
+    name = node.name("web")
+    labels = node.api.inspect_container(name)["Config"]["Labels"]
+    node.api.remove_container(name, force=True)
+    labels = {**labels, "mesh.config-digest": "sha256:" + "0" * 64}
+    node.api.create_container(env_image(node.api), command=SLEEPER, name=name,
+                              environment=["MODE=by-hand"], labels=labels)
+    node.api.start(name)
+    return [("recreate-container", name)]
+
+
+def add_an_extra_managed_container(node):
+    name = node.name("extra")
+    node.api.create_container(env_image(node.api), command=SLEEPER, name=name,
+                              labels={"mesh.mesh": node.mesh})
+    node.api.start(name)
+    return [("remove-container", name)]
+
+
+def chmod_a_state_dir(node):
+    os.chmod(node.data, 0o777)
+    return [("fix-dir", str(node.data))]
+
+
+def chown_a_state_dir(node):
+    os.chown(node.data, 1000, 1234)
+    return [("fix-dir", str(node.data))]
+
+
+def edit_an_env_file(node):
+    env_file = node.state / "env" / f"{node.name('db')}.env"
+    env_file.write_text(env_file.read_text() + "EXTRA=1\n")
+    return [("write-file", str(env_file))]
+
+
+def chmod_a_binding_file(node):
+    binding = node.state / "bindings" / "app@n1--db.env"
+    os.chmod(binding, 0o644)
+    return [("write-file", str(binding))]
+
+
+def add_a_stray_env_file(node):
+    stray = node.state / "env" / "stray.env"
+    stray.write_text("A=1\n")
+    return [("remove-file", str(stray))]
+
+
+def remove_a_run_once_marker(node):
+    (node.state / "steps" / f"{node.name('init')}.digest").unlink()
+    return [("run-step", node.name("init"))]
+
+
+def write_a_newer_declaration(node):
+    node.write(2, web_env="two")
+    return [("recreate-container", node.name("web")), ("record-applied", "serial 2")]
+
+
+def rewrite_the_declaration_same_content_other_bytes(node):
+    Path(node.path).write_text(json.dumps(json.loads(Path(node.path).read_text())))
+    return []  # the full path finds nothing to change, and the next run is fast again
+
+
+DRIFTS = [stop_a_container, remove_a_container, recreate_a_container_by_hand_with_other_env,
+          add_an_extra_managed_container, chmod_a_state_dir, chown_a_state_dir,
+          edit_an_env_file, chmod_a_binding_file, add_a_stray_env_file, remove_a_run_once_marker,
+          write_a_newer_declaration, rewrite_the_declaration_same_content_other_bytes]
+
+
+@pytest.mark.parametrize("drift", DRIFTS, ids=[d.__name__ for d in DRIFTS])
+def test_every_kind_of_drift_declines_to_the_full_path_which_fixes_it(node, capsys, drift):
+    assert run(capsys, node.path, "--state-root", node.state)[3], "converged: the check answers"
+    expected = drift(node)
+    code, report, err, fast = run_json(capsys, node.path, "--state-root", node.state)
+    assert code == 0 and not fast, err
+    done = [(op["op"], op["subject"]) for op in report["ops"]]
+    for op in expected:
+        assert op in done, (op, done)
+    code, report, err, fast = run_json(capsys, node.path, "--state-root", node.state)
+    assert code == 0 and fast and report["ops"] == [], err
+    assert report["serial_applied"] == (2 if drift is write_a_newer_declaration else 1)
+
+
+def test_a_removed_accessed_path_declines_and_the_full_path_refuses(node, capsys):
+    node.shared.rmdir()
+    code, report, err, fast = run_json(capsys, node.path, "--state-root", node.state)
+    assert code == 1 and not fast and report["result"] == "refused"
+    node.shared.mkdir()
+    assert run(capsys, node.path, "--state-root", node.state)[3]
+
+
+def test_an_older_declaration_is_superseded_by_the_full_path(node, capsys):
+    node.write(2, web_env="two")
+    assert run(capsys, node.path, "--state-root", node.state)[0] == 0
+    older = node.write(1, name="old.json")
+    code, report, _, fast = run_json(capsys, older, "--state-root", node.state)
+    assert code == 0 and not fast and report["result"] == "superseded"
+
+
+# --------------------------------------------------------------------------- declines
+
+
+def parsed(*argv):
+    parser = argparse.ArgumentParser(prog="mesh")
+    cmd_apply.register(parser.add_subparsers(dest="command", required=True))
+    argv = [*map(str, argv)]
+    if "--docker-host" not in argv:
+        argv += ["--docker-host", docker_host()]
+    return parser.parse_args(["apply", *argv])
+
+
+def test_the_check_declines_what_it_does_not_handle(node, capsys, monkeypatch):
+    assert apply_fast.try_noop(parsed(node.path, "--state-root", node.state), io.StringIO()) == 0
+    second = node.write(1, name="same.json")
+    for argv in ([node.path, second], [node.tmp], [node.path, "--docker-host", "tcp://127.0.0.1:1"],
+                 [node.path, "--secrets", node.path]):
+        args = parsed(*argv, "--state-root", node.state)
+        with redirect_stdout(io.StringIO()) as out:
+            assert apply_fast.try_noop(args, out) is None, argv
+        assert out.getvalue() == ""
+    lock = os.open(node.state / "lock", os.O_RDWR)
+    try:  # another apply holds the lock: the full path waits for it, the check does not
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert apply_fast.try_noop(parsed(node.path, "--state-root", node.state),
+                                   io.StringIO()) is None
+    finally:
+        os.close(lock)
+    monkeypatch.setenv("MESH_APPLY_NO_FAST", "1")
+    capsys.readouterr()
+    assert not run(capsys, node.path, "--state-root", node.state)[3]
+
+
+def test_a_firewall_intent_is_left_to_the_full_path_unless_disabled(api, mesh, tmp_path, capsys):
+    intent = FirewallIntent(address="127.0.0.1", allow=pvector([FirewallAllow(
+        8080, "tcp", pvector(["10.1.0.2"]), "web")]), floors=pvector([FirewallFloor(
+            22, "tcp", pvector(), "ssh")]), mesh_sources=pvector(["127.0.0.1"]))
+    decl = attrs.evolve(declaration(mesh, containers=[
+        container(mesh, "web", env_image(api), command=SLEEPER)]), firewall=intent)
+    path = write_declaration(tmp_path / "d.json", decl)
+    state = tmp_path / "state"
+    assert run(capsys, path, "--state-root", state, "--no-firewall")[0] == 0  # host untouched
+    assert run(capsys, path, "--state-root", state, "--no-firewall")[3]
+    assert apply_fast.try_noop(parsed(path, "--state-root", state), io.StringIO()) is None
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def test_a_fast_no_op_imports_neither_the_resolver_nor_the_sdk(node):
+    script = (
+        "import sys; from executors import cli\n"
+        f"code = cli.main(['apply', {str(node.path)!r}, '--state-root', {str(node.state)!r}, "
+        f"'--docker-host', {docker_host()!r}])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('resolver', 'cattrs', 'ruamel', 'attrs', 'docker', 'requests', 'pyrsistent'))\n"
+        "print(code, heavy, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert FAST_MARK in done.stderr
+    assert done.stderr.strip().endswith("0 []"), done.stderr
+    assert "nothing to change" in done.stdout
+
+
+def test_each_subcommand_help_is_the_same_from_the_lazy_parser():
+    def help_of(argv, commands):
+        with redirect_stdout(io.StringIO()) as out:
+            with pytest.raises(SystemExit):
+                cli.build_parser(commands).parse_args(argv)
+        return out.getvalue()
+
+    assert cli.commands_for(["--help"]) == cli.COMMANDS == cli.commands_for([])
+    assert cli.commands_for(["nonsense"]) == cli.COMMANDS
+    for name in cli.COMMANDS:
+        assert cli.commands_for([name, "--help"]) == [name]
+        lazy = help_of([name, "--help"], cli.commands_for([name, "--help"]))
+        assert lazy and lazy == help_of([name, "--help"], cli.COMMANDS), name
