@@ -2,9 +2,13 @@
 
 Both tools manage their own 40 containers of the same workload (same local image, command,
 three env values, one port published on 127.0.0.1 each) side by side on one engine; each
-repetition times one no-op `mesh apply` (the CLI, a fresh process, as an operator runs it)
-and one no-op `docker-compose up -d` (Debian's docker-compose), alternating. Prints every
-timing, the medians and the ratio. Needs the Docker Engine (scripts/services.sh) and
+repetition times, in turn, one no-op of: `mesh apply` (the CLI in a fresh process, as an
+operator runs it: its quick no-op check answers), `mesh apply --no-fast` (the full path:
+render, one list call, diff), the `mesh` console script when installed, apply_declaration()
+in this process (no interpreter start, no imports) and `docker-compose up -d` (Debian's
+docker-compose). Each CLI run's --json report is checked for zero operations, and the
+default run for having been answered by the quick check. Prints every timing, the medians and
+each ratio to docker-compose. Needs the Docker Engine (scripts/services.sh) and
 docker-compose; cleans up its containers.
 
     python3 benchmarks/bench_apply.py [--containers 40] [--repetitions 7]
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +33,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import _docker  # noqa: E402  (the tests' image helper: busybox-static via docker import)
 
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"]
+LABELS = {"mesh": "mesh apply", "full": "mesh apply --no-fast", "script": "mesh (console script)",
+          "library": "apply_declaration (in-process)", "compose": "docker-compose up -d"}
 
 
 def timed(command: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
@@ -87,7 +94,9 @@ def main() -> int:
         (work_path / "docker-compose.yml").write_text(compose_file(project, tag, compose_ports))
         mesh_command = [sys.executable, "-m", "executors.cli", "apply", declaration,
                         "--state-root", str(work_path / "state"), "--json", "--no-firewall"]
-        direct_command = [sys.executable, "-m", "executors.cmd_apply", *mesh_command[4:]]
+        full_command = [*mesh_command, "--no-fast"]
+        script = shutil.which("mesh", path=os.path.dirname(sys.executable))
+        script_command = [script, *mesh_command[3:]] if script else None
         compose_command = ["docker-compose", "-p", project, "-f",
                            str(work_path / "docker-compose.yml"), "up", "-d"]
         try:
@@ -100,18 +109,26 @@ def main() -> int:
             from resolver import Declaration, structure
 
             decl = structure(json.loads(Path(declaration).read_text()), Declaration)
-            times: dict[str, list[float]] = {"mesh": [], "direct": [], "library": [],
-                                             "compose": []}
-            print("  (mesh apply = the `mesh` CLI in a fresh process; cmd_apply = the same command "
-                  "run as `python -m executors.cmd_apply`, without importing the CLI's other "
-                  "subcommands; library = apply_declaration() in this process, i.e. render + one "
-                  "list call + diff, no interpreter start or imports)")
+            commands = {"mesh": mesh_command, "full": full_command}
+            if script_command:
+                commands["script"] = script_command
+            times: dict[str, list[float]] = {key: [] for key in
+                                             (*commands, "library", "compose")}
+            print(f"  (mesh apply = `{sys.executable} -m executors.cli apply …` in a fresh "
+                  "process, answered by the quick no-op check; --no-fast = the same, full path; "
+                  f"console script = {script or 'not installed'}; library = apply_declaration() "
+                  "in this process, i.e. render + one list call + diff, no interpreter start "
+                  "or imports)")
             for repetition in range(1, args.repetitions + 1):
-                for key, command in (("mesh", mesh_command), ("direct", direct_command)):
+                for key, command in commands.items():
                     elapsed, done = timed(command, cwd=REPO, env=env)
                     operations = len(json.loads(done.stdout)["ops"])
                     if operations:
                         sys.exit(f"{key} wanted {operations} operation(s) on a converged node")
+                    if (key == "full") == ("no-op check:" in done.stderr):
+                        sys.exit(f"{key}: the quick no-op check "
+                                 f"{'answered' if key == 'full' else 'did not answer'}:\n"
+                                 f"{done.stderr[-2000:]}")
                     times[key].append(elapsed)
                 began = time.perf_counter()
                 report = apply_declaration(decl, api=api, state_root=work_path / "state")
@@ -120,18 +137,16 @@ def main() -> int:
                     sys.exit("apply_declaration wanted operations on a converged node")
                 elapsed, done = timed(compose_command, cwd=work_path, env=env)
                 times["compose"].append(elapsed)
-                print(f"  repetition {repetition}: mesh apply {times['mesh'][-1] * 1000:5.0f} ms"
-                      f"   cmd_apply {times['direct'][-1] * 1000:5.0f} ms"
-                      f"   library {times['library'][-1] * 1000:5.0f} ms"
-                      f"   docker-compose up -d {times['compose'][-1] * 1000:5.0f} ms")
+                print(f"  repetition {repetition}: "
+                      + "   ".join(f"{LABELS[key]} {values[-1] * 1000:5.0f} ms"
+                                   for key, values in times.items()))
             median = {key: statistics.median(values) for key, values in times.items()}
             print(f"\n{n} containers running, nothing to change, {args.repetitions} repetitions "
                   "(medians):")
-            print(f"  docker-compose up -d         {median['compose'] * 1000:7.0f} ms")
-            for key, label in (("mesh", "mesh apply (CLI)"), ("direct", "python -m executors.cmd_apply"),
-                               ("library", "apply_declaration (library)")):
-                print(f"  {label:28} {median[key] * 1000:7.0f} ms   ratio "
-                      f"{median['compose'] / median[key]:5.1f}x")
+            print(f"  {LABELS['compose']:34} {median['compose'] * 1000:7.0f} ms")
+            for key in (k for k in times if k != "compose"):
+                print(f"  {LABELS[key]:34} {median[key] * 1000:7.0f} ms   "
+                      f"{median['compose'] / median[key]:5.1f}x faster than docker-compose")
             print("  target: mesh apply >= 10x faster than docker-compose up -d")
         finally:
             subprocess.run(["docker-compose", "-p", project, "-f",

@@ -664,7 +664,8 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
             return report
         report.say(f"{len(plan.ops)} operation(s) to apply" if plan.ops
                    else "nothing to change in files, directories or containers")
-        _forget_noop_record(paths)  # until this apply succeeds, no-op checks decline
+        if plan.ops:  # until this apply succeeds, no-op checks decline
+            _forget_noop_record(paths)
         swept = _sweep_temporaries(paths, rendered.desired)
         if swept:
             report.say(f"removed {swept} temporary file(s) left by an interrupted apply")

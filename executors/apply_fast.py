@@ -1,8 +1,9 @@
 """The no-op check of `mesh apply`: say "nothing to change" without the resolver or the SDK.
 
 Invariants:
-- Standard library only (json, os, hashlib, http.client, socket, fcntl): importing the resolver
-  (cattrs, ruamel), attrs or the docker SDK costs far more than the whole check.
+- Standard library only (json, os, hashlib, socket, fcntl; not even http.client, which pulls in
+  ssl and email): importing the resolver (cattrs, ruamel), attrs or the docker SDK costs far
+  more than the whole check.
 - It answers only for byte-identical inputs (declaration file, sealed secrets and key) to the
   last successful full apply, whose record (`<state root>/noop.json`) says what that apply left;
   it then observes the same facts the full path observes (one container list call, the state
@@ -86,30 +87,44 @@ def _socket_path(docker_host: Optional[str]) -> str:
     raise _Decline(f"engine {docker_host} is not a unix socket")
 
 
+def _get(path: str, target: str) -> tuple[int, bytes]:
+    """One HTTP/1.0 GET over a unix socket: (status, body). HTTP/1.0 keeps the answer plain (no
+    chunks, the engine closes when done); http.client would import ssl and email, which cost
+    more than the rest of the check."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(ENGINE_TIMEOUT)
+        sock.connect(path)
+        sock.sendall(f"GET {target} HTTP/1.0\r\nHost: docker\r\n\r\n".encode("ascii"))
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    head, separator, body = b"".join(chunks).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    if not separator or not version.startswith("HTTP/1."):
+        raise _Decline("engine answer not understood")
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name, value = name.strip().lower(), value.strip()
+        if name == "transfer-encoding" and value.lower() != "identity":
+            raise _Decline(f"engine answer is {value}")
+        if name == "content-length" and int(value) != len(body):
+            raise _Decline("engine answer cut short")
+    return int(rest.split(" ", 1)[0]), body
+
+
 def list_managed(docker_host: Optional[str], mesh: str) -> list[dict]:
     """GET /containers/json?all=1 with the full path's label filter, over the unix socket."""
-    import http.client
-    import urllib.parse
+    from urllib.parse import quote
 
-    path = _socket_path(docker_host)
-
-    class UnixConnection(http.client.HTTPConnection):
-        def connect(self):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(self.timeout)
-            sock.connect(path)
-            self.sock = sock
-
-    filters = urllib.parse.quote(json.dumps({"label": [f"{LABEL_MESH}={mesh}"]}))
-    connection = UnixConnection("localhost", timeout=ENGINE_TIMEOUT)
-    try:
-        connection.request("GET", f"/v{API_VERSION}/containers/json?all=1&filters={filters}")
-        reply = connection.getresponse()
-        body = reply.read()
-    finally:
-        connection.close()
-    if reply.status != 200:
-        raise _Decline(f"engine answered {reply.status}")
+    filters = quote(json.dumps({"label": [f"{LABEL_MESH}={mesh}"]}))
+    status, body = _get(_socket_path(docker_host),
+                        f"/v{API_VERSION}/containers/json?all=1&filters={filters}")
+    if status != 200:
+        raise _Decline(f"engine answered {status}")
     rows = json.loads(body)
     if not isinstance(rows, list):
         raise _Decline("engine answer is not a list")
