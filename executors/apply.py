@@ -611,6 +611,18 @@ class _Lock:
         os.close(self.fd)
 
 
+def _write_noop_record(paths: NodePaths, declaration: Declaration, rendered: Rendered,
+                       inputs: dict, firewall_applied: bool) -> None:
+    from .apply_fast import noop_record
+
+    firewall_digest = None
+    if declaration.firewall is not None and firewall_applied:
+        from .firewall_render import render as render_firewall  # what the firewall executor
+        firewall_digest = render_firewall(declaration.firewall).digest  # made the table carry
+    _write_json(paths.noop_record, noop_record(declaration, rendered.desired, inputs,
+                                               firewall_digest))
+
+
 def _forget_noop_record(paths: NodePaths) -> None:
     try:
         os.unlink(paths.noop_record)
@@ -684,12 +696,8 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
         if ok:
             report.facts.update(serial_applied=declaration.serial,
                                 generations=dict(rendered.desired.generations))
-        if ok and noop_inputs is not None and not report.notices and not declaration.grants \
-                and (declaration.firewall is None or firewall is None):
-            from .apply_fast import noop_record
-
-            _write_json(paths.noop_record, noop_record(declaration, rendered.desired,
-                                                       noop_inputs))
+        if ok and noop_inputs is not None and not report.notices and not declaration.grants:
+            _write_noop_record(paths, declaration, rendered, noop_inputs, firewall is not None)
         report.facts["health"] = dict(sorted(executor.health.items()))
         report.facts["result"] = "applied" if ok else "failed"
         report.say(f"serial {report.facts['serial_applied']} in force; "

@@ -8,9 +8,12 @@ Invariants:
   last successful full apply, whose record (`<state root>/noop.json`) says what that apply left;
   it then observes the same facts the full path observes (one container list call, the state
   directories, accessed paths, the files the mesh writes, run-once markers, applied.json).
+- A firewall intent in force is checked as the firewall executor checks it: the recorded
+  `<state root>/firewall.digest` and one `list chains` of table inet mesh (the nftables
+  binding, imported only then).
 - Any doubt declines (returns None) and the full path runs unchanged: an unusual argument, a
-  grant or a firewall intent to enforce, an unreadable file, an engine not on a unix socket, an
-  answer not understood, another apply holding the lock. It never writes anything.
+  grant, an unreadable file, an engine not on a unix socket, an answer not understood, another
+  apply holding the lock. It never writes anything.
 - A no-op it reports is the full path's no-op report, same text and same --json document.
 """
 
@@ -34,6 +37,9 @@ DEFAULT_SOCKET = "/var/run/docker.sock"
 API_VERSION = "1.41"  # the full path's docker_engine.API_VERSION
 LABEL_MESH = "mesh.mesh"
 LABEL_DIGEST = "mesh.config-digest"
+FIREWALL_DIGEST_FILE = "firewall.digest"  # firewall.DIGEST_FILE
+FIREWALL_FAMILY, FIREWALL_TABLE = "inet", "mesh"  # firewall_render.FAMILY, TABLE
+FIREWALL_DIGEST_CHAIN_PREFIX = "digest_"  # firewall_render.DIGEST_CHAIN_PREFIX
 ENGINE_TIMEOUT = 10
 
 
@@ -213,6 +219,26 @@ def _check_containers(rows: list[dict], record: dict) -> None:
         raise _Decline("a declared container is missing")
 
 
+def _check_firewall(root: Path, digest: str) -> None:
+    """No-op exactly when the firewall executor's diff is empty: our table runs, carrying one
+    digest chain, the desired digest, and the node's record says the same."""
+    with open(root / FIREWALL_DIGEST_FILE, encoding="ascii") as handle:
+        if handle.read().strip() != digest:
+            raise _Decline("firewall.digest differs")
+    import nftables
+
+    rc, output, _ = nftables.Nftables().json_cmd({"nftables": [{"list": {"chains": {}}}]})
+    if rc != 0:
+        raise _Decline("cannot list nftables chains")
+    ours = [o["chain"] for o in output.get("nftables", [])
+            if o.get("chain", {}).get("family") == FIREWALL_FAMILY
+            and o["chain"].get("table") == FIREWALL_TABLE]
+    running = [c["name"][len(FIREWALL_DIGEST_CHAIN_PREFIX):].replace("_", ":", 1) for c in ours
+               if c.get("name", "").startswith(FIREWALL_DIGEST_CHAIN_PREFIX)]
+    if running != [digest]:
+        raise _Decline("the running table is not the recorded one")
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -260,8 +286,11 @@ def check(args) -> dict:
     if not isinstance(record, dict) or record.get("version") != RECORD_VERSION \
             or record.get("inputs") != inputs:
         raise _Decline("inputs differ from the last successful apply")
+    firewall_digest = None
     if record["firewall_intent"] and not args.no_firewall:
-        raise _Decline("the firewall intent is checked by the full path")
+        firewall_digest = record.get("firewall_digest")
+        if not firewall_digest:
+            raise _Decline("the firewall was not applied by the last apply")
     try:
         lock = os.open(root / "lock", os.O_RDWR)
     except FileNotFoundError:
@@ -277,6 +306,8 @@ def check(args) -> dict:
         _check_dirs(root, record)
         _check_files(root, record)
         _check_markers(root, record)
+        if firewall_digest:
+            _check_firewall(root, firewall_digest)
         _check_containers(list_managed(args.docker_host, record["mesh"]), record)
     finally:
         os.close(lock)
@@ -301,9 +332,9 @@ def try_noop(args, out) -> Optional[int]:
     return 0
 
 
-def noop_record(declaration, desired, inputs: dict) -> dict:
+def noop_record(declaration, desired, inputs: dict, firewall_digest: Optional[str]) -> dict:
     """What the check needs, from the full path's rendered desired state (called by apply.py
-    after a successful apply)."""
+    after a successful apply; `firewall_digest` when the firewall executor applied the intent)."""
     files: dict = {"env": {}, "bindings": {}}
     for f in desired.files:
         directory, name = os.path.split(f.path)
@@ -312,7 +343,7 @@ def noop_record(declaration, desired, inputs: dict) -> dict:
         "version": RECORD_VERSION, "inputs": inputs,
         "mesh": desired.mesh, "node": desired.node, "serial": desired.serial,
         "digest": desired.digest, "generations": dict(desired.generations),
-        "firewall_intent": declaration.firewall is not None,
+        "firewall_intent": declaration.firewall is not None, "firewall_digest": firewall_digest,
         "containers": [{"name": c.name, "digest": c.digest, "run_once": c.run_once}
                        for c in desired.containers],
         "dirs": [{"path": d.path, "uid": d.uid, "gid": d.gid, "mode": d.mode}

@@ -282,25 +282,11 @@ def print_summary(report: Report, out) -> None:
 
 
 def main(argv=None) -> int:
-    """`python -m executors.cmd_apply …`: the same command, without loading every other
-    subcommand of the `mesh` CLI (a node's timer or hook runs only this one)."""
-    import argparse
+    """`python -m executors.cmd_apply …`: the same as `mesh apply …` (which, too, loads no
+    other subcommand of the `mesh` CLI)."""
+    from .cli import main as cli_main
 
-    from resolver import InputError, MeshError
-
-    from .cli import print_faults
-
-    parser = argparse.ArgumentParser(prog="mesh")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["apply", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except InputError as error:
-        print_faults(error)
-        return 2
-    except MeshError as error:
-        print(f"mesh: {error}", file=sys.stderr)
-        return 2
+    return cli_main(["apply", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

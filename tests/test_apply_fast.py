@@ -297,7 +297,8 @@ def test_the_check_declines_what_it_does_not_handle(node, capsys, monkeypatch):
     assert not run(capsys, node.path, "--state-root", node.state)[3]
 
 
-def test_a_firewall_intent_is_left_to_the_full_path_unless_disabled(api, mesh, tmp_path, capsys):
+def test_a_firewall_intent_applied_with_no_firewall_is_checked_only_with_no_firewall(
+        api, mesh, tmp_path, capsys):
     intent = FirewallIntent(address="127.0.0.1", allow=pvector([FirewallAllow(
         8080, "tcp", pvector(["10.1.0.2"]), "web")]), floors=pvector([FirewallFloor(
             22, "tcp", pvector(), "ssh")]), mesh_sources=pvector(["127.0.0.1"]))
@@ -308,6 +309,70 @@ def test_a_firewall_intent_is_left_to_the_full_path_unless_disabled(api, mesh, t
     assert run(capsys, path, "--state-root", state, "--no-firewall")[0] == 0  # host untouched
     assert run(capsys, path, "--state-root", state, "--no-firewall")[3]
     assert apply_fast.try_noop(parsed(path, "--state-root", state), io.StringIO()) is None
+
+
+FIREWALL_SCRIPT = """
+import io, json, sys
+import nftables
+from executors import cli
+
+argv = ["apply", sys.argv[1], "--state-root", sys.argv[2], "--stop-timeout", "1"]
+
+
+def run(*extra):
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
+    try:
+        code = cli.main(argv + list(extra))
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    return [code, out.getvalue(), "no-op check:" in err.getvalue()]
+
+
+def ops(result):
+    return [op["op"] for op in json.loads(result[1])["ops"]]
+
+
+seen = {"first": ops(run("--json"))}
+for extra in ([], ["--json"], ["--dry-run"]):
+    seen["same " + " ".join(extra)] = [run(*extra), run(*extra, "--no-fast")]
+nftables.Nftables().cmd("delete table inet mesh")
+seen["table deleted"] = [ops(run("--json")), run()[2]]
+with open(sys.argv[2] + "/firewall.digest", "w") as handle:
+    handle.write("sha256:other\\n")
+seen["record changed"] = [ops(run("--json")), run()[2]]
+print(json.dumps(seen))
+"""
+
+
+def test_a_firewall_intent_in_force_is_checked_like_the_firewall_executor_does(
+        api, mesh, tmp_path):
+    """In a fresh network namespace (never the host's ruleset)."""
+    from _netns import have_tools
+
+    reason = have_tools()
+    if reason:
+        pytest.skip(reason)
+    intent = FirewallIntent(address="127.0.0.1", allow=pvector([FirewallAllow(
+        8080, "tcp", pvector(["10.1.0.2"]), "web")]), floors=pvector([FirewallFloor(
+            22, "tcp", pvector(), "ssh")]), mesh_sources=pvector(["127.0.0.1"]))
+    decl = attrs.evolve(declaration(mesh, containers=[
+        container(mesh, "web", env_image(api), command=SLEEPER)]), firewall=intent)
+    path = write_declaration(tmp_path / "d.json", decl)
+    done = subprocess.run(["unshare", "-n", sys.executable, "-c", FIREWALL_SCRIPT, path,
+                           str(tmp_path / "state")], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO),
+                               "DOCKER_HOST": docker_host()})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert "firewall-replace-table" in seen["first"]
+    for extra in ("", "--json", "--dry-run"):
+        fast, full = seen["same " + extra]
+        assert fast[2] and not full[2], extra
+        assert fast[:2] == full[:2] and fast[0] == 0, extra
+    assert "firewall-replace-table" in seen["table deleted"][0] and seen["table deleted"][1]
+    assert "firewall-record-digest" in seen["record changed"][0] and seen["record changed"][1]
 
 
 # --------------------------------------------------------------------------- cost
