@@ -280,21 +280,9 @@ def check(args) -> dict:
         raise _Decline("not one JSON declaration file")
     root = Path(args.state_root)
     try:
-        record = _read_json(root / NOOP_RECORD)
-    except FileNotFoundError:
-        raise _Decline("no record of a successful apply") from None
-    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION \
-            or record.get("inputs") != inputs:
-        raise _Decline("inputs differ from the last successful apply")
-    firewall_digest = None
-    if record["firewall_intent"] and not args.no_firewall:
-        firewall_digest = record.get("firewall_digest")
-        if not firewall_digest:
-            raise _Decline("the firewall was not applied by the last apply")
-    try:
         lock = os.open(root / "lock", os.O_RDWR)
     except FileNotFoundError:
-        raise _Decline("no lock file") from None
+        raise _Decline("no apply has run with this state root") from None
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -302,6 +290,19 @@ def check(args) -> dict:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise _Decline("another apply is running") from None
             raise
+        try:
+            record = _read_json(root / NOOP_RECORD)
+        except FileNotFoundError:
+            raise _Decline("no record of a successful apply") from None
+        if not isinstance(record, dict) or record.get("version") != RECORD_VERSION \
+                or record.get("inputs") != inputs:
+            raise _Decline("the declaration or sealed secrets differ from the last successful "
+                           "apply's")
+        firewall_digest = None
+        if record["firewall_intent"] and not args.no_firewall:
+            firewall_digest = record.get("firewall_digest")
+            if not firewall_digest:
+                raise _Decline("the firewall intent was not applied by the last apply")
         _check_applied(root, record)
         _check_dirs(root, record)
         _check_files(root, record)
@@ -320,8 +321,7 @@ def try_noop(args, out) -> Optional[int]:
     try:
         facts = check(args)
     except Exception as exc:  # any doubt, whatever it is: the full path decides and reports
-        if os.environ.get("MESH_APPLY_EXPLAIN"):
-            _say(began, f"no-op check declined: {exc}")
+        _say(began, f"no-op check declined ({exc or type(exc).__name__}); applying in full")
         return None
     _say(began, f"no-op check: declaration serial {facts['serial']} for node {facts['node']} "
          "unchanged since its last successful apply; files, directories, run-once markers and "
