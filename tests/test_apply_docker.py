@@ -218,7 +218,9 @@ def test_run_once_steps_rerun_only_when_changed_and_a_failure_stops_what_follows
     assert code == 0 and [op["op"] for op in report["ops"]] == ["record-applied"]
     assert (log / "count").read_text() == "ran\n"  # unchanged step: not rerun
 
-    failing = step("echo one; echo two; echo boom >&2; exit 3")
+    # stdout and stderr are separate streams: the engine may interleave lines written in the
+    # same instant either way, so the step pauses before writing to the other stream
+    failing = step("echo one; echo two; sleep 0.2; echo boom >&2; exit 3")
     late = container(mesh, "late", image, command=SLEEPER)
     d3 = declaration(mesh, serial=3, containers=[after, failing, late])
     code, report, err = apply_json(capsys, write_declaration(tmp_path / "3.json", d3),

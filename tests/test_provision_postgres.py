@@ -9,6 +9,8 @@ reported readiness wait; no password in any report.
 
 from __future__ import annotations
 
+import string
+
 import io
 import threading
 import time
@@ -295,7 +297,10 @@ from executors.provision_postgres import (  # noqa: E402
 )
 
 NAMES = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
-PASSWORDS = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=8, max_size=20)
+# shaped like what the issuer issues (secrets.token_urlsafe(32): 43 URL-safe characters); a
+# short printable string can be an SQL keyword ("DATABASE") and appear in any statement
+PASSWORDS = st.text(st.sampled_from(string.ascii_letters + string.digits + "-_"),
+                    min_size=32, max_size=43)
 
 
 @st.composite
