@@ -155,6 +155,9 @@ class Inputs:
     sources: Sources
 
 
+from ._artifacts import validate_artifact_store_modules, validate_build_graph  # noqa: E402
+
+
 def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
     """Load a whole mesh from texts keyed like Sources ("mesh", "provisions", "ledger",
     "module:<name>"), each (text, file). No "ledger" means the empty ledger; no
@@ -188,9 +191,12 @@ def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
             modules[name] = module
     sources = Sources(pmap(positions))
     faults.extend(validate_catalogue(modules, provisions.provisions, sources))
+    catalogue = Catalogue(modules=pmap(modules), provisions=provisions.provisions)
+    if not faults:  # the artifact rules need a catalogue whose references already hold
+        faults.extend(validate_artifact_store_modules(catalogue, sources))
+        faults.extend(validate_build_graph(catalogue, sources))
     if faults or mesh is None:
         raise InputError(faults)
-    catalogue = Catalogue(modules=pmap(modules), provisions=provisions.provisions)
     return Inputs(catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources)
 
 

@@ -1,0 +1,54 @@
+"""Artifact rules enforced at load: the artifact store cannot need itself, and build bases
+form no cycle. Both are faults in the catalogue itself, reported with their position."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resolver import InputError
+from executors.loading import load_mesh_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def mesh_dir(tmp_path):
+    shutil.copytree(ROOT / "catalogue", tmp_path / "catalogue")
+    (tmp_path / "mesh.yaml").write_text(
+        "mesh: t\ncatalogue: catalogue\nnodes: {a: {address: 10.0.0.1}}\n"
+        "instances: {registry@a: {module: registry, node: a}}\n")
+    return tmp_path
+
+
+def test_the_catalogue_as_shipped_loads(mesh_dir):
+    load_mesh_dir(mesh_dir)
+
+
+def test_an_artifact_store_that_needs_a_mirrored_artifact_is_refused_with_the_reason(mesh_dir):
+    manifest = mesh_dir / "catalogue" / "registry" / "module.yaml"
+    text = manifest.read_text()
+    assert "mirror: false" in text
+    manifest.write_text(text.replace("mirror: false", "mirror: true"))
+    with pytest.raises(InputError) as caught:
+        load_mesh_dir(mesh_dir)
+    (fault,) = [f for f in caught.value.faults if "registry" in f.file]
+    assert fault.line > 0 and "itself" in str(fault)
+
+
+def test_a_cycle_of_build_bases_is_refused(mesh_dir):
+    manifest = mesh_dir / "catalogue" / "control" / "module.yaml"
+    text = manifest.read_text()
+    assert "build:" in text
+    loop = mesh_dir / "catalogue" / "loop"
+    loop.mkdir()
+    (loop / "module.yaml").write_text(
+        "name: loop\nartifacts:\n"
+        "  one: {build: ./one, base: [two]}\n"
+        "  two: {build: ./two, base: [one]}\n")
+    with pytest.raises(InputError) as caught:
+        load_mesh_dir(mesh_dir)
+    faults = [f for f in caught.value.faults if "loop" in f.file]
+    assert len(faults) == 2 and all(f.line > 0 for f in faults)
