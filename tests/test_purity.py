@@ -78,3 +78,14 @@ def test_scan_finds_forbidden_use(tmp_path: Path, source: str, what: str):
 def test_scan_allows_pure_imports():
     source = "import ipaddress\nimport hashlib\nfrom typing import Any\nfrom ._model import Mesh\n"
     assert forbidden_uses(source, "ok.py") == []
+
+
+# The executors' diffs and renderings are pure functions too (observe → diff → apply keeps
+# only observe and apply impure); they are held to the same rule.
+PURE_EXECUTOR_MODULES = ["apply_diff.py", "firewall_render.py"]
+
+
+@pytest.mark.parametrize("name", PURE_EXECUTOR_MODULES)
+def test_pure_executor_module_is_pure(name: str):
+    path = RESOLVER.parent / "executors" / name
+    assert forbidden_uses(path.read_text(), str(path)) == []
