@@ -13,13 +13,14 @@ Invariants:
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from typing import Callable, Optional
 
 import attrs
 
 from resolver import FirewallIntent, MeshError
+
+from .atomic import write_atomic
 
 from .firewall_render import (
     FAMILY,
@@ -141,26 +142,8 @@ def read_recorded_digest(state_dir: str) -> Optional[str]:
 
 
 def write_recorded_digest(state_dir: str, digest: str) -> None:
-    """Atomically: temp file in the same directory, fsync, rename, fsync the directory."""
-    os.makedirs(state_dir, mode=0o755, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".firewall.digest.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(digest + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, digest_path(state_dir))
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    directory = os.open(state_dir, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    """Record the digest of the document now in force, atomically."""
+    write_atomic(digest_path(state_dir), digest + "\n", mode=0o644)
 
 
 def _running_table(nft) -> tuple[bool, Optional[str]]:

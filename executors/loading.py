@@ -12,13 +12,12 @@ Invariants:
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import attrs
 
+from executors.atomic import write_atomic  # noqa: F401  (re-exported: callers import it here)
 from resolver import (
     Catalogue,
     Fault,
@@ -132,31 +131,6 @@ def load_mesh_dir(path) -> MeshInputs:
         raise InputError(faults)
     return MeshInputs(catalogue=inputs.catalogue, mesh=inputs.mesh, ledger=inputs.ledger,
                       sources=inputs.sources, mesh_dir=mesh_dir, ledger_path=ledger_path)
-
-
-def write_atomic(path, text: str, mode: int = 0o644) -> None:
-    """Replace `path` with `text` whole: temp file beside it, fsync, rename, fsync the dir."""
-    path = Path(path)
-    directory = path.parent
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def write_ledger(path, ledger: Ledger) -> None:

@@ -260,7 +260,7 @@ def test_write_atomic_leaves_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "f.txt"
     path.write_text("old")
     with pytest.raises(TypeError):
-        write_atomic(path, b"not text")  # type: ignore[arg-type]
+        write_atomic(path, 12345)  # type: ignore[arg-type]  (neither bytes nor text)
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
     write_atomic(path, "new", mode=0o640)
