@@ -14,6 +14,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not here
+    from resolver import InputError
 
 COMMANDS = [
     "check",
