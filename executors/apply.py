@@ -34,9 +34,10 @@ from typing import Callable, Iterable, Optional, Sequence
 import attrs
 from pyrsistent import pmap
 
-from resolver import ContainerDecl, Declaration, HealthDecl, SecretRef, unstructure
+from resolver import ContainerDecl, Declaration, SecretRef, unstructure
 
 from . import docker_engine as engine
+from .atomic import write_atomic as _write_atomic
 from .apply_diff import (
     AccessFacts,
     Applied,
@@ -113,27 +114,9 @@ class Rendered:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace `path` whole: a temp file beside it (created with `mode`), fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace `path` whole (executors.atomic); files here default to 0600: they may hold
+    unsealed values."""
+    _write_atomic(path, data, mode)
 
 
 def _read_json(path: Path, default):
