@@ -19,6 +19,7 @@ import pytest
 from _registry_helpers import REGISTRY_BINARY, RegistryProcess, push_image, served_digest
 from executors import cli
 from executors.loading import load_mesh_dir
+from resolver import InputError
 from resolver._artifacts import validate_artifact_store_modules
 
 pytestmark = [
@@ -200,8 +201,9 @@ def test_an_artifact_store_needing_a_mirrored_artifact_is_refused(tmp_path):
     directory = tmp_path / "mesh"
     directory.mkdir()
     write(directory, "127.0.0.1:5000", with_registry=True, mirror="true")
-    inputs = load_mesh_dir(directory)
-    faults = validate_artifact_store_modules(inputs.catalogue, inputs.sources)
+    with pytest.raises(InputError) as refused:  # refused at load, with the reason
+        load_mesh_dir(directory)
+    faults = refused.value.faults
     assert len(faults) == 1
     fault = str(faults[0])
     manifest = directory / "catalogue" / "registry" / "module.yaml"
