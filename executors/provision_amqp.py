@@ -2,14 +2,22 @@
 
 Invariants:
 - One vhost per consumer login, named by the grant's `resource`; one account, named by its
-  `login`, with no management tags and configure/write/read `.*` on that vhost only. The vhost
-  is the isolation boundary, so the account may declare its own server-named reply queues and
-  use `amq.rabbitmq.reply-to`: a module can be asked its own question with its own account.
-- observe (GET) → diff (pure) → apply (PUT): a second run issues no PUT or DELETE. A password
-  is compared against the broker's salted hash (sha256/sha512/md5 of salt+password, the
-  broker's own scheme), never by logging in.
-- One password per account (single credential): the grant's generation replaces the old one
-  on the broker first; holders follow (the rotation rules state that window).
+  `login`, with no tags (no management rights) and configure/write/read `.*` on that vhost
+  only. The vhost is the isolation boundary, so the account may declare its own server-named
+  reply queues and use `amq.rabbitmq.reply-to`: a module can ask its own question.
+- What the mesh manages is marked by a global parameter `mesh-mark:<user|vhost>:<name>` whose
+  value is `mesh:<mesh>:<provider>`, put before the object is made. Global parameters take any
+  name and JSON value on RabbitMQ and LavinMQ alike; LavinMQ keeps no unknown user tag and no
+  vhost description, so neither can be the mark (a created vhost gets the description anyway,
+  for the operator's eyes on RabbitMQ). An unmarked object of a granted name is adopted.
+- A managed account whose grant is gone is deleted (its login goes); its vhost is kept with its
+  queues and messages and reported orphaned on every run, with the command that deletes it.
+  An object marked by another mesh or provider is never touched; the admin account and the
+  `/` vhost are never managed.
+- observe (GET) → diff (pure) → apply: a second run issues no PUT or DELETE. A password is
+  compared against the broker's salted hash (sha256/sha512/md5 of salt+password, the broker's
+  own scheme), never by logging in. One password per account: the grant's generation
+  replaces the old one on the broker first; holders follow (the rotation rules state that window).
 - A password is only ever a request body: never in a report, a cause or an error message.
 """
 
@@ -18,6 +26,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
+import shlex
 from typing import Mapping, Optional, Sequence
 from urllib.parse import quote
 
@@ -40,6 +50,9 @@ from .report import Report
 
 FULL = ".*"
 HTTP_TIMEOUT = 10
+DEFAULT_VHOST = "/"
+MARK_PREFIX = "mesh-mark:"
+USER, VHOST = "user", "vhost"
 HASHES = {"rabbit_password_hashing_sha256": hashlib.sha256,
           "rabbit_password_hashing_sha512": hashlib.sha512,
           "rabbit_password_hashing_md5": hashlib.md5,
@@ -56,13 +69,20 @@ class DesiredAccount:
 
 
 @attrs.frozen
-class AccountFacts:
-    vhost_exists: bool
-    user_exists: bool
+class UserFacts:
+    name: str
     password_hash: Optional[str] = attrs.field(default=None, repr=False)
     hashing: str = ""
     tags: tuple[str, ...] = ()
-    permissions: Optional[tuple[str, str, str]] = None  # configure, write, read on the vhost
+
+
+@attrs.frozen
+class Observed:
+    admin: str  # the account the provisioner uses: never managed
+    users: Mapping[str, UserFacts]
+    vhosts: frozenset[str]
+    permissions: Mapping[tuple[str, str], tuple[str, str, str]]  # (vhost, user) → c, w, r
+    marks: Mapping[tuple[str, str], str]  # (user|vhost, name) → marker it carries
 
 
 @attrs.frozen
@@ -75,8 +95,24 @@ class Call:
     body: Mapping = attrs.field(factory=dict, repr=False, eq=False)
 
 
+@attrs.frozen
+class Plan:
+    calls: tuple[Call, ...] = ()
+    refusals: tuple[tuple[str, str], ...] = ()  # (account, reason): grants not provisioned
+    orphaned: tuple[str, ...] = ()  # vhosts kept after their grant went
+    untouched: tuple[tuple[str, str], ...] = ()  # (subject, why): marked ours, never touched
+
+
 def path(*parts: str) -> str:
     return "/api/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def marker(mesh: str, provider: str) -> str:
+    return f"mesh:{mesh}:{provider}"
+
+
+def mark_name(kind: str, name: str) -> str:
+    return f"{MARK_PREFIX}{kind}:{name}"
 
 
 def hash_matches(password_hash: Optional[str], hashing: str, password: str) -> bool:
@@ -92,32 +128,102 @@ def hash_matches(password_hash: Optional[str], hashing: str, password: str) -> b
     return hmac.compare_digest(algorithm(salt + password.encode("utf-8")).digest(), digest)
 
 
-def diff(desired: Sequence[DesiredAccount], observed: Mapping[str, AccountFacts]) -> list[Call]:
-    """The PUTs that make each account, vhost and permission what the grants say (pure)."""
+def delete_vhost_command(vhost: str) -> str:
+    return f"rabbitmqctl delete_vhost {shlex.quote(vhost)}"
+
+
+def _mark_call(kind: str, name: str, mark: str, cause: str) -> Call:
+    return Call("mark", f"{kind} {name}", cause, "PUT",
+                path("global-parameters", mark_name(kind, name)), {"value": mark})
+
+
+def _unmark_call(kind: str, name: str, cause: str) -> Call:
+    return Call("unmark", f"{kind} {name}", cause, "DELETE",
+                path("global-parameters", mark_name(kind, name)))
+
+
+def _account_calls(want: DesiredAccount, observed: Observed, mark: str) -> list[Call]:
     calls: list[Call] = []
-    for want in sorted(desired, key=lambda d: d.user):
-        facts = observed[want.user]
-        if not facts.vhost_exists:
-            calls.append(Call("create-vhost", want.vhost, f"vhost of {want.credential}", "PUT",
-                              path("vhosts", want.vhost), {}))
-        why = []
-        if not facts.user_exists:
-            why.append(f"account of {want.credential} generation {want.generation}")
-        else:
-            if not hash_matches(facts.password_hash, facts.hashing, want.password):
-                why.append(f"password is not {want.credential} generation {want.generation}")
-            if facts.tags:
-                why.append(f"tags {','.join(facts.tags)} → none")
-        if why:
-            calls.append(Call("create-user" if not facts.user_exists else "update-user",
-                              want.user, "; ".join(why), "PUT", path("users", want.user),
-                              {"password": want.password, "tags": ""}))
-        if facts.permissions != (FULL, FULL, FULL):
-            calls.append(Call("set-permissions", f"{want.user} on {want.vhost}",
-                              "configure/write/read .* on its own vhost (reply queues included)",
-                              "PUT", path("permissions", want.vhost, want.user),
-                              {"configure": FULL, "write": FULL, "read": FULL}))
+    vhost_exists = want.vhost in observed.vhosts
+    if observed.marks.get((VHOST, want.vhost)) != mark:
+        calls.append(_mark_call(VHOST, want.vhost, mark, "adopted: was not marked as managed"
+                                if vhost_exists else "mark as managed, before it is made"))
+    if not vhost_exists:
+        calls.append(Call("create-vhost", want.vhost, f"vhost of {want.credential}", "PUT",
+                          path("vhosts", want.vhost), {"description": mark}))
+    user = observed.users.get(want.user)
+    if observed.marks.get((USER, want.user)) != mark:
+        calls.append(_mark_call(USER, want.user, mark, "adopted: was not marked as managed"
+                                if user is not None else "mark as managed, before it is made"))
+    why = []
+    if user is None:
+        why.append(f"account of {want.credential} generation {want.generation}")
+    else:
+        if not hash_matches(user.password_hash, user.hashing, want.password):
+            why.append(f"password is not {want.credential} generation {want.generation}")
+        if user.tags:
+            why.append(f"tags {','.join(user.tags)} → none")
+    if why:
+        calls.append(Call("create-user" if user is None else "update-user", want.user,
+                          "; ".join(why), "PUT", path("users", want.user),
+                          {"password": want.password, "tags": ""}))
+    if observed.permissions.get((want.vhost, want.user)) != (FULL, FULL, FULL):
+        calls.append(Call("set-permissions", f"{want.user} on {want.vhost}",
+                          "configure/write/read .* on its own vhost (reply queues included)",
+                          "PUT", path("permissions", want.vhost, want.user),
+                          {"configure": FULL, "write": FULL, "read": FULL}))
     return calls
+
+
+def _refusal(want: DesiredAccount, observed: Observed, mark: str) -> Optional[str]:
+    if want.user == observed.admin:
+        return f"account {want.user} is the broker's admin, which the mesh never manages"
+    if want.vhost == DEFAULT_VHOST:
+        return "the default vhost / is never managed by the mesh"
+    foreign = [f"{kind} {name} (marked {observed.marks[(kind, name)]})"
+               for kind, name in ((USER, want.user), (VHOST, want.vhost))
+               if observed.marks.get((kind, name), mark) != mark]
+    if foreign:
+        return f"{', '.join(foreign)}: managed by another, not {mark}: not touched"
+    return None
+
+
+def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
+         observed: Observed) -> Plan:
+    """The requests that make each granted account, vhost and permission exist, marked as this
+    provider's; the deletion of this provider's accounts whose grant is gone; the vhosts kept
+    (orphaned). Objects marked by another mesh or provider are refused, never changed (pure)."""
+    mark = marker(mesh, provider)
+    calls: list[Call] = []
+    refusals: list[tuple[str, str]] = []
+    untouched: list[tuple[str, str]] = []
+    wanted = {USER: set(), VHOST: set()}
+    for want in sorted(desired, key=lambda d: d.user):
+        wanted[USER].add(want.user)
+        wanted[VHOST].add(want.vhost)
+        reason = _refusal(want, observed, mark)
+        if reason is not None:
+            refusals.append((want.user, reason))
+            continue
+        calls += _account_calls(want, observed, mark)
+
+    orphaned: list[str] = []
+    for (kind, name), carried in sorted(observed.marks.items()):
+        if carried != mark or name in wanted[kind]:
+            continue
+        if (kind, name) in ((USER, observed.admin), (VHOST, DEFAULT_VHOST)):
+            untouched.append((f"{kind} {name}", f"marked {mark}, but the mesh never manages "
+                                                 "the admin account or the default vhost"))
+        elif kind == USER and name in observed.users:
+            calls.append(Call("delete-user", name, "grant gone: its login goes (its vhost and "
+                              "messages are kept)", "DELETE", path("users", name)))
+            calls.append(_unmark_call(USER, name, "its account is deleted"))
+        elif kind == VHOST and name in observed.vhosts:
+            orphaned.append(name)
+        else:
+            calls.append(_unmark_call(kind, name, f"the {kind} is gone (removed by hand): "
+                                                  "its mark goes"))
+    return Plan(tuple(calls), tuple(refusals), tuple(orphaned), tuple(untouched))
 
 
 class Api:
@@ -137,7 +243,8 @@ class Api:
         return response.json()
 
     def send(self, method: str, api_path: str, body: Mapping) -> None:
-        response = self.session.request(method, self.base + api_path, json=dict(body),
+        payload = dict(body) if method != "DELETE" else None
+        response = self.session.request(method, self.base + api_path, json=payload,
                                         timeout=HTTP_TIMEOUT)
         _raise_for(response, method, api_path)
 
@@ -162,21 +269,33 @@ def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
                    f"{method} {api_path} answered {response.status_code}: {reason}".strip())
 
 
-def observe(api: Api, desired: Sequence[DesiredAccount]) -> dict[str, AccountFacts]:
-    facts = {}
+def _tags(value) -> tuple[str, ...]:
+    if isinstance(value, str):  # older brokers answer a comma-separated string
+        value = value.split(",")
+    return tuple(sorted(t for t in (value or []) if t))
+
+
+def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed:
+    """Every account, vhost and mark on the broker (three list GETs), and the permissions of
+    each granted account on its vhost."""
+    users = {u["name"]: UserFacts(u["name"], u.get("password_hash"),
+                                  u.get("hashing_algorithm", ""), _tags(u.get("tags")))
+             for u in api.get("/api/users") or []}
+    vhosts = frozenset(v["name"] for v in api.get("/api/vhosts") or [])
+    marks: dict[tuple[str, str], str] = {}
+    for parameter in api.get("/api/global-parameters") or []:
+        name, value = parameter.get("name", ""), parameter.get("value")
+        kind, _, subject = name[len(MARK_PREFIX):].partition(":")
+        if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
+            marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
+    permissions = {}
     for want in desired:
-        vhost = api.get(path("vhosts", want.vhost))
-        user = api.get(path("users", want.user))
-        perms = api.get(path("permissions", want.vhost, want.user)) if vhost else None
-        tags = (user or {}).get("tags", [])
-        if isinstance(tags, str):  # older brokers answer a comma-separated string
-            tags = [t for t in tags.split(",") if t]
-        facts[want.user] = AccountFacts(
-            vhost_exists=vhost is not None, user_exists=user is not None,
-            password_hash=(user or {}).get("password_hash"),
-            hashing=(user or {}).get("hashing_algorithm", ""), tags=tuple(sorted(tags)),
-            permissions=(perms["configure"], perms["write"], perms["read"]) if perms else None)
-    return facts
+        if want.vhost in vhosts and want.user in users:
+            perms = api.get(path("permissions", want.vhost, want.user))
+            if perms:
+                permissions[(want.vhost, want.user)] = (perms["configure"], perms["write"],
+                                                        perms["read"])
+    return Observed(admin, users, vhosts, permissions, marks)
 
 
 def wait_for_broker(api: Api, report: Report, subject: str, timeout: float) -> None:
@@ -202,7 +321,8 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
               grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
               result: ProvisionResult, *, ready_timeout: float = 60.0,
                        dry_run: bool = False) -> None:
-    """Make each grant's vhost, account and permissions exist on the broker of `provider`."""
+    """Make each grant's vhost, account and permissions exist on the broker of `provider`,
+    delete the accounts of its grants that are gone and report their vhosts orphaned."""
     subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
     api = Api(endpoint, admin_password)
     failed: Optional[str] = None
@@ -210,16 +330,20 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         wait_for_broker(api, report, subject, ready_timeout)
         desired = [desired_account(g, secret_source) for g in grants]
         try:
-            calls = diff(desired, observe(api, desired))
+            plan = diff(mesh, provider, desired, observe(api, endpoint.user, desired))
         except (ApiError, requests.RequestException) as error:
             raise ProvisionError(f"{subject}: observing failed: {error}") from None
+        for account, reason in plan.refusals:
+            report.record("grant", account, "refused", f"failed: {reason}", ok=False)
+        for what, why in plan.untouched:
+            report.notice(f"{what} on {provider}", f"not touched: {why}")
         if dry_run:
-            for call in calls:
+            for call in plan.calls:
                 report.record(call.op, call.subject, call.cause, "planned")
             result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
                                                 "planned") for g in grants)
             return
-        for call in calls:
+        for call in plan.calls:
             op = report.begin(call.op, call.subject, call.cause)
             try:
                 api.send(call.method, call.path, call.body)
@@ -231,15 +355,25 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
             result.statements += 1
     finally:
         api.close()
+    refused = dict(plan.refusals)
     for grant in grants:
-        if failed:
+        reason = refused.get(grant.login) or failed
+        if reason:
             result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=failed))
+                                                grant.consumer, "failed", message=reason))
         else:
             result.outcomes.append(GrantOutcome(
                 grant.credential.credential, provider, grant.consumer, "in-force",
                 generation=grant.credential.generation,
                 message=f"vhost {grant.resource}, account {grant.login}"))
+    api_delete = f"DELETE {endpoint.scheme}://{endpoint.host}:{endpoint.port}"
+    for vhost in plan.orphaned:
+        report.notice(f"vhost {vhost} on {provider}",
+                      "orphaned: its grant is gone, its account is deleted and the vhost is "
+                      "kept with its queues and messages. Delete it yourself when you are "
+                      f"sure: {delete_vhost_command(vhost)} (or {api_delete}"
+                      f"{path('vhosts', vhost)} as the admin); the mesh then drops its mark")
+        result.orphaned.append(f"{provider}/{vhost}")
 
 
 def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,

@@ -43,8 +43,15 @@ def api_address() -> tuple[str, int]:
 
 
 def cleanup(prefix: str) -> None:
+    """Remove the vhosts, accounts and mesh marks (global parameters `mesh-mark:<kind>:<name>`)
+    whose names start with `prefix`."""
     api, user, password = rabbit_admin()
     auth = (user, password)
+    for parameter in requests.get(api + "/api/global-parameters", auth=auth, timeout=10).json():
+        kind, _, name = parameter["name"].partition(":")[2].partition(":")
+        if parameter["name"].startswith("mesh-mark:") and name.startswith(prefix):
+            requests.delete(f"{api}/api/global-parameters/{quote(parameter['name'], safe='')}",
+                            auth=auth, timeout=10)
     for vhost in requests.get(api + "/api/vhosts", auth=auth, timeout=10).json():
         if vhost["name"].startswith(prefix):
             requests.delete(f"{api}/api/vhosts/{quote(vhost['name'], safe='')}", auth=auth,

@@ -3,13 +3,18 @@
 Covers: several consumers each with a vhost and an account of its own; an account can ask a
 module its own question (RPC with a server-named reply queue and with amq.rabbitmq.reply-to,
 seed 004) yet cannot enter another consumer's vhost; idempotence (no PUT on a second run);
-single-credential rotation; no password in any report.
+single-credential rotation; no password in any report; a grant that disappears (its account
+deleted, its vhost kept with its messages and reported orphaned on every run); objects marked
+by another mesh never touched; unmarked objects of a granted name adopted; the admin account
+never managed.
 """
 
 from __future__ import annotations
 
 import io
 import time
+
+import attrs
 
 import pika
 import pytest
@@ -49,13 +54,26 @@ def grant(prefix: str, consumer: str, generation: int = 1) -> GrantDecl:
                                                           generation), admin=ADMIN_REF)
 
 
-def run(prefix, grants, values, endpoints, stream=None):
-    decl = Declaration(mesh=f"mesh-{prefix}", node="anchor", address="127.0.0.1",
+def run(prefix, grants, values, endpoints, stream=None, mesh=None):
+    decl = Declaration(mesh=mesh or f"mesh-{prefix}", node="anchor", address="127.0.0.1",
                        grants=pvector(grants))
     report = Report(printer=LivePrinter(stream=stream or io.StringIO()))
+    # a provider whose last grant went is named with its kind and admin credential
     result = provision_grants(decl, lambda ref: values[(ref.credential, ref.generation)], report,
-                              endpoints=endpoints, ready_timeout=30)
+                              endpoints=endpoints, ready_timeout=30,
+                              provider_kinds={PROVIDER: "vhost+account"},
+                              admin_refs={PROVIDER: ADMIN_REF})
     return result, report
+
+
+def admin_api(method: str, api_path: str, **kwargs) -> requests.Response:
+    api, admin, admin_password = _rabbit.rabbit_admin()
+    return requests.request(method, api + api_path, auth=(admin, admin_password), timeout=10,
+                            **kwargs)
+
+
+def changes(report: Report) -> list[tuple[str, str]]:
+    return [(op.op, op.subject) for op in report.ops if op.op not in ("wait-ready", "grant")]
 
 
 def connect(user: str, password: str, vhost: str) -> pika.BlockingConnection:
@@ -98,7 +116,7 @@ def test_consumers_get_isolated_vhosts_and_can_ask_their_own_questions(broker):
     first, report = run(prefix, grants, values, endpoints, stream)
     assert not report.failed, report.to_json()
     assert [o.status for o in first.outcomes] == ["in-force"] * 3
-    assert first.statements == 9  # vhost, account, permissions for each
+    assert first.statements == 15  # for each: the vhost and the account, each marked first; permissions
 
     second, report2 = run(prefix, grants, values, endpoints)
     assert second.statements == 0, [op.to_json() for op in report2.ops]
@@ -155,3 +173,141 @@ def test_broker_password_hash_is_compared_with_the_brokers_own_scheme():
     assert not hash_matches(stored, "rabbit_password_hashing_sha256", "Secret")
     assert not hash_matches(stored, "an-unknown-scheme", "secret")
     assert not hash_matches(None, "rabbit_password_hashing_sha256", "secret")
+
+
+def test_a_removed_grant_deletes_its_account_and_keeps_its_vhost_and_messages_orphaned(broker):
+    prefix, values, endpoints = broker
+    kept, gone = grant(prefix, "wiki"), grant(prefix, "umami")
+    for g in (kept, gone):
+        values[(g.credential.credential, 1)] = f"pw-{g.login}-{time.time_ns()}"
+    assert not run(prefix, [kept, gone], values, endpoints)[1].failed
+    old_password = values[(gone.credential.credential, 1)]
+    connection = connect(gone.login, old_password, gone.resource)
+    channel = connection.channel()
+    channel.queue_declare("work", durable=True)
+    for n in range(3):
+        channel.basic_publish("", "work", f"job {n}".encode(),
+                              pika.BasicProperties(delivery_mode=2))
+    connection.close()
+
+    stream = io.StringIO()
+    result, report = run(prefix, [kept], values, endpoints, stream)
+    assert not report.failed, report.to_json()
+    assert changes(report) == [("delete-user", gone.login), ("unmark", f"user {gone.login}")]
+    assert result.orphaned == [f"{PROVIDER}/{gone.resource}"]
+    orphan_notice = [n for n in report.notices if gone.resource in n["subject"]]
+    assert orphan_notice and "orphaned" in orphan_notice[0]["message"]
+    assert f"rabbitmqctl delete_vhost {gone.resource}" in orphan_notice[0]["message"]
+    assert [o.status for o in result.outcomes] == ["in-force"]
+
+    with pytest.raises(exceptions.ProbableAuthenticationError):  # the login is gone
+        connect(gone.login, old_password, gone.resource)
+    assert admin_api("GET", f"/api/users/{gone.login}").status_code == 404
+    assert admin_api("GET", f"/api/vhosts/{gone.resource}").status_code == 200
+    messages = admin_api("POST", f"/api/queues/{gone.resource}/work/get",
+                         json={"count": 10, "ackmode": "ack_requeue_true", "encoding": "auto"})
+    assert sorted(m["payload"] for m in messages.json()) == ["job 0", "job 1", "job 2"]
+    connect(kept.login, values[(kept.credential.credential, 1)], kept.resource).close()
+
+    again, report2 = run(prefix, [kept], values, endpoints)
+    assert again.statements == 0 and changes(report2) == []
+    assert again.orphaned == result.orphaned  # still reported, still kept
+    assert any(gone.resource in n["subject"] for n in report2.notices)
+    everything = stream.getvalue() + repr(report.to_json()) + repr(report2.to_json())
+    assert old_password not in everything
+
+    # the grant comes back: the same vhost, with its messages, gets a new account
+    values[(gone.credential.credential, 2)] = f"new-{prefix}"
+    back = grant(prefix, "umami", generation=2)
+    result, report3 = run(prefix, [kept, back], values, endpoints)
+    assert not report3.failed and result.orphaned == []
+    assert ("create-vhost", back.resource) not in changes(report3)
+    connection = connect(back.login, f"new-{prefix}", back.resource)
+    assert connection.channel().queue_declare("work", durable=True,
+                                              passive=True).method.message_count == 3
+    connection.close()
+
+
+def test_the_last_grant_of_a_provider_gone_is_still_swept(broker):
+    prefix, values, endpoints = broker
+    only = grant(prefix, "solo")
+    values[(only.credential.credential, 1)] = f"pw-{prefix}"
+    assert not run(prefix, [only], values, endpoints)[1].failed
+    result, report = run(prefix, [], values, endpoints)
+    assert not report.failed, report.to_json()
+    assert changes(report) == [("delete-user", only.login), ("unmark", f"user {only.login}")]
+    assert result.orphaned == [f"{PROVIDER}/{only.resource}"]
+    assert run(prefix, [], values, endpoints)[0].statements == 0
+
+
+def test_objects_marked_by_another_mesh_are_never_touched(broker):
+    prefix, values, endpoints = broker
+    theirs, ours = grant(prefix, "shared"), grant(prefix, "mine")
+    values[(theirs.credential.credential, 1)] = f"theirs-{prefix}"
+    values[(ours.credential.credential, 1)] = f"ours-{prefix}"
+    other_mesh = f"other-{prefix}"
+    assert not run(prefix, [theirs], values, endpoints, mesh=other_mesh)[1].failed
+
+    # this mesh grants its own account: the other mesh's account is not swept as an orphan
+    result, report = run(prefix, [ours], values, endpoints)
+    assert not report.failed, report.to_json()
+    assert all(theirs.login not in subject for _, subject in changes(report))
+    assert result.orphaned == []
+
+    # this mesh claims the same names: refused by name, nothing changed
+    values[(theirs.credential.credential, 2)] = f"hijack-{prefix}"
+    claim = grant(prefix, "shared", generation=2)
+    result, report = run(prefix, [ours, claim], values, endpoints)
+    refusal = [op for op in report.ops if op.op == "grant" and op.subject == claim.login]
+    assert refusal and not refusal[0].ok
+    assert f"user {claim.login}" in refusal[0].result and f"vhost {claim.resource}" in \
+        refusal[0].result and f"mesh:{other_mesh}:{PROVIDER}" in refusal[0].result
+    assert {o.consumer: o.status for o in result.outcomes} == {
+        ours.consumer: "in-force", claim.consumer: "failed"}
+    assert result.statements == 0
+    connect(theirs.login, f"theirs-{prefix}", theirs.resource).close()
+    with pytest.raises(exceptions.ProbableAuthenticationError):
+        connect(theirs.login, f"hijack-{prefix}", theirs.resource)
+    assert f"hijack-{prefix}" not in repr(report.to_json())
+
+
+def test_an_unmarked_account_and_vhost_of_a_granted_name_are_adopted(broker):
+    prefix, values, endpoints = broker
+    g = grant(prefix, "legacy")
+    values[(g.credential.credential, 1)] = f"pw-{prefix}"
+    assert admin_api("PUT", f"/api/vhosts/{g.resource}", json={}).status_code in (201, 204)
+    assert admin_api("PUT", f"/api/users/{g.login}",
+                     json={"password": f"pw-{prefix}", "tags": ""}).status_code in (201, 204)
+    result, report = run(prefix, [g], values, endpoints)
+    assert not report.failed, report.to_json()
+    marks = [op for op in report.ops if op.op == "mark"]
+    assert [op.subject for op in marks] == [f"vhost {g.resource}", f"user {g.login}"]
+    assert all(op.cause.startswith("adopted") for op in marks)
+    assert changes(report) == [("mark", f"vhost {g.resource}"), ("mark", f"user {g.login}"),
+                               ("set-permissions", f"{g.login} on {g.resource}")]
+    assert run(prefix, [g], values, endpoints)[0].statements == 0
+    # adopted means managed: its grant gone, its account goes like any other
+    result, report = run(prefix, [], values, endpoints)
+    assert ("delete-user", g.login) in changes(report)
+    assert result.orphaned == [f"{PROVIDER}/{g.resource}"]
+
+
+def test_the_admin_account_is_never_managed_even_when_marked(broker):
+    prefix, values, endpoints = broker
+    _, admin, admin_password = _rabbit.rabbit_admin()
+    mark = f"/api/global-parameters/mesh-mark%3Auser%3A{admin}"
+    assert admin_api("GET", mark).status_code == 404
+    own = f"mesh:mesh-{prefix}:{PROVIDER}"
+    assert admin_api("PUT", mark, json={"value": own}).status_code in (201, 204)
+    try:
+        result, report = run(prefix, [], values, endpoints)
+        assert changes(report) == [] and result.statements == 0
+        assert any(admin in n["subject"] and "not touched" in n["message"]
+                   for n in report.notices)
+        as_admin = attrs.evolve(grant(prefix, "x"), login=admin)
+        values[(as_admin.credential.credential, 1)] = "never-" + prefix
+        result, report = run(prefix, [as_admin], values, endpoints)
+        assert [o.status for o in result.outcomes] == ["failed"] and result.statements == 0
+    finally:
+        admin_api("DELETE", mark)
+    assert _rabbit.rabbit_admin()[2] == admin_password  # still the admin, same password
