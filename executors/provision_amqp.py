@@ -12,8 +12,8 @@ Invariants:
   for the operator's eyes on RabbitMQ). An unmarked object of a granted name is adopted.
 - A managed account whose grant is gone is deleted (its login goes); its vhost is kept with its
   queues and messages and reported orphaned on every run, with the command that deletes it.
-  An object marked by another mesh or provider is never touched; the admin account and the
-  `/` vhost are never managed.
+  An object marked by another mesh or provider is never touched; the admin account, the `/`
+  vhost and unmarked administrator accounts are never managed.
 - observe (GET) → diff (pure) → apply: a second run issues no PUT or DELETE. A password is
   compared against the broker's salted hash (sha256/sha512/md5 of salt+password, the broker's
   own scheme), never by logging in. One password per account: the grant's generation
@@ -180,6 +180,10 @@ def _refusal(want: DesiredAccount, observed: Observed, mark: str) -> Optional[st
         return f"account {want.user} is the broker's admin, which the mesh never manages"
     if want.vhost == DEFAULT_VHOST:
         return "the default vhost / is never managed by the mesh"
+    user = observed.users.get(want.user)
+    if (user is not None and "administrator" in user.tags
+            and observed.marks.get((USER, want.user)) != mark):
+        return f"account {want.user} is an unmarked administrator: never adopted"
     foreign = [f"{kind} {name} (marked {observed.marks[(kind, name)]})"
                for kind, name in ((USER, want.user), (VHOST, want.vhost))
                if observed.marks.get((kind, name), mark) != mark]

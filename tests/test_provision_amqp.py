@@ -311,3 +311,61 @@ def test_the_admin_account_is_never_managed_even_when_marked(broker):
     finally:
         admin_api("DELETE", mark)
     assert _rabbit.rabbit_admin()[2] == admin_password  # still the admin, same password
+
+
+# --------------------------------------------------------------------------- pure diff property
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from executors.provision_amqp import (  # noqa: E402
+    DesiredAccount,
+    Observed,
+    UserFacts,
+    diff,
+    mark_name,
+    marker,
+    path,
+)
+
+NAMES = st.sampled_from(["a", "b", "c", "d", "admin", "/"])
+MARKS = st.sampled_from([marker("m", PROVIDER), marker("other", PROVIDER), marker("m", "x@y")])
+
+
+@st.composite
+def broker_states(draw):
+    users = draw(st.sets(NAMES))
+    tags = {u: draw(st.sampled_from([(), ("administrator",)])) for u in users}
+    observed = Observed(
+        admin="admin", users={u: UserFacts(u, None, "", tags[u]) for u in users},
+        vhosts=frozenset(draw(st.sets(NAMES))), permissions={},
+        marks=draw(st.dictionaries(st.tuples(st.sampled_from(["user", "vhost"]), NAMES), MARKS)))
+    desired = [DesiredAccount(n, n, f"amqp/{n}", 1, "pw") for n in draw(st.sets(NAMES))]
+    return desired, observed
+
+
+@settings(max_examples=300, deadline=None)
+@given(broker_states())
+def test_the_diff_deletes_only_this_meshs_accounts_and_never_a_vhost(state):
+    desired, observed = state
+    mark = marker("m", PROVIDER)
+    plan = diff("m", PROVIDER, desired, observed)
+    untouchable = {path("users", "admin"), path("vhosts", "/"),
+                   path("global-parameters", mark_name("user", "admin")),
+                   path("global-parameters", mark_name("vhost", "/"))}
+    untouchable |= {path("users", u.name) for u in observed.users.values()  # unmarked admins
+                    if "administrator" in u.tags and observed.marks.get(("user", u.name)) != mark}
+    for (kind, name), carried in observed.marks.items():
+        if carried != mark:  # another mesh's object and its mark
+            untouchable |= {path(kind + "s", name), path("global-parameters", mark_name(kind, name))}
+    for call in plan.calls:
+        assert call.path not in untouchable, call
+        assert not call.path.startswith(path("permissions", "/") + "/"), call
+        assert not (call.method == "DELETE" and call.path.startswith("/api/vhosts/")), call
+        if call.op == "delete-user":
+            assert observed.marks.get(("user", call.subject)) == mark
+            assert call.subject not in {d.user for d in desired}
+    wanted = {d.vhost for d in desired}
+    assert set(plan.orphaned) == {n for (k, n), c in observed.marks.items()
+                                  if k == "vhost" and c == mark and n not in wanted
+                                  and n in observed.vhosts and n != "/"}
