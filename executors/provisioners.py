@@ -141,13 +141,20 @@ def _one_line(error: Exception) -> str:
 
 
 def idle_providers(declaration: Declaration) -> dict[str, tuple[str, SecretRef]]:
-    """PostgreSQL providers on this node with no grant left: {instance: (kind, admin ref)}.
+    """Providers on this node with no grant left: {instance: (kind, admin ref)}. Their managed
+    logins, whose grants all went, must still be dropped.
 
-    The declaration does not say what an instance provides, so this recognises the shape the
-    catalogue's postgres module has: a published container port 5432 (listen `postgres`) and
-    its own `admin` secret. Their managed logins whose grants all went must still be dropped."""
+    The declaration says what each instance provides (`providers`). A declaration written
+    without that list (by hand, in tests) falls back to the shape of the catalogue's postgres
+    module: a published container port 5432 and its own `admin` secret."""
     granted = {g.provider for g in declaration.grants}
     found: dict[str, tuple[str, SecretRef]] = {}
+    for provider in declaration.providers:
+        if provider.instance not in granted and provider.admin is not None and \
+                provider.kind in (POSTGRES_KIND, AMQP_KIND):
+            found[provider.instance] = (provider.kind, provider.admin)
+    if declaration.providers:
+        return found
     for container in declaration.containers:
         if container.instance in granted:
             continue
@@ -182,8 +189,8 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
 
     endpoints: provider instance → Endpoint, overriding the one derived from its published
     ports. admin_refs / provider_kinds: the admin credential and grant kind of providers that
-    have no grant left, so their orphans are still found (PostgreSQL providers of the
-    catalogue's shape are recognised without them: see idle_providers). kinds: only grants of these kinds
+    have no grant left, so their orphans are still found (the declaration's `providers` name
+    them without these: see idle_providers). kinds: only grants of these kinds
     (None: every kind, and kinds with no provisioner are reported). dry_run: observe and list
     the statements, change nothing. The result is also added to `report.facts["provisioned"]`."""
     from . import provision_amqp, provision_postgres  # noqa: WPS433 - kinds load their clients

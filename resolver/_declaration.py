@@ -138,6 +138,20 @@ class GrantDecl:
 
 
 @attrs.frozen(order=True)
+class ProviderDecl:
+    """A provision an instance on this node serves, with what its provisioner needs even when
+    no grant is left (so logins of grants that went are still found and dropped)."""
+
+    instance: str
+    provision: str
+    kind: str  # the provision's grant kind
+    listen: str
+    port: int  # the assigned host port
+    container_port: int
+    admin: Optional[SecretRef] = None  # the credential the provisioner authenticates with
+
+
+@attrs.frozen(order=True)
 class BindingDecl:
     """A consumer's view of one binding: the values it is told (password as a token)."""
 
@@ -162,6 +176,7 @@ class Declaration:
     accesses: PVector[AccessDecl] = EMPTY_VEC
     firewall: Optional[FirewallIntent] = None
     grants: PVector[GrantDecl] = EMPTY_VEC
+    providers: PVector[ProviderDecl] = EMPTY_VEC  # what the instances here provide
     bindings: PVector[BindingDecl] = EMPTY_VEC  # bindings whose consumer runs on this node
     instances: PVector[str] = EMPTY_VEC  # instances declared here (blocked ones are absent)
     certificate: Optional[str] = None  # the node certificate's PEM (public)

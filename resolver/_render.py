@@ -32,6 +32,7 @@ from ._declaration import (
     GrantDecl,
     HealthDecl,
     MountDecl,
+    ProviderDecl,
     PublishedPort,
     SecretRef,
     StateDirDecl,
@@ -133,6 +134,20 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
         binding_decls.setdefault(consumer_node, []).append(BindingDecl(
             consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
             provision=b.requirement.provision, values=pmap(values), secret=secret, kind=b.kind))
+
+    # --- what each instance provides, with its provisioner's admin credential
+    providers: dict[str, list] = {}
+    for name in live:
+        for provide in r.module_of(name).provides:
+            if (name, provide.listen) not in assigned:
+                continue
+            definition = r.catalogue.provisions.get(provide.provision)
+            providers.setdefault(instances[name].node, []).append(ProviderDecl(
+                instance=name, provision=provide.provision,
+                kind=definition.grant if definition is not None else "none",
+                listen=provide.listen, port=assigned[(name, provide.listen)],
+                container_port=r.module_of(name).listens[provide.listen].port,
+                admin=own_secrets.get((name, provide.admin)) if provide.admin else None))
 
     # --- containers, state, accesses per node
     containers: dict[str, list] = {}
@@ -237,6 +252,8 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                                     pvector(mesh_sources)),
             grants=pvector(sorted(grants.get(node_name, []),
                                   key=lambda g: (g.provider, g.consumer, g.provision))),
+            providers=pvector(sorted(providers.get(node_name, []),
+                                     key=lambda p: (p.instance, p.provision))),
             bindings=pvector(sorted(binding_decls.get(node_name, []),
                                     key=lambda b: (b.consumer, b.requirement))),
             instances=pvector(live_by_node.get(node_name, [])),
