@@ -33,6 +33,7 @@ from ._issue import PortBook, derive_login
 from ._ledger import Ledger, PortAssignment
 from ._model import Mesh, Module, Require
 from ._artifacts import artifact_key, image_reference
+from ._certs import certificate_requests
 from ._render import render_declarations, state_host_path
 from ._select import select_provider
 
@@ -476,17 +477,23 @@ class _Resolver:
         return SecretRef(cred_id, active.generation)
 
     def certificate_requests(self) -> None:
-        try:
-            from ._certs import certificate_requests
-        except ImportError:  # the certificate rules are optional until they land
-            certificate_requests = None
-        if certificate_requests is not None:
-            self.requests.extend(certificate_requests(self.mesh, self.ledger, self.now))
-            return
-        for node in sorted(self.nodes):
-            if node not in self.ledger.certificates:
-                self.requests.append(Request("certificate", node, pvector([node]),
-                                             "node has no certificate"))
+        self.requests.extend(certificate_requests(self.mesh, self.ledger, self.now))
+
+    def check_public_keys(self) -> None:
+        """A node that must hold a credential to be issued needs a key to seal it to: say so
+        in the plan, before the issuer has to refuse."""
+        waiting: dict[str, int] = {}
+        for request in self.requests:
+            if request.kind == "credential":
+                for node in request.holders:
+                    if self.mesh.nodes[node].public_key is None:
+                        waiting[node] = waiting.get(node, 0) + 1
+        for node, count in sorted(waiting.items()):
+            self.problem(codes.MISSING_PUBLIC_KEY,
+                         f"node {node} must hold {count} credential(s) to be issued but has no "
+                         f"public-key; run `mesh node-key {node} --path FILE` on it and put the "
+                         f"printed key under nodes.{node} in mesh.yaml",
+                         path=("nodes", node), severity="warning")
 
     # ------------------------------------------------------------------ the whole
 
@@ -503,6 +510,7 @@ class _Resolver:
         logins = self.assign_logins(bound)
         declarations, bindings, node_serials = render_declarations(self, bound, assigned, logins)
         self.certificate_requests()
+        self.check_public_keys()
         new_bindings = {}
         for (consumer, as_), b in bound.items():
             new_bindings.setdefault(consumer, {})[as_] = b.provider
