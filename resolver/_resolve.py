@@ -34,7 +34,15 @@ from ._ledger import Ledger, PortAssignment
 from ._model import Mesh, Module, Require
 from ._artifacts import artifact_key, image_reference
 from ._certs import certificate_requests
-from ._render import render_declarations, state_host_path
+from ._refusals import (
+    check_claims,
+    check_defaults,
+    check_mesh_scope,
+    check_placement,
+    check_public_keys,
+    check_state_paths,
+)
+from ._render import render_declarations
 from ._select import select_provider
 
 DUAL_LOGIN_KINDS = ("database+login",)
@@ -84,7 +92,7 @@ class _Resolver:
         self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
         self.assigned_ports: Optional[dict] = None
         self._mirrorable = self._mirrored = 0
-        self._unpinned: set = set()
+        self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
 
@@ -106,53 +114,6 @@ class _Resolver:
 
     # ------------------------------------------------------------------ placement
 
-    def check_placement(self) -> None:
-        for name in self.names:
-            inst = self.instances[name]
-            module = self.catalogue.modules.get(inst.module)
-            if module is None:
-                self.problem(codes.UNKNOWN_MODULE,
-                             f"instance {name} names module {inst.module!r}, which is not in the "
-                             f"catalogue", path=("instances", name, "module"), instance=name,
-                             blocks=[name])
-                continue
-            if inst.node not in self.nodes:
-                self.problem(codes.UNKNOWN_NODE,
-                             f"instance {name} is assigned to node {inst.node!r}, which is not "
-                             f"in the mesh's nodes", path=("instances", name, "node"),
-                             instance=name, blocks=[name])
-                continue
-            for i, part in enumerate(inst.parts):
-                if part not in module.parts:
-                    self.problem(codes.UNKNOWN_PART,
-                                 f"instance {name} installs part {part!r}, which module "
-                                 f"{module.name} does not have", path=("instances", name, "parts", i),
-                                 instance=name, blocks=[name])
-            offered = {f.split("=", 1)[0] for f in self.mesh.nodes[inst.node].facilities}
-            for i, facility in enumerate(module.facilities):
-                if facility not in offered:
-                    self.problem(codes.FACILITY_MISSING,
-                                 f"module {module.name} needs facility {facility!r}, which node "
-                                 f"{inst.node} does not offer", doc=f"module:{module.name}",
-                                 path=("facilities", i), instance=name, blocks=[name])
-            for container in module.containers:
-                if container.part is None or container.part in inst.parts:
-                    self.check_pinned(name, module, container.artifact)
-
-    def check_pinned(self, name: str, module: Module, artifact_name: str) -> None:
-        if self.image_digest(module, artifact_name) is None and \
-                (name, artifact_name) not in self._unpinned:
-            self._unpinned.add((name, artifact_name))
-            artifact = module.artifacts[artifact_name]
-            what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
-                    else f"build {module.name}/{artifact_name}")
-            how = ("run `mesh pin DIR` to record its digest" if artifact.repository
-                   else "build it and record its digest in the ledger's builds")
-            self.problem(codes.UNPINNED_ARTIFACT,
-                         f"artifact {artifact_name} ({what}) of instance {name} has no digest in "
-                         f"the ledger; {how}", doc=f"module:{module.name}",
-                         path=("artifacts", artifact_name), instance=name, blocks=[name])
-
     def image_digest(self, module: Module, artifact_name: str) -> Optional[str]:
         artifact = module.artifacts.get(artifact_name)
         if artifact is None:
@@ -167,86 +128,16 @@ class _Resolver:
 
     # ------------------------------------------------------------------ singular things
 
-    def check_mesh_scope(self) -> None:
-        providers: dict[str, list[str]] = {}
-        for name in self.placed():
-            for provide in self.module_of(name).provides:
-                providers.setdefault(provide.provision, []).append(name)
-        for provision, names in sorted(providers.items()):
-            definition = self.catalogue.provisions.get(provision)
-            if definition is None or definition.scope != "mesh" or len(names) < 2:
-                continue
-            keep = self._first_holder(names)
-            for name in names:
-                if name != keep:
-                    self.problem(codes.SECOND_MESH_PROVIDER,
-                                 f"{provision} is mesh-scoped and {keep} already provides it; "
-                                 f"{name} is a second provider", path=("instances", name),
-                                 instance=name, candidates=names, blocks=[name])
-
-    def _first_holder(self, names: list[str]) -> str:
+    def first_holder(self, names: list[str]) -> str:
         """The instance that keeps a singular thing: one already recorded, else the first."""
         recorded = [n for n in names if n in self.recorded_ports or n in self.recorded_bindings
                     or n in self.recorded_providers]
         return sorted(recorded or names)[0]
 
-    def check_claims(self) -> None:
-        by_node: dict[tuple, list[str]] = {}
-        for name in self.placed():
-            module, node = self.module_of(name), self.instances[name].node
-            for claim in module.claims:
-                by_node.setdefault((node, "claim", claim), []).append(name)
-            for listen_name, listen in module.listens.items():
-                if listen.fixed is not None:
-                    by_node.setdefault((node, "port", listen.fixed, listen.protocol),
-                                       []).append(name)
-        for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
-            names = sorted(set(names))
-            node = key[0]
-            floor_ports = self.floor_ports(node)
-            if key[1] == "port" and (key[2], key[3]) in floor_ports:
-                for name in names:
-                    self.problem(codes.PORT_CONFLICT,
-                                 f"{name} fixes host port {key[2]}/{key[3]} on node {node}, which "
-                                 f"is a floor every node keeps", path=("instances", name),
-                                 instance=name, blocks=[name])
-                continue
-            if len(names) < 2:
-                continue
-            keep = self._first_holder(names)
-            code = codes.DUPLICATE_CLAIM if key[1] == "claim" else codes.PORT_CONFLICT
-            what = f"claim {key[2]!r}" if key[1] == "claim" else f"fixed host port {key[2]}/{key[3]}"
-            for name in names:
-                if name != keep:
-                    self.problem(code, f"{name} and {keep} both take {what} on node {node}; "
-                                 f"{keep} keeps it", path=("instances", name), instance=name,
-                                 candidates=names, blocks=[name])
-
     def floor_ports(self, node: str) -> set:
         ports = {(self.mesh.nodes[node].ssh_port, "tcp")}
         ports.update((f.port, f.protocol) for f in self.mesh.floors)
         return ports
-
-    def check_state_paths(self) -> None:
-        owners: dict[tuple, list[tuple]] = {}
-        for name in self.placed():
-            module, node = self.module_of(name), self.instances[name].node
-            for dir_name, state in module.state.items():
-                owners.setdefault((node, state_host_path(name, state.path)), []).append(
-                    (name, module.name, dir_name))
-        for (node, path), holders in sorted(owners.items()):
-            names = sorted({h[0] for h in holders})
-            if len(holders) < 2:
-                continue
-            keep = self._first_holder(names) if len(names) > 1 else None
-            for name, module_name, dir_name in sorted(holders):
-                if name == keep:
-                    continue
-                self.problem(codes.STATE_PATH_OWNERS,
-                             f"state path {path} on node {node} has several owners: "
-                             f"{', '.join(f'{h[0]}/{h[2]}' for h in sorted(holders))}",
-                             doc=f"module:{module_name}", path=("state", dir_name, "path"),
-                             instance=name, candidates=names, blocks=[name])
 
     # ------------------------------------------------------------------ bindings
 
@@ -479,30 +370,14 @@ class _Resolver:
     def certificate_requests(self) -> None:
         self.requests.extend(certificate_requests(self.mesh, self.ledger, self.now))
 
-    def check_public_keys(self) -> None:
-        """A node that must hold a credential to be issued needs a key to seal it to: say so
-        in the plan, before the issuer has to refuse."""
-        waiting: dict[str, int] = {}
-        for request in self.requests:
-            if request.kind == "credential":
-                for node in request.holders:
-                    if self.mesh.nodes[node].public_key is None:
-                        waiting[node] = waiting.get(node, 0) + 1
-        for node, count in sorted(waiting.items()):
-            self.problem(codes.MISSING_PUBLIC_KEY,
-                         f"node {node} must hold {count} credential(s) to be issued but has no "
-                         f"public-key; run `mesh node-key {node} --path FILE` on it and put the "
-                         f"printed key under nodes.{node} in mesh.yaml",
-                         path=("nodes", node), severity="warning")
-
     # ------------------------------------------------------------------ the whole
 
     def run(self) -> Resolution:
-        self.check_placement()
-        self.check_mesh_scope()
-        self.check_claims()
-        self.check_state_paths()
-        self.check_defaults()
+        check_placement(self)
+        check_mesh_scope(self)
+        check_claims(self)
+        check_state_paths(self)
+        check_defaults(self)
         bound = self.bind_all()
         self.propagate_blocks(bound)
         assigned = self.assigned_ports = self.assign_ports()
@@ -510,7 +385,7 @@ class _Resolver:
         logins = self.assign_logins(bound)
         declarations, bindings, node_serials = render_declarations(self, bound, assigned, logins)
         self.certificate_requests()
-        self.check_public_keys()
+        check_public_keys(self)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
             new_bindings.setdefault(consumer, {})[as_] = b.provider
@@ -542,20 +417,6 @@ class _Resolver:
     def _credential_parties_present(self, cred_id: str) -> bool:
         parts = cred_id.split("/")
         return len(parts) == 3 and parts[1] in self.mesh.instances and parts[2] in self.mesh.instances
-
-    def check_defaults(self) -> None:
-        for provision, name in sorted(self.mesh.defaults.items()):
-            if name not in self.mesh.instances:
-                self.problem(codes.UNKNOWN_DEFAULT,
-                             f"the mesh default for {provision} names {name}, which is not an "
-                             f"instance of this mesh", path=("defaults", provision),
-                             severity="warning")
-        for role in ("store", "broker"):
-            name = getattr(self.mesh.substrate, role)
-            if name is not None and name not in self.mesh.instances:
-                self.problem(codes.UNKNOWN_DEFAULT,
-                             f"the substrate {role} names {name}, which is not an instance of "
-                             f"this mesh", path=("substrate", role), severity="error")
 
     # ------------------------------------------------------------------ artifacts
 

@@ -1,0 +1,175 @@
+"""Refusals of singular things, decided before any binding is made.
+
+Invariants:
+- Each check names exactly the instances it blocks (Problem.blocks) and points at the input
+  that causes it (file:line:col through Sources); nothing else is touched.
+- Where two instances contend for one thing (a claim, a fixed port, a state path, a
+  mesh-scoped provision), the one the ledger already records keeps it, else the first by name:
+  adding an instance never takes a thing from one that holds it.
+- Warnings (a default naming nothing, a node with no key to seal to) block nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _codes as codes
+from ._model import Module
+from ._render import state_host_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._resolve import _Resolver
+
+
+def check_placement(r: "_Resolver") -> None:
+    for name in r.names:
+        inst = r.instances[name]
+        module = r.catalogue.modules.get(inst.module)
+        if module is None:
+            r.problem(codes.UNKNOWN_MODULE,
+                      f"instance {name} names module {inst.module!r}, which is not in the "
+                      f"catalogue", path=("instances", name, "module"), instance=name,
+                      blocks=[name])
+            continue
+        if inst.node not in r.nodes:
+            r.problem(codes.UNKNOWN_NODE,
+                      f"instance {name} is assigned to node {inst.node!r}, which is not "
+                      f"in the mesh's nodes", path=("instances", name, "node"),
+                      instance=name, blocks=[name])
+            continue
+        for i, part in enumerate(inst.parts):
+            if part not in module.parts:
+                r.problem(codes.UNKNOWN_PART,
+                          f"instance {name} installs part {part!r}, which module "
+                          f"{module.name} does not have", path=("instances", name, "parts", i),
+                          instance=name, blocks=[name])
+        offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
+        for i, facility in enumerate(module.facilities):
+            if facility not in offered:
+                r.problem(codes.FACILITY_MISSING,
+                          f"module {module.name} needs facility {facility!r}, which node "
+                          f"{inst.node} does not offer", doc=f"module:{module.name}",
+                          path=("facilities", i), instance=name, blocks=[name])
+        for container in module.containers:
+            if container.part is None or container.part in inst.parts:
+                check_pinned(r, name, module, container.artifact)
+
+
+def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str) -> None:
+    if r.image_digest(module, artifact_name) is None and \
+            (name, artifact_name) not in r.unpinned:
+        r.unpinned.add((name, artifact_name))
+        artifact = module.artifacts[artifact_name]
+        what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
+                else f"build {module.name}/{artifact_name}")
+        how = ("run `mesh pin DIR` to record its digest" if artifact.repository
+               else "build it and record its digest in the ledger's builds")
+        r.problem(codes.UNPINNED_ARTIFACT,
+                  f"artifact {artifact_name} ({what}) of instance {name} has no digest in "
+                  f"the ledger; {how}", doc=f"module:{module.name}",
+                  path=("artifacts", artifact_name), instance=name, blocks=[name])
+
+
+def check_mesh_scope(r: "_Resolver") -> None:
+    providers: dict[str, list[str]] = {}
+    for name in r.placed():
+        for provide in r.module_of(name).provides:
+            providers.setdefault(provide.provision, []).append(name)
+    for provision, names in sorted(providers.items()):
+        definition = r.catalogue.provisions.get(provision)
+        if definition is None or definition.scope != "mesh" or len(names) < 2:
+            continue
+        keep = r.first_holder(names)
+        for name in names:
+            if name != keep:
+                r.problem(codes.SECOND_MESH_PROVIDER,
+                          f"{provision} is mesh-scoped and {keep} already provides it; "
+                          f"{name} is a second provider", path=("instances", name),
+                          instance=name, candidates=names, blocks=[name])
+
+
+def check_claims(r: "_Resolver") -> None:
+    by_node: dict[tuple, list[str]] = {}
+    for name in r.placed():
+        module, node = r.module_of(name), r.instances[name].node
+        for claim in module.claims:
+            by_node.setdefault((node, "claim", claim), []).append(name)
+        for listen_name, listen in module.listens.items():
+            if listen.fixed is not None:
+                by_node.setdefault((node, "port", listen.fixed, listen.protocol),
+                                   []).append(name)
+    for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
+        names = sorted(set(names))
+        node = key[0]
+        floor_ports = r.floor_ports(node)
+        if key[1] == "port" and (key[2], key[3]) in floor_ports:
+            for name in names:
+                r.problem(codes.PORT_CONFLICT,
+                          f"{name} fixes host port {key[2]}/{key[3]} on node {node}, which "
+                          f"is a floor every node keeps", path=("instances", name),
+                          instance=name, blocks=[name])
+            continue
+        if len(names) < 2:
+            continue
+        keep = r.first_holder(names)
+        code = codes.DUPLICATE_CLAIM if key[1] == "claim" else codes.PORT_CONFLICT
+        what = f"claim {key[2]!r}" if key[1] == "claim" else f"fixed host port {key[2]}/{key[3]}"
+        for name in names:
+            if name != keep:
+                r.problem(code, f"{name} and {keep} both take {what} on node {node}; "
+                          f"{keep} keeps it", path=("instances", name), instance=name,
+                          candidates=names, blocks=[name])
+
+
+def check_state_paths(r: "_Resolver") -> None:
+    owners: dict[tuple, list[tuple]] = {}
+    for name in r.placed():
+        module, node = r.module_of(name), r.instances[name].node
+        for dir_name, state in module.state.items():
+            owners.setdefault((node, state_host_path(name, state.path)), []).append(
+                (name, module.name, dir_name))
+    for (node, path), holders in sorted(owners.items()):
+        names = sorted({h[0] for h in holders})
+        if len(holders) < 2:
+            continue
+        keep = r.first_holder(names) if len(names) > 1 else None
+        for name, module_name, dir_name in sorted(holders):
+            if name == keep:
+                continue
+            r.problem(codes.STATE_PATH_OWNERS,
+                      f"state path {path} on node {node} has several owners: "
+                      f"{', '.join(f'{h[0]}/{h[2]}' for h in sorted(holders))}",
+                      doc=f"module:{module_name}", path=("state", dir_name, "path"),
+                      instance=name, candidates=names, blocks=[name])
+
+
+def check_public_keys(r: "_Resolver") -> None:
+    """A node that must hold a credential to be issued needs a key to seal it to: say so
+    in the plan, before the issuer has to refuse."""
+    waiting: dict[str, int] = {}
+    for request in r.requests:
+        if request.kind == "credential":
+            for node in request.holders:
+                if r.mesh.nodes[node].public_key is None:
+                    waiting[node] = waiting.get(node, 0) + 1
+    for node, count in sorted(waiting.items()):
+        r.problem(codes.MISSING_PUBLIC_KEY,
+                  f"node {node} must hold {count} credential(s) to be issued but has no "
+                  f"public-key; run `mesh node-key {node} --path FILE` on it and put the "
+                  f"printed key under nodes.{node} in mesh.yaml",
+                  path=("nodes", node), severity="warning")
+
+
+def check_defaults(r: "_Resolver") -> None:
+    for provision, name in sorted(r.mesh.defaults.items()):
+        if name not in r.mesh.instances:
+            r.problem(codes.UNKNOWN_DEFAULT,
+                      f"the mesh default for {provision} names {name}, which is not an "
+                      f"instance of this mesh", path=("defaults", provision),
+                      severity="warning")
+    for role in ("store", "broker"):
+        name = getattr(r.mesh.substrate, role)
+        if name is not None and name not in r.mesh.instances:
+            r.problem(codes.UNKNOWN_DEFAULT,
+                      f"the substrate {role} names {name}, which is not an instance of "
+                      f"this mesh", path=("substrate", role), severity="error")
