@@ -18,12 +18,11 @@ import attrs
 from pyrsistent import pmap
 from ruamel.yaml import YAML
 
-from ._convert import _describe, structure, unstructure
+from ._convert import unstructure
 from ._errors import Fault, InputError
 from ._inputs import Catalogue, Sources
 from ._ledger import EMPTY_LEDGER, Ledger
-from ._load import DocumentPositions, parse_yaml, structure_faults
-from ._repair import repair
+from ._load import DocumentPositions, load_document
 from ._model import Mesh, Module, Provisions
 from ._validate import (
     ledger_version_fault,
@@ -37,48 +36,8 @@ from ._validate import (
 
 def _structured(text: str, file: str, cls: type, validate, *, wrap: Optional[str] = None,
                 precheck=None) -> tuple[Any, DocumentPositions]:
-    """Parse, structure and validate one document, raising InputError with every fault.
-
-    When some values have the wrong type, the document is structured once more with those
-    values replaced by neutral ones, so the checks between keys still run and report the
-    rest; their faults at a replaced value are dropped (the type fault already says it)."""
-    data, where = parse_yaml(text, file)
-    if data is None:
-        raise InputError([Fault(file, 1, 1, "the document is empty", f"a {cls.__name__} mapping")])
-    if not isinstance(data, dict):
-        raise InputError([where.fault((), f"the document is {_describe(data)}", "a mapping")])
-    if precheck is not None and (refusal := precheck(data, where)) is not None:
-        raise InputError([refusal])
-    if wrap is not None:
-        data = {wrap: data}
-        where = attrs.evolve(where, skip=1)
-    try:
-        model = structure(data, cls)
-    except Exception as exc:  # the converter's exception tree, mapped to positions
-        faults = structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]
-        raise InputError(faults + _faults_beyond_types(data, cls, exc, where, validate)) from None
-    faults = validate(model, where)
-    if faults:
-        raise InputError(faults)
-    return model, where
-
-
-def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: DocumentPositions,
-                         validate) -> list[Fault]:
-    repaired: list[tuple] = []
-    for _ in range(4):
-        data, paths = repair(data, cls, exc)
-        if paths is None:
-            return []  # something was missing or not a plain value: nothing sound to check
-        repaired += paths
-        try:
-            model = structure(data, cls)
-        except Exception as again:  # noqa: BLE001 - the converter's exception tree
-            exc = again
-            continue
-        covered = {where.position(path, at_key=key) for path in repaired for key in (False, True)}
-        return [f for f in validate(model, where) if (f.line, f.col) not in covered]
-    return []
+    """Parse, structure and validate one document, raising InputError with every fault."""
+    return load_document(text, file, cls, wrap=wrap, precheck=precheck, validate=validate)
 
 
 def load_module(text: str, file: str, *, name: Optional[str] = None) -> tuple[Module, DocumentPositions]:

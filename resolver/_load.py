@@ -25,6 +25,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from ._convert import _describe, structure, yaml_key
 from ._errors import Fault, InputError
+from ._repair import repair
 
 Path = tuple
 
@@ -152,25 +153,56 @@ def _known_keys(cls: Optional[type]) -> str:
     return "one of " + ", ".join(yaml_key(a.name) for a in attrs.fields(cls))
 
 
-def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None):
+def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
+                  precheck=None, validate=None):
     """Parse and structure one document. Returns (model, positions) or raises InputError.
 
     `wrap` nests the document under one key before structuring (provisions.yaml is a bare
-    mapping of provision names; its model has one field)."""
+    mapping of provision names; its model has one field).
+
+    `precheck(data, where)` may refuse the plain data before structuring (one Fault or None);
+    `validate(model, where)` returns the faults between keys. When some values have the wrong
+    type, the document is structured once more with those values replaced by neutral ones, so
+    `validate` still runs and reports the rest; its faults at a replaced value are dropped."""
     data, where = parse_yaml(text, file)
     if data is None:
         raise InputError([Fault(file, 1, 1, "the document is empty", f"a {cls.__name__} mapping")])
     if not isinstance(data, dict):
         raise InputError([where.fault((), f"the document is {_describe(data)}", "a mapping")])
+    if precheck is not None and (refusal := precheck(data, where)) is not None:
+        raise InputError([refusal])
     if wrap is not None:
         data = {wrap: data}
         where = attrs.evolve(where, skip=1)
     try:
         model = structure(data, cls)
     except Exception as exc:  # the converter's exception tree, mapped to positions
-        faults = structure_faults(exc, where)
-        raise InputError(faults or [Fault(file, 0, 0, str(exc))]) from None
+        faults = structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]
+        if validate is not None:
+            faults += _faults_beyond_types(data, cls, exc, where, validate)
+        raise InputError(faults) from None
+    faults = validate(model, where) if validate is not None else []
+    if faults:
+        raise InputError(faults)
     return model, where
+
+
+def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: DocumentPositions,
+                         validate) -> list[Fault]:
+    repaired: list[tuple] = []
+    for _ in range(4):
+        data, paths = repair(data, cls, exc)
+        if paths is None:
+            return []  # something was missing or not a plain value: nothing sound to check
+        repaired += paths
+        try:
+            model = structure(data, cls)
+        except Exception as again:  # noqa: BLE001 - the converter's exception tree
+            exc = again
+            continue
+        covered = {where.position(path, at_key=key) for path in repaired for key in (False, True)}
+        return [f for f in validate(model, where) if (f.line, f.col) not in covered]
+    return []
 
 
 def join_errors(*attempts: Iterable[Fault]) -> None:
