@@ -10,6 +10,7 @@ Exit codes: 0 no refusal, 1 refusals, 2 bad input.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -47,13 +48,8 @@ def register(subparsers) -> None:
     parser.add_argument("--issue", action="store_true",
                         help="issue every requested credential and certificate (sealed to its "
                         "holders), then resolve again and write the ledger")
-    parser.add_argument("--now", metavar="ISO8601", help=argparse_suppress())
+    parser.add_argument("--now", metavar="ISO8601", help=argparse.SUPPRESS)  # tests pin the clock
     parser.set_defaults(func=run)
-
-
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS
 
 
 def run(args, out=None) -> int:
@@ -63,7 +59,6 @@ def run(args, out=None) -> int:
     with resolving():
         resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
                                       sources=inputs.sources, now=now)
-    issued = None
     if args.issue:
         from executors.issuer import issue_requests  # needs entropy and the CA: executors only
 
