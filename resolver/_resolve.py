@@ -213,7 +213,6 @@ class _Resolver:
         return req.listen or sorted(module.listens)[0]
 
     def refuse_requirement(self, name, module, index, req, what, selection) -> None:
-        inst = self.instances[name]
         if selection.rule == "instance override":
             doc, path = "mesh", ("instances", name, "bind", req.as_)
         elif selection.rule == "manifest":
@@ -243,7 +242,6 @@ class _Resolver:
         else:
             self.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
                          state=state, candidates=selection.candidates, blocks=[name])
-        del inst
 
     def propagate_blocks(self, bound: dict[tuple, _Bound]) -> None:
         """A consumer of a blocked provider is blocked too (it could not start honestly)."""
