@@ -36,6 +36,12 @@ class Sources:
         line, col = doc.position(tuple(path), at_key=at_key)
         return (doc.file, line, col)
 
+    def key_order(self, document: str, *path) -> tuple[str, ...]:
+        """The keys of the mapping at `path` in `document`, in the order written; empty when
+        the document's positions are not known (a mesh built in code has no written order)."""
+        doc: Optional[DocumentPositions] = self.documents.get(document)
+        return doc.key_order(tuple(path)) if doc is not None else ()
+
     def file(self, document: str) -> str:
         doc = self.documents.get(document)
         return doc.file if doc is not None else document

@@ -66,6 +66,22 @@ class DocumentPositions:
         except (AttributeError, KeyError, IndexError, TypeError):
             return 1, 1
 
+    def key_order(self, path: Path) -> tuple[str, ...]:
+        """The keys of the mapping at `path` in the order the document writes them (the model's
+        maps do not keep it); empty when nothing at `path` is a mapping. Plain strings only, so
+        no round-trip type leaves this object."""
+        node = self.tree
+        for key in path[self.skip:]:
+            if isinstance(node, CommentedMap) and key in node:
+                node = node[key]
+            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
+                node = node[key]
+            else:
+                return ()
+        if not isinstance(node, CommentedMap):
+            return ()
+        return tuple(str(k) for k in node if isinstance(k, str))
+
     def fault(self, path: Path, message: str, expected: str = "", *, at_key: bool = False) -> Fault:
         line, col = self.position(path, at_key=at_key)
         return Fault(self.file, line, col, message, expected)
