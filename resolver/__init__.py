@@ -104,3 +104,22 @@ from ._select import select_provider, Selection  # noqa: E402
 
 __all__ += ["resolve", "credential_id", "secret_id", "container_name", "declaration_digest",
             "select_provider", "Selection"]
+
+from ._picture import (  # noqa: E402
+    EdgeView,
+    InstanceView,
+    MeshPicture,
+    NodeView,
+    Opening,
+    ProblemView,
+    binding_key,
+    focus,
+    in_written_order,
+    mesh_picture,
+    problem_key,
+)
+from ._dot import mesh_dot, render_dot  # noqa: E402
+
+__all__ += ["EdgeView", "InstanceView", "MeshPicture", "NodeView", "Opening", "ProblemView",
+            "binding_key", "focus", "in_written_order", "mesh_picture", "problem_key",
+            "mesh_dot", "render_dot"]
