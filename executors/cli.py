@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not 
 COMMANDS = [
     "check",
     "schema",
-    "plan",
+    "plan", "graph",
     "pin", "mirror", "stale",
     "firewall",
     "apply",

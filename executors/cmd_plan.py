@@ -21,7 +21,7 @@ from resolver._convert import unstructure_full
 from resolver._plan import container_changes
 
 from executors.loading import load_mesh_dir, write_atomic, write_ledger
-from executors.runtime import resolving
+from executors.runtime import now_iso, resolving
 
 DECLARATION_SUFFIX = ".declaration.json"
 
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
 def run(args, out=None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    now = args.now or _utc_now()
+    now = args.now or now_iso()
     with resolving():
         resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
                                       sources=inputs.sources, now=now)
@@ -85,11 +85,6 @@ def run(args, out=None) -> int:
         write_ledger(inputs.ledger_path, resolution.ledger)
         print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
     return 1 if resolution.refused else 0
-
-
-def _utc_now() -> str:
-    from datetime import datetime, timezone
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --------------------------------------------------------------------------- declarations
