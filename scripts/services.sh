@@ -49,7 +49,7 @@ APT_MAX_AGE_MIN=360
 
 PACKAGES=(docker.io docker-compose nftables libnftables1 python3-nftables iproute2
           postgresql rabbitmq-server docker-registry busybox-static procps psmisc
-          curl ca-certificates graphviz)
+          curl ca-certificates graphviz fonts-dejavu-core)
 
 T0=$SECONDS
 log()  { printf '[services +%3ss] %s\n' "$((SECONDS - T0))" "$*"; }
