@@ -10,7 +10,8 @@ Invariants:
 - Nothing the mesh does not manage is touched: containers are only those carrying our labels,
   and a state directory that holds data the mesh did not put there is kept and reported.
 - Order: directories, files, removals, then containers and run-once steps in declaration
-  order (a step runs before the containers declared after it), then the applied record.
+  order (a step runs before the containers declared after it), then the applied record, which
+  the executor writes only once every phase (provisioning included) has succeeded.
 """
 
 from __future__ import annotations
@@ -116,9 +117,13 @@ class ContainerFacts:
 
 @attrs.frozen
 class Applied:
+    """The declaration the node's record says is in force, and how its last apply ended
+    (applied | failed | unrecorded: a record of an earlier version)."""
+
     serial: int
     digest: str
     generations: PMap[str, int] = pmap()
+    result: str = "applied"
 
 
 @attrs.frozen
@@ -280,6 +285,10 @@ def _record_op(desired: Desired, observed: Observed, ops: list):
         cause = f"serial {observed.applied.serial} → {desired.serial}"
     elif observed.applied.digest != desired.digest:
         cause = "declaration digest changed at the same serial"
+    elif observed.applied.result == "unrecorded":
+        cause = "the record does not say whether every phase succeeded (an earlier version)"
+    elif observed.applied.result != "applied":
+        cause = f"the last apply was {observed.applied.result}"
     else:
         cause = "credential generations in force changed"
     ops.append(Op("record-applied", f"serial {desired.serial}", cause))

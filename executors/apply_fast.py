@@ -5,7 +5,8 @@ Invariants:
   ssl and email): importing the resolver (cattrs, ruamel), attrs or the docker SDK costs far
   more than the whole check.
 - It answers only for byte-identical inputs (declaration file, sealed secrets and key) to the
-  last successful full apply, whose record (`<state root>/noop.json`) says what that apply left;
+  last successful full apply, whose record (`<state root>/.mesh/noop.json`) says what that
+  apply left (never written for a declaration that needs its provisioners or checks);
   it then observes the same facts the full path observes (one container list call, the state
   directories, accessed paths, the files the mesh writes, run-once markers, applied.json).
 - A firewall intent in force is checked as the firewall executor checks it: the recorded
@@ -31,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: the executor's files under <state root>/.mesh, applied.json version 2
+APPLIED_VERSION = 2  # applied_record.RECORD_VERSION
+EXECUTOR_DIR = ".mesh"  # node_paths.EXECUTOR_DIR: the executor's own files under the state root
 NOOP_RECORD = "noop.json"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 API_VERSION = "1.41"  # the full path's docker_engine.API_VERSION
@@ -147,8 +150,10 @@ def _read_json(path):
 
 def _check_applied(root: Path, record: dict) -> None:
     applied = _read_json(root / "applied.json")
-    if not isinstance(applied, dict) or "serial" not in applied or \
-            (applied["serial"], applied.get("digest", ""), applied.get("generations", {})) != \
+    if not isinstance(applied, dict) or applied.get("version") != APPLIED_VERSION \
+            or applied.get("result") != "applied":
+        raise _Decline("applied.json does not record a successful apply")
+    if (applied.get("serial"), applied.get("digest", ""), applied.get("generations", {})) != \
             (record["serial"], record["digest"], record["generations"]):
         raise _Decline("applied.json differs from the no-op record")
 
@@ -253,8 +258,9 @@ def _facts(record: dict, label: str, dry_run: bool) -> dict:
 
 
 def _print(facts: dict, as_json: bool, out) -> None:
-    if as_json:  # the full path's Report.to_json() with no operation and no notice
-        json.dump({**facts, "ops": [], "notices": []}, out, indent=2, sort_keys=True)
+    if as_json:  # the full path's Report.to_json() with no operation, check or notice
+        json.dump({**facts, "ops": [], "checks": [], "notices": []}, out, indent=2,
+                  sort_keys=True)
         out.write("\n")
         return
     print(f"node {facts['node']} (mesh {facts['mesh']}): {facts['result']}; "
@@ -278,7 +284,7 @@ def check(args) -> dict:
     inputs = noop_inputs(args)
     if inputs is None:
         raise _Decline("not one JSON declaration file")
-    root = Path(args.state_root)
+    root = Path(args.state_root) / EXECUTOR_DIR
     try:
         lock = os.open(root / "lock", os.O_RDWR)
     except FileNotFoundError:

@@ -4,6 +4,10 @@ Invariants:
 - Rendering is the only place secret values exist: they are substituted into env and binding
   file contents and the containers' environments, never into an Op, a cause, a label or the
   report; labels carry one-way fingerprints so a cause can name the env key that changed.
+- An env value holding a provider's admin secret in that provider's server container is
+  fingerprinted as written (its token), not by value: the provisioner changes it on the running
+  server, the container reads it only to initialise, so a new generation rewrites the env file
+  and never recreates the server (resolver._rotation.server_held_secrets decides which).
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
@@ -15,16 +19,17 @@ import hashlib
 import json
 import os
 import re
-from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import attrs
 from pyrsistent import pmap
 
-from resolver import ContainerDecl, Declaration, SecretRef
+from resolver import ContainerDecl, Declaration, SecretRef, secret_token
+from resolver._rotation import server_held_secrets
 from resolver import declaration_digest as resolver_declaration_digest
 
 from . import docker_engine as engine
+from .node_paths import NodePaths
 from .apply_diff import (
     Desired,
     DesiredAccess,
@@ -40,38 +45,6 @@ SecretSource = Callable[[SecretRef], str]
 
 SECRET_PATTERN = re.compile(r"\$\{secret:([^}]*)\}")
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
-
-
-@attrs.frozen
-class NodePaths:
-    root: Path
-
-    @property
-    def env_dir(self) -> Path:
-        return self.root / "env"
-
-    @property
-    def bindings_dir(self) -> Path:
-        return self.root / "bindings"
-
-    @property
-    def steps_dir(self) -> Path:
-        return self.root / "steps"
-
-    @property
-    def dirs_record(self) -> Path:
-        return self.root / "dirs.json"
-
-    @property
-    def applied(self) -> Path:
-        return self.root / "applied.json"
-
-    @property
-    def noop_record(self) -> Path:
-        return self.root / "noop.json"
-
-    def marker(self, step: str) -> Path:
-        return self.steps_dir / f"{step}.digest"
 
 
 @attrs.frozen
@@ -144,9 +117,15 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
         refusals.append(Refusal(c.name, "a container name needs two characters or more, no '/'"))
     refs = {ref.credential: ref for ref in c.secrets}
     env = []
+    # a provider's admin in its own server's env: put in force on the running server by the
+    # provisioner, read by the container only to initialise; its generation never recreates it
+    in_place = server_held_secrets(declaration, c)
+    stable = {}
     for key in sorted(c.env):
         value = substitute(c.env[key], refs, c.name, f"env {key}")
         env.append((key, value if value is not None else ""))
+        if any(secret_token(cred) in c.env[key] for cred in in_place):
+            stable[key] = c.env[key]  # fingerprinted as written: the token, not the value
     env_text = _env_text(env)
     ports = []
     for p in c.ports:
@@ -159,7 +138,8 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     restart = "no" if c.run_once else "unless-stopped"
     summary = {"image": c.image, "run-once": str(c.run_once).lower(), "restart": restart,
                "command": json.dumps(list(c.command)) if c.command is not None else "-"}
-    summary.update({f"env {key}": fingerprint(c.name, key, value) for key, value in env})
+    summary.update({f"env {key}": fingerprint(c.name, key, stable.get(key, value))
+                    for key, value in env})
     summary.update({f"port {port}": f"{ip}:{host_port}" for port, ip, host_port in ports})
     summary.update({f"mount {target}": f"{source}:{mode}" for source, target, mode in binds})
     summary.update({f"label {key}": value for key, value in c.labels.items()})
@@ -232,8 +212,20 @@ def render(declaration: Declaration, paths: NodePaths,
         if not os.path.isabs(d.path):
             refusals.append(Refusal(d.path, "a state directory must be an absolute path"))
             continue
+        if paths.owns(d.path):
+            refusals.append(Refusal(d.path, f"a state directory inside the executor's own "
+                                    f"directory {paths.root} (its env files, records and "
+                                    "markers): instance state lives outside it"))
+            continue
         dirs.append(DesiredDir(os.path.normpath(d.path), d.uid, d.gid, mode))
-    accesses = [DesiredAccess(os.path.normpath(a.path), a.mode) for a in declaration.accesses]
+    accesses = []
+    for a in declaration.accesses:
+        if paths.owns(a.path):
+            refusals.append(Refusal(a.path, f"an accessed path inside the executor's own "
+                                    f"directory {paths.root}, which holds unsealed secrets: "
+                                    "never mounted into a container"))
+            continue
+        accesses.append(DesiredAccess(os.path.normpath(a.path), a.mode))
     desired = Desired(
         mesh=declaration.mesh, node=declaration.node, serial=declaration.serial,
         digest=declaration_digest(declaration), dirs=tuple(sorted(dirs)),

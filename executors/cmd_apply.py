@@ -1,7 +1,11 @@
 """`mesh apply DECLARATION... [--dry-run] [--json]`: make this node match its newest declaration.
 
-Exit codes: 0 applied (or nothing newer to apply, or a dry run); 1 refused or an operation
-failed (the report says which and why); 2 bad input (every fault as file:line:col).
+Exit codes: 0 applied (or nothing newer to apply, or a dry run); 1 refused, a check or an
+operation failed (the report says which and why); 2 bad input (every fault as file:line:col).
+A grant of a kind the mesh has no provisioner for (bucket+key, client+secret) is a warning:
+reported on every apply with its kind, never counted as in force, and the exit code stays 0.
+The record `<state root>/.mesh/applied.json` names the new serial only when every phase
+succeeded; otherwise it keeps the last good serial and states what failed.
 Every step is printed to stderr as it happens; `--json` prints the final report to stdout.
 A DECLARATION may be a file (JSON or YAML of resolver.unstructure(declaration)) or a spool
 directory of them; of all given, only the newest by serial is applied, the rest are reported
@@ -18,7 +22,6 @@ import importlib
 import importlib.util
 import json
 import os
-import pkgutil
 import sys
 from pathlib import Path
 
@@ -30,7 +33,6 @@ if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never l
     from .report import Report
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
-PROVISIONER_PREFIX = "provision_"  # executors/provision_<name>.py exposing `provision(...)`
 
 
 def register(subparsers) -> None:
@@ -39,7 +41,11 @@ def register(subparsers) -> None:
         help="make this node match the newest of its declarations (containers, files, dirs)",
         description="Observe the node, diff against the newest declaration by serial, apply "
         "the operations and report each with its cause. Older declarations are reported as "
-        "superseded, never applied.",
+        "superseded, never applied. Phases: checks (each provider's running server accepts "
+        "its admin credential), firewall, containers, provisioning; the record "
+        "<state-root>/.mesh/applied.json names the new serial only when every phase succeeded. "
+        "Readiness and admin checks are observations, listed under checks, not operations. A "
+        "grant of a kind with no provisioner is a warning (exit 0), reported on every apply.",
     )
     parser.add_argument("declarations", nargs="+", metavar="DECLARATION",
                         help="declaration files, or spool directories of them")
@@ -47,8 +53,9 @@ def register(subparsers) -> None:
                         help="print the plan of operations and change nothing")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON")
     parser.add_argument("--state-root", default=os.environ.get("MESH_STATE_ROOT", "/var/lib/mesh"),
-                        help="node-side state: env files, step markers, applied record "
-                        "(default: /var/lib/mesh)")
+                        help="node-side state root (default: /var/lib/mesh): instances' state "
+                        "directories under <root>/<instance>/, the executor's own files (env "
+                        "files, step markers, applied record) under <root>/.mesh/")
     parser.add_argument("--secrets", metavar="FILE",
                         help="the ledger (or an extract of it) holding values sealed to this node")
     parser.add_argument("--key", metavar="FILE", help="this node's private key file")
@@ -160,9 +167,13 @@ def secret_source_from(secrets_file, key_file, node: str):
 
 
 def firewall_hook(state_root: str):
-    """The firewall executor as an apply hook, or None when it is not installed."""
+    """The firewall executor as an apply hook, or None when it is not installed. Its digest
+    file lives with the executor's own files (`<state root>/.mesh/firewall.digest`)."""
     if importlib.util.find_spec("executors.firewall") is None:
         return None
+    from .node_paths import NodePaths
+
+    state_dir = str(NodePaths(state_root).root)
 
     def apply_intent(intent, report: Report, dry_run: bool) -> None:
         from resolver import MeshError
@@ -170,7 +181,7 @@ def firewall_hook(state_root: str):
         from .firewall import apply_firewall  # imported only for a declared intent
 
         try:
-            result = apply_firewall(intent, state_root, dry_run=dry_run, emit=report.say)
+            result = apply_firewall(intent, state_dir, dry_run=dry_run, emit=report.say)
         except MeshError as exc:
             report.end(report.begin("firewall", "table inet mesh", "declared firewall intent"),
                        f"failed: {exc}", ok=False)
@@ -186,21 +197,17 @@ def firewall_hook(state_root: str):
     return apply_intent
 
 
-def discover_provisioners(declaration: Declaration) -> list:
-    """`provision(declaration, secret_source, report, dry_run)` of each executors/provision_*.py;
-    none are imported for a declaration without grants (they have nothing to do)."""
-    import executors
+def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
+    """(checks, provisioners) for an apply of `declaration`: the admin check before anything
+    changes and the provisioning of every grant of every kind (executors/provisioners.py, which
+    finds each kind's executors/provision_*.py and reports kinds none provisions). None for a
+    declaration with no grant and no provider holding an admin credential: nothing to do, and
+    its kinds' modules (psycopg, requests) are not even imported."""
+    from . import provisioners
 
-    found = []
-    if not declaration.grants:
-        return found
-    for module in sorted(pkgutil.iter_modules(executors.__path__), key=lambda m: m.name):
-        if module.name.startswith(PROVISIONER_PREFIX):
-            provision = getattr(importlib.import_module(f"executors.{module.name}"),
-                                "provision", None)
-            if callable(provision):
-                found.append(provision)
-    return found
+    if not provisioners.needs_provisioning(declaration):
+        return [], []
+    return [provisioners.check_admins], [provisioners.provision]
 
 
 # --------------------------------------------------------------------------- run
@@ -227,12 +234,13 @@ def run(args, out=None) -> int:
 
     report = Report(printer=LivePrinter())
     api = docker_engine.connect(args.docker_host)
+    checks, provisioners = provisioning_hooks(max(declarations, key=lambda d: d[1].serial)[1])
     try:
         report = apply_module.apply_latest(
             declarations, api=api, state_root=args.state_root, secret_source=secret_source,
             dry_run=args.dry_run, report=report,
             firewall=None if args.no_firewall else firewall_hook(args.state_root),
-            provisioners=discover_provisioners(max(declarations, key=lambda d: d[1].serial)[1]),
+            checks=checks, provisioners=provisioners,
             stop_timeout=args.stop_timeout,
             noop_inputs=noop_inputs if noop_inputs == _noop_inputs(apply_fast, args) else None)
     except (docker_engine.docker.errors.DockerException, RequestException) as exc:
@@ -269,10 +277,21 @@ def print_summary(report: Report, out) -> None:
     for entry in facts.get("superseded", []):
         print(f"  superseded: {entry['file']} (serial {entry['serial']}) by serial "
               f"{entry['superseded_by']}", file=out)
+    for check in report.checks:  # observations, not operations
+        print(f"  checked {check.op} {check.subject}: {check.result}", file=out)
     for op in report.ops:
         print(f"  {op.op} {op.subject}: {op.cause} → {op.result}", file=out)
     for refusal in facts.get("refusals", []):
         print(f"  refused: {refusal['subject']}: {refusal['message']}", file=out)
+    for outcome in (facts.get("provisioned") or {}).get("outcomes", []):
+        if outcome["status"] == "not-provisioned":
+            print(f"  not provisioned (warning): {outcome['kind']} grant of "
+                  f"{outcome['consumer']} on {outcome['provider']}, credential "
+                  f"{outcome['credential']}: no provisioner for this kind; create it by hand",
+                  file=out)
+    if facts.get("failed_phase"):
+        print(f"  failed in the {facts['failed_phase']} phase: serial "
+              f"{facts.get('serial_applied')} stays in force (applied.json says so)", file=out)
     generations = facts.get("generations") or {}
     if generations:
         print("  credential generations in force: "

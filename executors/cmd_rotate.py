@@ -1,8 +1,10 @@
 """`mesh rotate DIR CREDENTIAL | --provider INSTANCE | --consumer INSTANCE`.
 
 A new generation for each credential addressed, sealed to the holders of the current one; the
-ledger is written atomically (unless --dry-run). The plan is stated in two steps, because
-holders only move once the provider has the new generation in force:
+ledger is written atomically (unless --dry-run). A provider's own admin secret is rotated
+provider first like its credentials (resolver._rotation.server_held_credentials). The plan is
+stated in two steps, because holders only move once the provider has the new generation in
+force:
   1. now: the provider's grant (a new password on the idle login, or the account's password
      replaced), and every container that changes with it;
   2. once the provider reports it applied: every holder node that changes and every container
@@ -11,8 +13,10 @@ Dual-login credentials (postgres) have no window; single ones (the AMQP broker) 
 
 `mesh applied DIR NODE (--digest D | --report applied.json)` records that NODE applied its
 current declaration (the report `mesh apply` leaves on the node): as provider, the generations
-its grants put in force; as holder, the generations its containers hold. That is what moves
-holders to a pending generation and retires an old one; the plan of what it changes is shown.
+its provisioners put in force (grants and its providers' admin secrets); as holder, the
+generations its containers hold. That is what moves holders to a pending generation and
+retires an old one; the plan of what it changes is shown. A report of an apply that failed or
+was refused in any phase is refused, naming why (executors/applied_record.acceptance).
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from resolver._rotation import (
     is_dual,
     provider_applied,
     provider_first,
+    server_held_credentials,
 )
 
+from executors.applied_record import acceptance
 from executors.issuer import rotate, select_credentials
 from executors.loading import load_mesh_dir, write_ledger
 from resolver import MeshError
@@ -45,7 +51,10 @@ def register(subparsers) -> None:
         "or consumer) and show every holder and container it changes",
         description="Rotate credentials: one by id (provision/provider/consumer or "
         "secret/instance/name), every credential a provider instance serves plus its own "
-        "secrets (--provider), or every credential a consumer instance holds (--consumer).",
+        "secrets (--provider), or every credential a consumer instance holds (--consumer). "
+        "A provider's credentials and its own admin secret wait, pending, until the provider "
+        "reports them in force (`mesh applied`); the admin password is changed on the running "
+        "server by the provisioner, never by recreating the server.",
     )
     parser.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -59,15 +68,22 @@ def register(subparsers) -> None:
     applied = subparsers.add_parser(
         "applied",
         help="record that NODE applied its current declaration (advances rotations)",
-        description="Record in the ledger that NODE applied the declaration with this digest "
-        "(its applied.json from `mesh apply`): generations its grants put in force and "
-        "generations its containers hold. Refused unless the digest is the one the mesh "
-        "declares for NODE now.")
+        description="Record in the ledger what NODE's last apply put in force (its "
+        "<state-root>/.mesh/applied.json from `mesh apply`): the generations its provisioners "
+        "put in force on its providers and the generations its containers hold. Refused (exit "
+        "1, nothing recorded, the reason named) when that apply failed or was refused in any "
+        "phase, or was recorded by an earlier version; refused unless the digest is the one "
+        "the mesh declares for NODE now. --digest records the whole declaration on the "
+        "operator's word.")
     applied.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
     applied.add_argument("node", metavar="NODE")
     source = applied.add_mutually_exclusive_group(required=True)
     source.add_argument("--digest", metavar="SHA256", help="the applied declaration's digest")
     source.add_argument("--report", metavar="FILE", help="the node's applied.json")
+    applied.add_argument("--by-hand", action="append", metavar="CREDENTIAL",
+                         help="a grant the report lists as not provisioned by the mesh (no "
+                         "provisioner for its kind) that you put in force by hand at its "
+                         "declared generation (repeatable)")
     applied.set_defaults(func=run_applied)
 
 
@@ -78,7 +94,8 @@ def _with_providers_applied(ledger, ids):
         cred = credentials[cred_id]
         if cred.pending is not None:
             credentials = credentials.set(cred_id,
-                                          provider_applied(cred, cred.pending.generation))
+                                          provider_applied(cred, cred.pending.generation,
+                                                           credential_id=cred_id))
     return attrs.evolve(ledger, credentials=credentials)
 
 
@@ -90,7 +107,8 @@ def run(args, out=None) -> int:
     resolve = lambda ledger: resolver.resolve(  # noqa: E731
         inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
     before = resolve(inputs.ledger)
-    rotated = rotate(before.ledger, ids, inputs.mesh)
+    server_held = server_held_credentials(inputs.catalogue, inputs.mesh)
+    rotated = rotate(before.ledger, ids, inputs.mesh, server_held=server_held)
     step1 = resolve(rotated)
     step2 = resolve(_with_providers_applied(step1.ledger, ids))
 
@@ -99,6 +117,8 @@ def run(args, out=None) -> int:
     for cred_id in ids:
         cred = rotated.credentials[cred_id]
         kind = ("dual login, no window" if is_dual(cred)
+                else "the server's admin, changed on the running server first"
+                if cred_id in server_held
                 else "single credential, provider first: WINDOW" if provider_first(cred_id)
                 else "own secret, active at once")
         new = cred.pending or cred.active
@@ -135,30 +155,48 @@ def _print_step(w, title, old, new, changes) -> None:
                     f"valid" if g.retiring else "")
             w(f"  grant on {node}: {g.kind} {g.login} for {g.consumer}: generation "
               f"{g.credential.generation}{slot}{keep}")
+        before = {p.instance: p for p in (old.declarations[node].providers
+                                          if node in old.declarations else ())}
+        for p in new.declarations[node].providers:
+            pending = p.admin_pending
+            if pending is not None and (p.instance not in before
+                                        or before[p.instance].admin_pending != pending):
+                w(f"  admin on {node}: {p.instance} changes its admin password on the running "
+                  f"server to {pending.credential} generation {pending.generation}, "
+                  f"authenticating with generation {p.admin.generation}")
     for change in changes:
         causes = f": {'; '.join(change.causes)}" if change.causes else ""
         w(f"  {change.action} {change.node}/{change.container}{causes}")
-    if not changes:
+    if not any(c.action != "in-place" for c in changes):
         w("  no container is recreated")
 
 
-def _reported_digest(args) -> str:
-    if args.digest:
-        return args.digest
+def _read_report(path: str):
     try:
-        with open(args.report, encoding="utf-8") as handle:
-            digest = json.load(handle).get("digest")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise MeshError(f"{args.report}: not a readable applied report ({exc})") from None
-    if not isinstance(digest, str):
-        raise MeshError(f"{args.report}: has no `digest` of the applied declaration")
-    return digest
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise MeshError(f"{path}: not a readable applied report ({exc})") from None
+
+
+def _by_hand(args, declaration, record) -> dict[str, int]:
+    """--by-hand CREDENTIAL: the operator put the declared generation of a grant the mesh does
+    not provision in force by hand; only such grants may be named."""
+    unprovisioned = {g["credential"] for g in (record or {}).get("not_provisioned") or []}
+    declared = {g.credential.credential: g.credential.generation for g in declaration.grants}
+    confirmed = {}
+    for credential in args.by_hand or ():
+        if credential not in unprovisioned or declared.get(credential) is None:
+            raise MeshError(f"--by-hand {credential}: not a grant {args.node}'s report lists as "
+                            f"not provisioned by the mesh ("
+                            f"{', '.join(sorted(unprovisioned)) or 'none is'})")
+        confirmed[credential] = declared[credential]
+    return confirmed
 
 
 def run_applied(args, out=None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    digest = _reported_digest(args)
     resolve = lambda ledger: resolver.resolve(  # noqa: E731
         inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
     current = resolve(inputs.ledger)
@@ -166,11 +204,22 @@ def run_applied(args, out=None) -> int:
     if declaration is None:
         raise MeshError(f"no node {args.node} in the mesh; nodes: "
                         f"{', '.join(sorted(current.declarations))}")
-    if declaration.digest != digest:
-        raise MeshError(f"{args.node} reported declaration {digest}, but the mesh declares "
-                        f"{declaration.digest} for it now: nothing recorded (apply the newest "
-                        f"declaration on {args.node}, then report it)")
-    ledger = record_applied(current.ledger, args.node, declaration)
+    if args.report:
+        record = _read_report(args.report)
+        why, granted = acceptance(record, args.node, declaration.digest)
+        if why is not None:
+            print(f"mesh applied: {args.report}: not recorded: {why}", file=out)
+            return 1
+        granted.update(_by_hand(args, declaration, record))
+        digest = record["digest"]
+        ledger = record_applied(current.ledger, args.node, declaration, granted=granted)
+    else:  # the operator's word that the whole declaration is in force
+        digest = args.digest
+        if declaration.digest != digest:
+            raise MeshError(f"{args.node} reported declaration {digest}, but the mesh declares "
+                            f"{declaration.digest} for it now: nothing recorded (apply the "
+                            f"newest declaration on {args.node}, then report it)")
+        ledger = record_applied(current.ledger, args.node, declaration)
     after = resolve(ledger)
     w = lambda line="": print(line, file=out)  # noqa: E731
     moved = sorted(c for c in ledger.credentials
@@ -179,6 +228,12 @@ def run_applied(args, out=None) -> int:
       f"{'s' if len(moved) != 1 else ''} recorded")
     for cred_id in moved:
         w(f"  {describe_rotation(cred_id, ledger.credentials[cred_id])}")
+    if args.report:
+        for grant in record.get("not_provisioned") or []:
+            if grant["credential"] not in (args.by_hand or ()):
+                w(f"  not provisioned by the mesh: {grant['kind']} grant of {grant['consumer']} "
+                  f"on {grant['provider']} ({grant['credential']}): its rotation does not "
+                  f"advance until you put it in force by hand and say so with --by-hand")
     _print_step(w, "as a result", current, after,
                 container_changes(current.declarations, after.declarations))
     write_ledger(inputs.ledger_path, after.ledger)

@@ -1,7 +1,9 @@
 """`mesh verify DECLARATION [--json] [--secrets FILE --key FILE]`: check every binding for real.
 
-Exit codes: 0 every binding ok (or the node's instances require nothing); 1 any binding is
-unreachable, auth-failed, missing-resource or not-yet-provisioned; 2 bad input.
+Exit codes: 0 every binding ok (or the node's instances require nothing); 1 any binding, or
+any provider's admin on this node, is unreachable, auth-failed, missing-resource or
+not-yet-provisioned; 2 bad input. A binding of a grant kind the mesh has no provisioner for is
+`not-provisioned`, a warning that does not change the exit code.
 Human output: one line per binding (and per instance that requires nothing) on stdout;
 `--json` prints {"mesh", "node", "ok", "results": [...]} instead. Secret values come from the
 same `--secrets`/`--key` pair as `mesh apply` and are never printed.
@@ -22,8 +24,11 @@ def register(subparsers) -> None:
         help="check from this node that every binding of its declaration really works",
         description="For each binding of the declaration: connect to the announced host and "
         "port, log in with the consumer's current credential and check its database or vhost. "
-        "One result per binding: ok, unreachable, auth-failed, missing-resource or "
-        "not-yet-provisioned; instances with no binding say they require nothing.",
+        "One result per binding: ok, unreachable, auth-failed, missing-resource, "
+        "not-yet-provisioned, or not-provisioned (a grant kind the mesh has no provisioner "
+        "for: a warning). For each provider on this node with an admin credential, one result: "
+        "does its running server accept it (auth-failed names the generations tried). "
+        "Instances with neither say they require nothing.",
     )
     parser.add_argument("declaration", help="the node's declaration (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -51,5 +56,7 @@ def run(args, out=None) -> int:
                     else r.consumer)
             print(f"{r.status:<19} {edge}: {r.message}", file=out)
         bad = sum(not r.ok for r in results)
-        print(f"node {declaration.node}: {len(results) - bad} ok, {bad} not ok", file=out)
+        warned = sum(r.warning for r in results)
+        print(f"node {declaration.node}: {len(results) - bad - warned} ok, {bad} not ok"
+              + (f", {warned} not provisioned by the mesh (warning)" if warned else ""), file=out)
     return 0 if ok else 1

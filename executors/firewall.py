@@ -21,6 +21,7 @@ import attrs
 from resolver import FirewallIntent, MeshError
 
 from .atomic import write_atomic
+from .node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR
 
 from .firewall_render import (
     FAMILY,
@@ -33,7 +34,7 @@ from .firewall_render import (
     render,
 )
 
-DEFAULT_STATE_DIR = "/var/lib/mesh"
+DEFAULT_STATE_DIR = os.path.join(DEFAULT_STATE_ROOT, EXECUTOR_DIR)  # `mesh apply`'s own files
 DIGEST_FILE = "firewall.digest"
 TABLE_NAME = f"{FAMILY} {TABLE}"
 

@@ -146,8 +146,11 @@ def select_credentials(ledger: Ledger, *, credential: Optional[str] = None,
 
 
 def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
-           entropy: Entropy = new_secret) -> Ledger:
-    """A new generation for each credential, sealed to the holders of its current one."""
+           entropy: Entropy = new_secret, server_held: Iterable[str] = ()) -> Ledger:
+    """A new generation for each credential, sealed to the holders of its current one.
+    `server_held`: the own secrets a provider's server holds (its admin), rotated provider
+    first like a provider's credentials (resolver._rotation.server_held_credentials)."""
+    server_held = frozenset(server_held)
     ids = sorted(set(credential_ids))
     refused = []
     for cred_id in ids:
@@ -165,7 +168,8 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
         holders = holder_nodes(credential)
         sealed = sealed_to_each(_public_keys(mesh, holders), entropy())
         ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
-            cred_id, begin_rotation(cred_id, credential, sealed)))
+            cred_id, begin_rotation(cred_id, credential, sealed,
+                                    server_held=cred_id in server_held)))
     return ledger
 
 

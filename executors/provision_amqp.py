@@ -19,6 +19,9 @@ Invariants:
   own scheme), never by logging in. One password per account: the grant's generation
   replaces the old one on the broker first; holders follow (the rotation rules state that window).
 - A password is only ever a request body: never in a report, a cause or an error message.
+- The admin's own password (a rotation of the provider's admin secret) is changed on the
+  running broker through the same API, authenticated with the generation in force, keeping the
+  account's tags (`set_admin_password`); the broker's data directory is left alone.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ from .provisioners import (
 )
 from .report import Report
 
+KIND = AMQP_KIND
+DESCRIPTION = "amqp management"
+CONNECT_TIMEOUT = 5
 FULL = ".*"
 HTTP_TIMEOUT = 10
 DEFAULT_VHOST = "/"
@@ -233,14 +239,15 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
 class Api:
     """The management API as the admin (one HTTP session; never logs a body)."""
 
-    def __init__(self, endpoint: Endpoint, admin_password: str):
+    def __init__(self, endpoint: Endpoint, admin_password: str, timeout: float = HTTP_TIMEOUT):
+        self.timeout = timeout
         self.base = f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}"
         self.session = requests.Session()
         self.session.auth = (endpoint.user, admin_password)
         self.session.headers["content-type"] = "application/json"
 
     def get(self, api_path: str) -> Optional[dict]:
-        response = self.session.get(self.base + api_path, timeout=HTTP_TIMEOUT)
+        response = self.session.get(self.base + api_path, timeout=self.timeout)
         if response.status_code == 404:
             return None
         _raise_for(response, "GET", api_path)
@@ -249,7 +256,7 @@ class Api:
     def send(self, method: str, api_path: str, body: Mapping) -> None:
         payload = dict(body) if method != "DELETE" else None
         response = self.session.request(method, self.base + api_path, json=payload,
-                                        timeout=HTTP_TIMEOUT)
+                                        timeout=self.timeout)
         _raise_for(response, method, api_path)
 
     def close(self) -> None:
@@ -302,6 +309,36 @@ def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed
     return Observed(admin, users, vhosts, permissions, marks)
 
 
+def auth_refused(error: Exception) -> bool:
+    """Whether a failed request is the broker refusing the credential (not one starting)."""
+    return isinstance(error, ApiError) and error.status in (401, 403)
+
+
+def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
+    """Ask the management API for its overview as the admin; the broker's self-description."""
+    api = Api(endpoint, password, timeout=timeout)
+    try:
+        overview = api.get("/api/overview") or {}
+    finally:
+        api.close()
+    return (f"{overview.get('product_name', 'broker')} "
+            f"{overview.get('product_version', overview.get('rabbitmq_version', ''))}").strip()
+
+
+def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
+    """PUT the admin account with its new password and the tags it has (a PUT replaces them),
+    authenticated with its password in force."""
+    api = Api(endpoint, password)
+    try:
+        account = api.get(path("users", endpoint.user))
+        if account is None:
+            raise ProvisionError(f"the broker has no account {endpoint.user}")
+        api.send("PUT", path("users", endpoint.user),
+                 {"password": new_password, "tags": ",".join(_tags(account.get("tags")))})
+    finally:
+        api.close()
+
+
 def wait_for_broker(api: Api, report: Report, subject: str, timeout: float) -> None:
     def probe() -> str:
         overview = api.get("/api/overview") or {}
@@ -322,16 +359,15 @@ def desired_account(grant: GrantDecl, secret_source: SecretSource) -> DesiredAcc
 
 
 def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
-              grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
-              result: ProvisionResult, *, ready_timeout: float = 60.0,
-                       dry_run: bool = False) -> None:
-    """Make each grant's vhost, account and permissions exist on the broker of `provider`,
-    delete the accounts of its grants that are gone and report their vhosts orphaned."""
+                       grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
+                       result: ProvisionResult, *, dry_run: bool = False) -> None:
+    """Make each grant's vhost, account and permissions exist on the broker of `provider`
+    (answering, its admin accepted: provisioners waited for it), delete the accounts of its
+    grants that are gone and report their vhosts orphaned."""
     subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
     api = Api(endpoint, admin_password)
     failed: Optional[str] = None
     try:
-        wait_for_broker(api, report, subject, ready_timeout)
         desired = [desired_account(g, secret_source) for g in grants]
         try:
             plan = diff(mesh, provider, desired, observe(api, endpoint.user, desired))
@@ -345,7 +381,7 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
             for call in plan.calls:
                 report.record(call.op, call.subject, call.cause, "planned")
             result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "planned") for g in grants)
+                                                "planned", kind=KIND) for g in grants)
             return
         for call in plan.calls:
             op = report.begin(call.op, call.subject, call.cause)
@@ -364,11 +400,12 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         reason = refused.get(grant.login) or failed
         if reason:
             result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=reason))
+                                                grant.consumer, "failed", message=reason,
+                                                kind=KIND))
         else:
             result.outcomes.append(GrantOutcome(
                 grant.credential.credential, provider, grant.consumer, "in-force",
-                generation=grant.credential.generation,
+                generation=grant.credential.generation, kind=KIND,
                 message=f"vhost {grant.resource}, account {grant.login}"))
     api_delete = f"DELETE {endpoint.scheme}://{endpoint.host}:{endpoint.port}"
     for vhost in plan.orphaned:
@@ -382,6 +419,5 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
 
 def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
               dry_run: bool = False) -> ProvisionResult:
-    """`mesh apply`'s provisioner hook (executors/provision_*.py are discovered): this kind's
-    grants of the declaration, via provisioners.provision_grants."""
-    return provision_grants(declaration, secret_source, report, kinds=(AMQP_KIND,), dry_run=dry_run)
+    """This kind's grants of the declaration, via provisioners.provision_grants."""
+    return provision_grants(declaration, secret_source, report, kinds=(KIND,), dry_run=dry_run)

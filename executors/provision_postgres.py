@@ -12,6 +12,9 @@ Invariants:
   grant is gone is dropped after its objects are reassigned to the admin; a managed database
   whose grant is gone is kept and reported orphaned: data is never dropped by the mesh.
 - A password is only ever a statement parameter: never in a description, report or error.
+- The admin's own password (a rotation of the provider's admin secret) is changed on the
+  running server with ALTER ROLE, sent as a SCRAM verifier, by `set_admin_password`, logged in
+  with the generation in force; the server's data directory and container are left alone.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from .provisioners import (
 )
 from .report import Report
 
+KIND = POSTGRES_KIND
+DESCRIPTION = "postgres"
 SLOTS = ("a", "b")
 CONNECT_TIMEOUT = 5
 
@@ -335,10 +340,10 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredGrant], observed: Ob
 
 
 def connect(endpoint: Endpoint, password: str, database: Optional[str] = None,
-            user: Optional[str] = None) -> psycopg.Connection:
+            user: Optional[str] = None, timeout: float = CONNECT_TIMEOUT) -> psycopg.Connection:
     return psycopg.connect(host=endpoint.host, port=endpoint.port, user=user or endpoint.user,
                            password=password, dbname=database or endpoint.database,
-                           connect_timeout=CONNECT_TIMEOUT, autocommit=True,
+                           connect_timeout=max(1, int(timeout)), autocommit=True,
                            application_name="mesh-provisioner")
 
 
@@ -348,15 +353,37 @@ def _auth_refused(error: Exception) -> bool:
         "role" in text and "does not exist" in text)
 
 
+def auth_refused(error: Exception) -> bool:
+    """Whether a failed login is the server refusing the credential (not a server starting)."""
+    return _auth_refused(error)
+
+
+def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
+    """Log in as the admin; the server's self-description. Raises on any failure."""
+    with connect(endpoint, password, timeout=timeout) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+    return f"PostgreSQL {version} at {endpoint.host}:{endpoint.port}"
+
+
+def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
+    """ALTER ROLE <admin> PASSWORD, logged in as the admin with its password in force; the
+    server receives a SCRAM verifier made here by libpq, never the password itself."""
+    with connect(endpoint, password) as conn:
+        role = conn.execute("SELECT current_user").fetchone()[0]
+        verifier = _verifier(conn, new_password, role)
+        with psycopg.ClientCursor(conn) as cursor:
+            try:
+                cursor.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(_ident(role)),
+                               (verifier,))
+            except psycopg.Error as error:  # the server's message names the role, not a value
+                raise ProvisionError(f"ALTER ROLE {role}: {' '.join(str(error).split())[:300]}"
+                                     ) from None
+
+
 def wait_for_server(endpoint: Endpoint, admin_password: str, report: Report, subject: str,
                     timeout: float) -> None:
-    def probe() -> str:
-        with connect(endpoint, admin_password) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]
-            conn.execute("SELECT 1")
-        return f"PostgreSQL {version} at {endpoint.host}:{endpoint.port}"
-
-    wait_ready(report, subject, probe, timeout=timeout, fatal=_auth_refused)
+    wait_ready(report, subject, lambda: login(endpoint, admin_password), timeout=timeout,
+               fatal=_auth_refused)
 
 
 def _verifier(conn: psycopg.Connection, password: str, role: str) -> str:
@@ -400,13 +427,11 @@ def run_statements(endpoint: Endpoint, admin_password: str, statements: Sequence
 
 
 def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
-              grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
-              result: ProvisionResult, *, ready_timeout: float = 60.0,
-                       dry_run: bool = False) -> None:
-    """Make `grants` true on the PostgreSQL server of `provider`, drop the logins of managed
-    grants that are gone, and record the outcome of each grant in `result`."""
-    subject = f"{provider} (postgres {endpoint.host}:{endpoint.port})"
-    wait_for_server(endpoint, admin_password, report, subject, ready_timeout)
+                       grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
+                       result: ProvisionResult, *, dry_run: bool = False) -> None:
+    """Make `grants` true on the PostgreSQL server of `provider` (answering, its admin
+    accepted: provisioners waited for it), drop the logins of managed grants that are gone,
+    and record the outcome of each grant in `result`."""
     desired = [desired_grant(g, secret_source) for g in grants]
     with connect(endpoint, admin_password) as conn:
         plan = diff(mesh, provider, desired, observe(conn))
@@ -416,7 +441,7 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
             for statement in plan.statements:
                 report.record(statement.op, statement.subject, statement.cause, "planned")
             result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "planned") for g in grants)
+                                                "planned", kind=KIND) for g in grants)
             return
         try:
             result.statements += run_statements(endpoint, admin_password, plan.statements,
@@ -430,11 +455,12 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         if grant.login in refused or failed:
             reason = next((r for g, r in plan.refusals if g == grant.login), failed)
             result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=reason))
+                                                grant.consumer, "failed", message=reason,
+                                                kind=KIND))
         else:
             result.outcomes.append(GrantOutcome(
                 grant.credential.credential, provider, grant.consumer, "in-force",
-                generation=grant.credential.generation,
+                generation=grant.credential.generation, kind=KIND,
                 message=f"database {grant.resource}, login {want.login(grant.slot or 'a')}"))
     for database in plan.orphaned:
         report.notice(f"database {database} on {provider}",
@@ -446,6 +472,5 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
 
 def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
               dry_run: bool = False) -> ProvisionResult:
-    """`mesh apply`'s provisioner hook (executors/provision_*.py are discovered): this kind's
-    grants of the declaration, via provisioners.provision_grants."""
-    return provision_grants(declaration, secret_source, report, kinds=(POSTGRES_KIND,), dry_run=dry_run)
+    """This kind's grants of the declaration, via provisioners.provision_grants."""
+    return provision_grants(declaration, secret_source, report, kinds=(KIND,), dry_run=dry_run)

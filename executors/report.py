@@ -5,6 +5,9 @@ Invariants:
   nothing long is silent; a long wait calls `progress` at least every few seconds.
 - An operation is {op, subject, cause, result}: the cause says why ("config digest changed:
   env DB_HOST"), the result what happened ("done", "failed: …", "skipped", "planned").
+- An observation (a readiness wait, an admin login check) is not an operation: it changes
+  nothing, so it is kept apart in `checks` (`begin(..., check=True)`), printed as it happens
+  like any step, and a failed one fails the run. "No operation" means `ops` is empty.
 - The live printer writes to stderr only; stdout stays free for `--json`'s final report.
 - A Report never holds a secret value: callers pass names, digests and generations only.
 
@@ -94,13 +97,15 @@ class Report:
 
     printer: LivePrinter = attrs.field(factory=SilentPrinter)
     ops: list[Operation] = attrs.field(factory=list)
+    checks: list[Operation] = attrs.field(factory=list)  # observations: nothing changed by them
     notices: list[dict[str, str]] = attrs.field(factory=list)
     facts: dict[str, Any] = attrs.field(factory=dict)  # serial, generations, superseded, …
 
-    def begin(self, op: str, subject: str, cause: str) -> Operation:
+    def begin(self, op: str, subject: str, cause: str, *, check: bool = False) -> Operation:
+        """Announce an operation (or, with check=True, an observation) and return it."""
         operation = Operation(op, subject, cause)
         operation.seconds = time.monotonic()
-        self.ops.append(operation)
+        (self.checks if check else self.ops).append(operation)
         self.printer.begin(operation)
         return operation
 
@@ -129,8 +134,12 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return any(not op.ok for op in self.ops)
+        return any(not op.ok for op in self.ops) or any(not c.ok for c in self.checks)
+
+    def failures(self) -> list[Operation]:
+        """Every failed observation, then every failed operation."""
+        return [o for o in self.checks + self.ops if not o.ok]
 
     def to_json(self) -> dict[str, Any]:
         return {**self.facts, "ops": [op.to_json() for op in self.ops],
-                "notices": list(self.notices)}
+                "checks": [c.to_json() for c in self.checks], "notices": list(self.notices)}

@@ -4,8 +4,14 @@ Invariants:
 - A grant is a claim about the world: for every binding this connects to the announced host
   and port, authenticates with the consumer's current credential and checks its resource.
 - One result per binding, exactly one of: ok, unreachable, auth-failed, missing-resource,
-  not-yet-provisioned; each message says what to do next and names the credential and its
-  generation. An instance with no binding says "requires nothing", never "not provisioned".
+  not-yet-provisioned, not-provisioned; each message says what to do next and names the
+  credential and its generation. An instance with no binding says "requires nothing", never
+  "not provisioned". `not-provisioned` is a binding of a grant kind the mesh has no
+  provisioner for (bucket+key, client+secret): reachable, but its credential is the operator's
+  to create; it is a warning, not a failure (as it is for `mesh apply`).
+- One result per provider on this node holding an admin credential: its running server is
+  logged into as the admin with the generation in force, then a rotation's pending one; ok
+  names the generation accepted, auth-failed names the credential and every generation tried.
 - Read-only towards providers: nothing is created but an exclusive, server-named reply queue
   that the broker removes with the connection.
 - Secret values are used to log in and nowhere else: not in a result, message or exception.
@@ -25,8 +31,9 @@ UNREACHABLE = "unreachable"
 AUTH_FAILED = "auth-failed"
 MISSING = "missing-resource"
 NOT_PROVISIONED = "not-yet-provisioned"
+NO_PROVISIONER = "not-provisioned"  # a grant kind the mesh does not provision: a warning
 REQUIRES_NOTHING = "requires-nothing"
-STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED)
+STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED, NO_PROVISIONER)
 
 SecretSource = Callable[[SecretRef], str]
 
@@ -45,7 +52,11 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.status in (OK, REQUIRES_NOTHING)
+        return self.status in (OK, REQUIRES_NOTHING, NO_PROVISIONER)
+
+    @property
+    def warning(self) -> bool:
+        return self.status == NO_PROVISIONER
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -195,10 +206,16 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
     if why is not None:
         return _unreachable(binding, why)
     check = CHECKS.get(binding.kind)
+    if check is None and binding.kind != "none":
+        resource = next((binding.values[k] for k in ("client", "bucket", "resource")
+                         if k in binding.values), "its resource")
+        name = _credential_name(secret) if secret is not None else "its credential"
+        return _result(binding, NO_PROVISIONER,
+                       f"reachable at {host}:{port}, but grant kind {binding.kind} is not "
+                       f"provisioned by the mesh (no provisioner for it): create {resource} on "
+                       f"{binding.provider} by hand with {name}; not checked")
     if check is None or secret is None:
-        return _result(binding, OK, f"reachable at {host}:{port}"
-                       + (f" (no credential check for grant kind {binding.kind} yet)"
-                          if binding.kind != "none" else ""))
+        return _result(binding, OK, f"reachable at {host}:{port}")
     if secret_source is None:
         return _result(binding, NOT_PROVISIONED,
                        f"{_credential_name(secret)} is not available here: pass --secrets and "
@@ -212,11 +229,64 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
     return check(binding, password, timeout)
 
 
+def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource],
+                  timeout: float = 5.0) -> list[Result]:
+    """A result per provider on this node holding an admin credential: does its running
+    server accept it (the generation in force, or a rotation's pending one)?"""
+    from .admin_login import read_admin, refused_message
+    from .provisioner_base import Admin, derive_endpoint, provisioner_modules
+
+    modules = provisioner_modules()
+    results = []
+    for p in declaration.providers:
+        module = modules.get(p.kind)
+        if p.admin is None or module is None:
+            continue
+        admin = Admin(p.admin, p.admin_pending)
+        endpoint = derive_endpoint(declaration, p.instance, p.kind)
+        common = dict(consumer=p.instance, requirement="admin", provider=p.instance,
+                      kind=p.kind, credential=admin.credential)
+        if p.admin.generation is None:
+            results.append(Result(status=NOT_PROVISIONED, generation=None, **common,
+                                  message=f"credential {admin.credential} is not issued yet: "
+                                  f"run `mesh plan --issue`"))
+            continue
+        if endpoint is None or secret_source is None:
+            results.append(Result(status=NOT_PROVISIONED, generation=p.admin.generation,
+                                  **common, message=f"{admin.credential} not checked: "
+                                  + ("pass --secrets and --key" if secret_source is None
+                                     else f"no published port of {p.instance}")))
+            continue
+        address = f"{endpoint.host}:{endpoint.port}"
+        reading = read_admin(module, endpoint, admin, secret_source, timeout)
+        if reading.status == "accepted":
+            results.append(Result(status=OK, generation=reading.generation, address=address,
+                                  message=f"{p.instance}'s server accepts its admin "
+                                  f"{endpoint.user} with {admin.credential} generation "
+                                  f"{reading.generation} ({reading.detail})", **common))
+        elif reading.status == "refused":
+            results.append(Result(status=AUTH_FAILED, generation=p.admin.generation,
+                                  address=address, **common,
+                                  message=refused_message(p.instance, endpoint, admin,
+                                                          reading.tried)))
+        elif reading.status == "unsealed":
+            results.append(Result(status=NOT_PROVISIONED, generation=p.admin.generation,
+                                  address=address, message=reading.detail, **common))
+        else:
+            results.append(Result(status=UNREACHABLE, generation=p.admin.generation,
+                                  address=address, **common,
+                                  message=f"{p.instance}'s server at {address} does not answer "
+                                  f"({reading.detail}): run `mesh apply` on this node"))
+    return results
+
+
 def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
                        timeout: float = 5.0) -> list[Result]:
-    """A result per binding, then a `requires-nothing` result per instance with none."""
+    """A result per binding, per provider admin on this node, then a `requires-nothing`
+    result per instance with none of either."""
     results = [verify_binding(b, secret_source, timeout) for b in declaration.bindings]
-    bound = {b.consumer for b in declaration.bindings}
+    results += verify_admins(declaration, secret_source, timeout)
+    bound = {r.consumer for r in results}
     for instance in sorted(set(declaration.instances) - bound):
         results.append(Result(consumer=instance, status=REQUIRES_NOTHING,
                               message="requires nothing: no binding to check"))

@@ -149,6 +149,9 @@ class ProviderDecl:
     port: int  # the assigned host port
     container_port: int
     admin: Optional[SecretRef] = None  # the credential the provisioner authenticates with
+    # a rotation of that admin credential in progress: the generation the provisioner puts in
+    # force on the running server (authenticating with `admin`) before holders are told it
+    admin_pending: Optional[SecretRef] = None
 
 
 @attrs.frozen(order=True)

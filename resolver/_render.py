@@ -147,7 +147,9 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                 kind=definition.grant if definition is not None else "none",
                 listen=provide.listen, port=assigned[(name, provide.listen)],
                 container_port=r.module_of(name).listens[provide.listen].port,
-                admin=own_secrets.get((name, provide.admin)) if provide.admin else None))
+                admin=own_secrets.get((name, provide.admin)) if provide.admin else None,
+                admin_pending=_pending_ref(r, secret_id(name, provide.admin))
+                if provide.admin else None))
 
     # --- containers, state, accesses per node
     containers: dict[str, list] = {}
@@ -333,6 +335,13 @@ def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
         return value
 
     return PLACEHOLDER.sub(one, raw)
+
+
+def _pending_ref(r, cred_id):
+    """The pending generation of a rotation of `cred_id` in progress, or None."""
+    cred = r.credentials.get(cred_id)
+    pending = cred.pending if cred is not None else None
+    return SecretRef(cred_id, pending.generation) if pending is not None else None
 
 
 def _refs_for(r, cred_id):

@@ -80,7 +80,7 @@ def test_apply_creates_labelled_containers_on_the_node_address_and_reapply_does_
     assert info["Image"] == image
     assert env_of(http_get(f"http://127.0.0.1:{port}/cgi-bin/env"))["DB_HOST"] == "db.one"
     assert set(managed(api, mesh)) == {f"{mesh}-web"}  # the completed step was removed
-    assert (state / "steps" / f"{mesh}-init.digest").exists()
+    assert (state / ".mesh" / "steps" / f"{mesh}-init.digest").exists()
 
     code, again, _ = apply_json(capsys, path, "--state-root", state)
     assert code == 0 and again["ops"] == [] and again["serial_applied"] == 1

@@ -180,8 +180,8 @@ def test_secrets_are_unsealed_into_0600_env_and_binding_files_and_never_reported
     assert code == 0, err
     report = json.loads(out)
     assert report["generations"] == {"db-cred": 3}
-    env_file = state / "env" / f"{mesh}-web.env"
-    binding_file = state / "bindings" / "app@n1--db.env"
+    env_file = state / ".mesh" / "env" / f"{mesh}-web.env"
+    binding_file = state / ".mesh" / "bindings" / "app@n1--db.env"
     assert env_file.read_text() == f"DB_HOST=10.0.0.2\nDB_URL=postgres://u:{secret}@h/db\n"
     assert binding_file.read_text() == f"host=10.0.0.2\npassword={secret}\n"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
@@ -189,7 +189,7 @@ def test_secrets_are_unsealed_into_0600_env_and_binding_files_and_never_reported
     assert secret not in out and secret not in err
     labels = api.inspect_container(f"{mesh}-web")["Config"]["Labels"]
     assert secret not in json.dumps(labels)
-    assert not [p for p in (state / "env").iterdir() if p.name.startswith(".")]
+    assert not [p for p in (state / ".mesh" / "env").iterdir() if p.name.startswith(".")]
 
 
 def test_secrets_without_a_key_and_pending_generations_are_refused(api, mesh, tmp_path, capsys):
@@ -205,7 +205,7 @@ def test_secrets_without_a_key_and_pending_generations_are_refused(api, mesh, tm
     assert "no sealed secrets were given" in messages
     assert "has not been issued yet" in messages
     assert "not among its declared secrets" in messages
-    assert not (tmp_path / "state" / "env").exists()
+    assert not (tmp_path / "state" / ".mesh" / "env").exists()
 
 
 def test_ports_published_on_every_address_are_refused(api, mesh, tmp_path, capsys):
@@ -230,7 +230,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(api, mesh, tmp_path, capsys
     assert code == 0
     assert "create-dir" in out and "create-container" in out and "planned" in out
     assert not target.exists()
-    assert not (tmp_path / "state" / "env").exists()
+    assert not (tmp_path / "state" / ".mesh" / "env").exists()
     assert api.containers(all=True, filters={"label": f"mesh.mesh={mesh}"}) == []
 
 

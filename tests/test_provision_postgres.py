@@ -216,7 +216,8 @@ def test_a_grant_whose_credential_is_not_issued_is_skipped_and_said_so(pg):
     pending = attrs.evolve(issued, credential=SecretRef(issued.credential.credential, None))
     result, report = run(declaration(prefix, [pending]), Secrets(admin_password), endpoints)
     assert [o.status for o in result.outcomes] == ["pending-credential"]
-    assert any("not issued yet" in op.cause for op in report.ops)
+    assert any("not issued yet" in n["message"] for n in report.notices)
+    assert report.ops == []  # nothing done, nothing listed as done
 
 
 def test_unreachable_provider_fails_after_a_bounded_wait_with_its_reason():
@@ -226,7 +227,9 @@ def test_unreachable_provider_fails_after_a_bounded_wait_with_its_reason():
     with pytest.raises(ProvisionError, match="not ready after 2s"):
         provision_postgres.wait_for_server(endpoint, "x", report, PROVIDER, timeout=2)
     assert time.monotonic() - started < 15
-    assert report.ops[-1].op == "wait-ready" and not report.ops[-1].ok
+    # waiting is an observation, not an operation
+    assert report.ops == [] and report.checks[-1].op == "wait-ready"
+    assert not report.checks[-1].ok and report.failed
 
 
 def test_readiness_wait_reports_progress_and_accepts_a_server_that_comes_up_late():
@@ -245,7 +248,7 @@ def test_readiness_wait_reports_progress_and_accepts_a_server_that_comes_up_late
     report = Report(printer=LivePrinter(stream=stream, clock=lambda: now[0]))
     wait_ready(report, PROVIDER, probe, timeout=60, fatal=lambda e: False,
                clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
-    assert report.ops[-1].ok and "ready after 12.0s" in report.ops[-1].result
+    assert report.checks[-1].ok and "ready after 12.0s" in report.checks[-1].result
     assert stream.getvalue().count("not ready yet") == 2  # at 5s and 10s
 
 

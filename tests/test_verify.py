@@ -261,7 +261,9 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
             values["host"], values["port"] = ((pg_host, str(pg_port)) if b.kind == kinds[0]
                                               else (amqp_host, str(amqp_port)))
             bindings.append(attrs.evolve(b, values=pmap(values)))
-        consumer = attrs.evolve(declaration, bindings=pvector(bindings))
+        # the consumer's side: the fixture's providers (their admins at the fixture's
+        # addresses) are not this test's servers
+        consumer = attrs.evolve(declaration, bindings=pvector(bindings), providers=pvector())
         results = verify_declaration(consumer, secret_source, timeout=5)
         checked = [r for r in results if r.status != "requires-nothing"]
         assert len(checked) == 10
