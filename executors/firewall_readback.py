@@ -221,7 +221,7 @@ def _interpret(chain: str, expr: list) -> _Accept:
 
 
 _TABLE = re.compile(r"(add|delete) table (\S+) (\S+)")
-_SET = re.compile(r"add set (\S+) (\S+) (\S+) \{ type ([^;{}]+);( flags interval;)? "
+_SET = re.compile(r"add set (\S+) (\S+) (\S+) \{ type ([^;{}]+);( flags interval;| size \d+;)? "
                   r"elements = \{ (.*) \} \}")
 _CHAIN = re.compile(r"add chain (\S+) (\S+) (\S+)(?: \{ type filter hook (\w+) priority "
                     r"(-?\d+); policy (\w+); \})?")
@@ -244,9 +244,9 @@ def _parse_text(text: str) -> tuple:
             found = _SET.fullmatch(line)
             if found is None:
                 raise UnrecognisedRule(f"set line {line[:200]!r}")
-            family, table, name, type_, interval, elements = found.groups()
+            family, table, name, type_, extra, elements = found.groups()
             tables.add((family, table))
-            sets[name] = _Set(type_, bool(interval),
+            sets[name] = _Set(type_, extra == " flags interval;",
                               lambda e=elements: [_text_element(x) for x in e.split(", ")])
         elif line.startswith("add rule "):
             found = _RULE.fullmatch(line)

@@ -365,6 +365,12 @@ def _rule(chain: str, text: str, comment: str = "") -> str:
                                                   if comment else "")
 
 
+def set_size(elements: int) -> int:
+    """The size a hash set is declared with: a power of two, at least 64, never below its
+    element count."""
+    return max(64, 1 << max(elements - 1, 0).bit_length())
+
+
 def _lines(openings: Openings) -> list:
     """The transaction's commands, one a line, in order."""
     lines = [f"add table {OBJECT}",  # so the delete below never fails on a fresh node
@@ -373,10 +379,12 @@ def _lines(openings: Openings) -> list:
     present = [(protocol, kind) for protocol in PROTOCOLS for kind in SET_KINDS
                if openings.sets.get((protocol, kind.suffix))]
     for protocol, kind in present:
-        flags = " flags interval;" if kind.interval else ""
+        elements = openings.elements(protocol, kind.suffix)
+        # A hash set told its size up front is built at that size, not grown while 5,000
+        # elements go in (the table is replaced whole, so nothing is added to it later).
+        extra = " flags interval;" if kind.interval else f" size {set_size(len(elements))};"
         lines.append(f"add set {OBJECT} {set_name(protocol, kind.suffix)} {{ type {kind.type};"
-                     f"{flags} elements = {{ "
-                     + ", ".join(openings.elements(protocol, kind.suffix)) + " } }")
+                     f"{extra} elements = {{ " + ", ".join(elements) + " } }")
     if openings.bridges:
         lines.append(f"add set {OBJECT} {BRIDGES_SET} {{ type ifname; elements = {{ "
                      + ", ".join(f'"{b}"' for b in openings.bridges) + " } }")
