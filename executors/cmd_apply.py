@@ -166,11 +166,14 @@ def runtime_bridges(api, intent, say) -> tuple:
 
     if not intent.local or api is None:
         return DEFAULT_BRIDGES
+    from requests.exceptions import RequestException
+
     from . import docker_engine
 
     try:
         return (docker_engine.default_bridge(api),)
-    except (docker_engine.EngineError, docker_engine.docker.errors.DockerException) as exc:
+    except (docker_engine.EngineError, docker_engine.docker.errors.DockerException,
+            RequestException, OSError) as exc:
         say(f"firewall: cannot ask the Engine for its bridge ({exc}); assuming "
             f"{', '.join(DEFAULT_BRIDGES)}")
         return DEFAULT_BRIDGES
