@@ -16,7 +16,6 @@ binding says: the value of their environment.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
