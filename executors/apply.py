@@ -98,8 +98,8 @@ def _write_noop_record(paths: NodePaths, declaration: Declaration, rendered: Ren
 
     firewall_digest = None
     if declaration.firewall is not None and firewall_applied:
-        from .firewall_render import render as render_firewall  # what the firewall executor
-        firewall_digest = render_firewall(declaration.firewall).digest  # made the table carry
+        from .firewall import read_recorded_digest  # what the firewall executor made the
+        firewall_digest = read_recorded_digest(str(paths.root))  # table carry, and recorded
     _write_json(paths.noop_record, noop_record(declaration, rendered.desired, inputs,
                                                firewall_digest))
 

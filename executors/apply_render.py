@@ -143,6 +143,8 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     summary.update({f"port {port}": f"{ip}:{host_port}" for port, ip, host_port in ports})
     summary.update({f"mount {target}": f"{source}:{mode}" for source, target, mode in binds})
     summary.update({f"label {key}": value for key, value in c.labels.items()})
+    if c.mac is not None:  # only then: containers without one keep their digest
+        summary["mac"] = c.mac
     digest = config_digest(summary)
     labels = dict(c.labels)
     labels.update({engine.LABEL_MESH: declaration.mesh, engine.LABEL_INSTANCE: c.instance,
@@ -154,7 +156,7 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     spec = engine.ContainerSpec(
         name=c.name, image=c.image, command=tuple(c.command) if c.command is not None else None,
         environment=tuple(f"{k}={v}" for k, v in env), labels=tuple(sorted(labels.items())),
-        ports=tuple(ports), binds=binds, restart=restart)
+        ports=tuple(ports), binds=binds, restart=restart, mac=c.mac)
     env_file = DesiredFile(str(paths.env_dir / f"{_safe_name(c.name)}.env"),
                            hashlib.sha256(env_text.encode()).hexdigest())
     return DesiredContainer(c.name, c.run_once, digest, pmap(summary)), spec, env_file, env_text

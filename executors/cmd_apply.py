@@ -166,7 +166,27 @@ def secret_source_from(secrets_file, key_file, node: str):
 # --------------------------------------------------------------------------- hooks
 
 
-def firewall_hook(state_root: str):
+def runtime_bridges(api, intent, say) -> tuple:
+    """The bridges same-node consumers arrive on: the Engine's default network's interface
+    (where `mesh apply` creates containers); Docker's default name when it cannot say."""
+    from .firewall_render import DEFAULT_BRIDGES
+
+    if not intent.local or api is None:
+        return DEFAULT_BRIDGES
+    from requests.exceptions import RequestException
+
+    from . import docker_engine
+
+    try:
+        return (docker_engine.default_bridge(api),)
+    except (docker_engine.EngineError, docker_engine.docker.errors.DockerException,
+            RequestException, OSError) as exc:
+        say(f"firewall: cannot ask the Engine for its bridge ({exc}); assuming "
+            f"{', '.join(DEFAULT_BRIDGES)}")
+        return DEFAULT_BRIDGES
+
+
+def firewall_hook(state_root: str, api=None):
     """The firewall executor as an apply hook, or None when it is not installed. Its digest
     file lives with the executor's own files (`<state root>/.mesh/firewall.digest`)."""
     if importlib.util.find_spec("executors.firewall") is None:
@@ -181,7 +201,9 @@ def firewall_hook(state_root: str):
         from .firewall import apply_firewall  # imported only for a declared intent
 
         try:
-            result = apply_firewall(intent, state_dir, dry_run=dry_run, emit=report.say)
+            bridges = runtime_bridges(api, intent, report.say)
+            result = apply_firewall(intent, state_dir, dry_run=dry_run, emit=report.say,
+                                    bridges=bridges)
         except MeshError as exc:
             report.end(report.begin("firewall", "table inet mesh", "declared firewall intent"),
                        f"failed: {exc}", ok=False)
@@ -239,7 +261,7 @@ def run(args, out=None) -> int:
         report = apply_module.apply_latest(
             declarations, api=api, state_root=args.state_root, secret_source=secret_source,
             dry_run=args.dry_run, report=report,
-            firewall=None if args.no_firewall else firewall_hook(args.state_root),
+            firewall=None if args.no_firewall else firewall_hook(args.state_root, api),
             checks=checks, provisioners=provisioners,
             stop_timeout=args.stop_timeout,
             noop_inputs=noop_inputs if noop_inputs == _noop_inputs(apply_fast, args) else None)

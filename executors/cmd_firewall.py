@@ -9,12 +9,13 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import sys
 
 from resolver import Declaration, Fault, InputError, load_document
 
 from .firewall import DEFAULT_STATE_DIR, apply_firewall
-from .firewall_render import FirewallError, render
+from .firewall_render import DEFAULT_BRIDGES, FirewallError, render
 
 
 def load_declaration(path: str) -> Declaration:
@@ -27,22 +28,37 @@ def load_declaration(path: str) -> Declaration:
     return declaration
 
 
+def bridges_for(args, intent) -> tuple:
+    """--bridge as given; else, when same-node consumers are let in, the Engine's default
+    bridge (as `mesh apply` asks it), or Docker's default name when no Engine answers."""
+    if args.bridge:
+        return tuple(args.bridge)
+    if not intent.local:
+        return DEFAULT_BRIDGES
+    from .cmd_apply import runtime_bridges
+    from .docker_engine import connect
+
+    return runtime_bridges(connect(args.docker_host, timeout=10), intent,
+                           lambda line: print(line, file=sys.stderr))
+
+
 def run(args) -> int:
     declaration = load_declaration(args.declaration)
     if declaration.firewall is None:
         print(f"mesh firewall: {args.declaration}: the declaration of node {declaration.node} "
               "has no firewall intent; nothing applied", file=sys.stderr)
         return 1
+    bridges = bridges_for(args, declaration.firewall)
     if args.show:
         try:
-            rendered = render(declaration.firewall)
+            rendered = render(declaration.firewall, bridges)
         except FirewallError as error:
             print(f"mesh firewall: refused: {error}", file=sys.stderr)
             return 1
-        print(rendered.text)
+        print(rendered.text, end="")
         return 0
     report = apply_firewall(declaration.firewall, args.state_dir, dry_run=args.dry_run,
-                            emit=lambda line: print(line, flush=True))
+                            emit=lambda line: print(line, flush=True), bridges=bridges)
     if report.ok and not report.steps:
         return 0
     if report.ok:
@@ -66,5 +82,12 @@ def register(subparsers) -> None:
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
                         help=f"where the applied digest is kept (default {DEFAULT_STATE_DIR})")
     parser.add_argument("--show", action="store_true",
-                        help="print the rendered nftables JSON document and exit")
+                        help="print the rendered nftables script (nft syntax) and exit")
+    parser.add_argument("--bridge", action="append", metavar="IFNAME",
+                        help="a bridge of the container runtime that same-node consumers "
+                        "arrive on (repeatable; default: ask the Docker Engine for its default "
+                        "network's bridge, docker0 if none answers)")
+    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
+                        help="Docker Engine address asked for its bridge (default: "
+                        "$DOCKER_HOST or the local socket)")
     parser.set_defaults(func=run)

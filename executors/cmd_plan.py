@@ -157,6 +157,14 @@ def print_plan(resolution: Resolution, nodes, changes, out) -> None:
                 w(f"  firewall floor {f.port}/{f.protocol} from {src} ({f.reason})")
             for a in fw.allow:
                 w(f"  firewall allow {a.port}/{a.protocol} from {', '.join(a.sources)} ({a.reason})")
+            macs = {c.mac: c.name for c in d.containers if c.mac}
+            for lo in fw.local:
+                who = ", ".join(f"{macs.get(m, '?')} {m}" for m in lo.macs)
+                w(f"  firewall same-node {lo.port}/{lo.protocol} from containers {who} "
+                  f"({lo.reason})")
+            for e in fw.expose:
+                to = "anywhere" if list(e.sources) == ["any"] else ", ".join(e.sources)
+                w(f"  firewall expose {e.port}/{e.protocol} to {to} ({e.reason})")
         for g in d.grants:
             gen = "pending" if g.credential.generation is None else f"gen {g.credential.generation}"
             w(f"  grant {g.kind} {g.resource} login {g.login}"

@@ -1,5 +1,9 @@
 """`mesh verify DECLARATION [--json] [--secrets FILE --key FILE]`: check every binding for real.
 
+Each binding is checked from where its consumer runs: inside the network namespace of each
+of the consumer's containers on this node, found through the Docker Engine (`--docker-host`),
+so the firewall, routes and addresses are the ones the container has. Needs root (setns).
+
 Exit codes: 0 every binding ok (or the node's instances require nothing); 1 any binding, or
 any provider's admin on this node, is unreachable, auth-failed, missing-resource or
 not-yet-provisioned; 2 bad input. A binding of a grant kind the mesh has no provisioner for is
@@ -12,23 +16,27 @@ same `--secrets`/`--key` pair as `mesh apply` and are never printed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from .cmd_apply import load_declarations, secret_source_from
-from .verify import verify_declaration
+from .verify import Locate, verify_declaration
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "verify",
-        help="check from this node that every binding of its declaration really works",
-        description="For each binding of the declaration: connect to the announced host and "
+        help="check, from inside each consumer's containers, that every binding really works",
+        description="For each binding of the declaration: from inside the network namespace "
+        "of each of the consumer's running containers, connect to the announced host and "
         "port, log in with the consumer's current credential and check its database or vhost. "
-        "One result per binding: ok, unreachable, auth-failed, missing-resource, "
-        "not-yet-provisioned, or not-provisioned (a grant kind the mesh has no provisioner "
-        "for: a warning). For each provider on this node with an admin credential, one result: "
-        "does its running server accept it (auth-failed names the generations tried). "
-        "Instances with neither say they require nothing.",
+        "One result per binding: ok, unreachable (naming the consumer and its container), "
+        "auth-failed, missing-resource, not-yet-provisioned, or not-provisioned (a grant kind "
+        "the mesh has no provisioner for: a warning). For each provider on this node with an "
+        "admin credential, one result: does its running server accept it (auth-failed names "
+        "the generations tried). Instances with neither say they require nothing. A consumer "
+        "the declaration runs no container for is checked from this node, and the result says "
+        "so. Run as root on the consumer's node.",
     )
     parser.add_argument("declaration", help="the node's declaration (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -37,14 +45,32 @@ def register(subparsers) -> None:
     parser.add_argument("--key", metavar="FILE", help="this node's private key file")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                         help="per connection attempt (default 5)")
+    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
+                        help="Docker Engine running the consumers' containers (default: "
+                        "$DOCKER_HOST or the local socket)")
     parser.set_defaults(func=run)
+
+
+def engine_locator(docker_host) -> Locate:
+    """container name → (pid, state), asked of the Engine when first needed."""
+    api = []
+
+    def locate(name: str):
+        from . import docker_engine
+
+        if not api:
+            api.append(docker_engine.connect(docker_host, timeout=30))
+        return docker_engine.container_pid(api[0], name)
+
+    return locate
 
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
     (_, declaration), = load_declarations([args.declaration])[:1]
     secret_source = secret_source_from(args.secrets, args.key, declaration.node)
-    results = verify_declaration(declaration, secret_source, timeout=args.timeout)
+    results = verify_declaration(declaration, secret_source, timeout=args.timeout,
+                                 locate=engine_locator(args.docker_host))
     ok = all(r.ok for r in results)
     if args.json:
         json.dump({"mesh": declaration.mesh, "node": declaration.node, "ok": ok,

@@ -45,6 +45,7 @@ class ContainerSpec:
     ports: tuple[tuple[str, str, int], ...]  # ("80/tcp", host_ip, host_port)
     binds: tuple[tuple[str, str, str], ...]  # (source, target, "ro" | "rw")
     restart: str  # unless-stopped | no
+    mac: Optional[str] = None  # fixed MAC on the default bridge (same-node consumers)
 
 
 @attrs.frozen
@@ -114,6 +115,8 @@ def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
         ports=[(int(port.split("/")[0]), port.split("/")[1]) for port, _, _ in spec.ports],
         host_config=host_config,
     )
+    if spec.mac is not None:  # API 1.41: the container's MAC on the default network
+        arguments["mac_address"] = spec.mac
     try:
         return api.create_container(**arguments)["Id"]
     except ImageNotFound:
@@ -168,6 +171,34 @@ def run_to_completion(api: docker.APIClient, name: str,
     code = int(status.get("StatusCode", -1))
     logs = api.logs(name, stdout=True, stderr=True, tail=20).decode("utf-8", "replace")
     return code, logs.splitlines()[-20:]
+
+
+DEFAULT_NETWORK = "bridge"  # where containers created without a network setting are attached
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+
+
+def default_bridge(api: docker.APIClient) -> str:
+    """The Linux interface of the Engine's default network (`docker0` unless the daemon was
+    started with another `bridge`): where the mesh's containers' traffic arrives."""
+    try:
+        network = api.inspect_network(DEFAULT_NETWORK)
+    except (APIError, NotFound) as exc:
+        raise EngineError(f"cannot inspect the default network: {exc}") from None
+    name = (network.get("Options") or {}).get(BRIDGE_NAME_OPTION)
+    if not name:
+        raise EngineError(f"the default network names no bridge interface ({BRIDGE_NAME_OPTION})")
+    return name
+
+
+def container_pid(api: docker.APIClient, name: str) -> tuple[Optional[int], str]:
+    """(pid of a running container's first process, its state); pid None unless running."""
+    try:
+        state = api.inspect_container(name)["State"]
+    except NotFound:
+        return None, "absent"
+    if not state.get("Running") or not state.get("Pid"):
+        return None, state.get("Status", "not running")
+    return int(state["Pid"]), "running"
 
 
 def container_ip(api: docker.APIClient, name: str) -> Optional[str]:

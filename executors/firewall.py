@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import attrs
 
@@ -23,14 +23,15 @@ from resolver import FirewallIntent, MeshError
 from .atomic import write_atomic
 from .node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR
 
+from .firewall_readback import keeps_ssh_floor
 from .firewall_render import (
+    DEFAULT_BRIDGES,
     FAMILY,
     TABLE,
     FirewallError,
     Rendered,
     SshFloorMissing,
     digest_from_chain_name,
-    keeps_ssh_floor,
     render,
 )
 
@@ -198,9 +199,12 @@ def diff(desired_digest: str, observed: Observed) -> tuple:
 
 
 def _run_document(nft, text: str) -> tuple:
-    """Hand libnftables the JSON text once serialised (json_cmd would serialise it again)."""
-    nft.set_json_output(True)  # libnftables parses the input as JSON in JSON mode
-    rc, _, error = nft.cmd(text)
+    """Hand libnftables the script (nft syntax: in JSON mode it would try JSON first)."""
+    previous = nft.set_json_output(False)
+    try:
+        rc, _, error = nft.cmd(text)
+    finally:
+        nft.set_json_output(previous)
     return rc, error
 
 
@@ -225,13 +229,13 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
                 report.record(Step(op, "applied", f"wrote {digest_path(state_dir)}"))
             continue
         try:
-            keeps = keeps_ssh_floor(rendered.document, rendered.ssh_triples)
+            keeps = keeps_ssh_floor(rendered.text, rendered.ssh_triples)
         except FirewallError as error:
-            keeps, why = False, str(error)
-        else:
-            why = f"it does not accept {sorted(rendered.ssh_triples)} under a dropping policy"
+            report.record(Step(op, "refused", f"the script cannot be read back: {error}"))
+            return report.refuse("a script the mesh cannot read back is never applied")
         if not keeps:
-            report.record(Step(op, "refused", f"the document lacks the ssh floor: {why}"))
+            why = f"it does not accept {sorted(rendered.ssh_triples)} under a dropping policy"
+            report.record(Step(op, "refused", f"the script lacks the ssh floor: {why}"))
             return report.refuse("a ruleset without the ssh floor is never applied")
         if check_first or dry_run:
             report.say(f"firewall: checking the batch for {TABLE_NAME} (dry run)")
@@ -271,14 +275,16 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
 
 def apply_firewall(intent: FirewallIntent, state_dir: str = DEFAULT_STATE_DIR, *,
                    dry_run: bool = False, nft=None,
-                   emit: Optional[Callable[[str], None]] = None) -> FirewallReport:
+                   emit: Optional[Callable[[str], None]] = None,
+                   bridges: Iterable[str] = DEFAULT_BRIDGES) -> FirewallReport:
     """Make this machine's table `inet mesh` match `intent`: render, observe, diff, apply.
+    `bridges` are the container runtime's bridges same-node consumers arrive on.
 
     Runs in the caller's network namespace. Never raises for a refused intent or a failed
     batch: the report carries the refusal or the failure (report.ok is False)."""
     report = FirewallReport(dry_run=dry_run, emit=emit)
     try:
-        rendered = render(intent)
+        rendered = render(intent, bridges)
     except SshFloorMissing as error:
         return report.refuse(str(error))
     except FirewallError as error:

@@ -3,6 +3,13 @@
 Invariants:
 - A grant is a claim about the world: for every binding this connects to the announced host
   and port, authenticates with the consumer's current credential and checks its resource.
+- From where the consumer runs: given a way to find containers (`locate`), each binding is
+  checked from inside the network namespace of every long-running container the declaration
+  declares for its consumer (a thread enters it with setns(2); the check's sockets are that
+  container's), so a binding the container cannot use (a firewall that refuses it, a route
+  it lacks) is never reported ok. A consumer container that is not running fails the
+  binding. Only a consumer the declaration runs no container for is checked from here, and
+  the message says so.
 - One result per binding, exactly one of: ok, unreachable, auth-failed, missing-resource,
   not-yet-provisioned, not-provisioned; each message says what to do next and names the
   credential and its generation. An instance with no binding says "requires nothing", never
@@ -19,7 +26,10 @@ Invariants:
 
 from __future__ import annotations
 
+import ctypes
+import os
 import socket
+import threading
 from typing import Callable, Optional
 
 import attrs
@@ -36,6 +46,9 @@ REQUIRES_NOTHING = "requires-nothing"
 STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED, NO_PROVISIONER)
 
 SecretSource = Callable[[SecretRef], str]
+# container name → (pid of its first process, state); pid None unless it runs
+Locate = Callable[[str], tuple[Optional[int], str]]
+CLONE_NEWNET = 0x40000000
 
 
 @attrs.frozen
@@ -92,18 +105,19 @@ def _tcp(host: str, port: int, timeout: float) -> Optional[str]:
         return error.strerror or _one_line(error)
 
 
-def _unreachable(binding: BindingDecl, why: str) -> Result:
+def _unreachable(binding: BindingDecl, why: str, where: str = "") -> Result:
     host, port = _where(binding)
+    where = where or f"this node (consumer {binding.consumer})"
     return _result(binding, UNREACHABLE,
-                   f"cannot reach {binding.provider} at {host}:{port} from this node ({why}): "
+                   f"cannot reach {binding.provider} at {host}:{port} from {where} ({why}): "
                    f"check that {binding.provider} is running (mesh apply on its node) and that "
-                   f"its node's firewall lets this node in")
+                   f"its node's firewall lets {binding.consumer} in")
 
 
 # --------------------------------------------------------------------------- postgres
 
 
-def check_postgres(binding: BindingDecl, password: str, timeout: float) -> Result:
+def check_postgres(binding: BindingDecl, password: str, timeout: float, where: str = "") -> Result:
     import psycopg
 
     host, port = _where(binding)
@@ -137,14 +151,14 @@ def check_postgres(binding: BindingDecl, password: str, timeout: float) -> Resul
             return _result(binding, AUTH_FAILED,
                            f"{binding.provider} has no pg_hba.conf rule admitting {user} from this "
                            f"node ({name}): allow the mesh network in pg_hba.conf")
-        return _unreachable(binding, text)
+        return _unreachable(binding, text, where)
     return _result(binding, OK, f"database {database} as {user} at {host}:{port} ({name})")
 
 
 # --------------------------------------------------------------------------- amqp
 
 
-def check_amqp(binding: BindingDecl, password: str, timeout: float) -> Result:
+def check_amqp(binding: BindingDecl, password: str, timeout: float, where: str = "") -> Result:
     import pika
     from pika import exceptions
 
@@ -169,7 +183,7 @@ def check_amqp(binding: BindingDecl, password: str, timeout: float) -> Result:
                        f"not exist or grants it nothing: run `mesh apply` on "
                        f"{binding.provider}'s node")
     except (exceptions.AMQPError, OSError) as error:
-        return _unreachable(binding, _one_line(error) or type(error).__name__)
+        return _unreachable(binding, _one_line(error) or type(error).__name__, where)
     try:
         channel = connection.channel()
         # what a tool call needs: a reply queue of its own (seed 004)
@@ -195,7 +209,8 @@ CHECKS = {"database+login": check_postgres, "vhost+account": check_amqp}
 
 
 def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
-                   timeout: float = 5.0) -> Result:
+                   timeout: float = 5.0, where: str = "") -> Result:
+    """Check one binding from the calling thread's network namespace (`where` names it)."""
     secret = binding.secret
     if secret is not None and secret.generation is None:
         return _result(binding, NOT_PROVISIONED,
@@ -204,7 +219,7 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
     host, port = _where(binding)
     why = _tcp(host, port, timeout)
     if why is not None:
-        return _unreachable(binding, why)
+        return _unreachable(binding, why, where)
     check = CHECKS.get(binding.kind)
     if check is None and binding.kind != "none":
         resource = next((binding.values[k] for k in ("client", "bucket", "resource")
@@ -226,7 +241,71 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
         return _result(binding, NOT_PROVISIONED,
                        f"{_credential_name(secret)} is not sealed to this node in the secrets "
                        f"given: run `mesh plan --issue` so the issuer seals it here")
-    return check(binding, password, timeout)
+    return check(binding, password, timeout, where)
+
+
+# --------------------------------------------------------------------------- where it runs
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
+    """`work()` run on a thread of its own that first enters the network namespace of
+    process `pid` (setns(2) moves only the calling thread); the thread ends with it."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    errno = ctypes.get_errno()
+                    raise OSError(errno, os.strerror(errno))
+            finally:
+                os.close(fd)
+            box["result"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name=f"verify-in-netns-of-{pid}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _consumer_containers(declaration: Declaration, consumer: str) -> list[str]:
+    return [c.name for c in declaration.containers if c.instance == consumer and not c.run_once]
+
+
+def verify_from_containers(binding: BindingDecl, containers: list[str], locate: Locate,
+                           secret_source: Optional[SecretSource], timeout: float) -> Result:
+    """The binding checked from inside each of the consumer's containers; the first that
+    cannot use it is the result (naming the container and the consumer)."""
+    checked, result = [], None
+    for name in containers:
+        where = f"container {name} (consumer {binding.consumer})"
+        try:
+            pid, state = locate(name)
+        except Exception as error:  # noqa: BLE001 - the engine's error, named
+            return _unreachable(binding, f"cannot ask the container runtime about it: "
+                                f"{_one_line(error)}", where)
+        if pid is None:
+            return _result(binding, UNREACHABLE,
+                           f"{where} is {state}, so it cannot use its binding to "
+                           f"{binding.provider}: run `mesh apply` on this node")
+        try:
+            result = in_network_namespace(
+                pid, lambda: verify_binding(binding, secret_source, timeout, where))
+        except OSError as error:
+            return _unreachable(binding, f"cannot enter its network namespace: "
+                                f"{error.strerror or _one_line(error)} (mesh verify needs root "
+                                f"for that)", where)
+        if result.status != OK:
+            return result
+        checked.append(name)
+    return attrs.evolve(result, message=f"{result.message}, from inside {', '.join(checked)}")
 
 
 def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource],
@@ -281,10 +360,24 @@ def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource
 
 
 def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
-                       timeout: float = 5.0) -> list[Result]:
+                       timeout: float = 5.0, locate: Optional[Locate] = None) -> list[Result]:
     """A result per binding, per provider admin on this node, then a `requires-nothing`
-    result per instance with none of either."""
-    results = [verify_binding(b, secret_source, timeout) for b in declaration.bindings]
+    result per instance with none of either.
+
+    With `locate`, each binding is checked from inside its consumer's containers; without
+    it, from the calling thread's network namespace."""
+    results = []
+    for binding in declaration.bindings:
+        containers = _consumer_containers(declaration, binding.consumer)
+        if locate is not None and containers:
+            results.append(verify_from_containers(binding, containers, locate, secret_source,
+                                                  timeout))
+            continue
+        result = verify_binding(binding, secret_source, timeout)
+        if locate is not None and result.status == OK:  # nothing else to check it from
+            result = attrs.evolve(result, message=f"{result.message}, from this node: the "
+                                  f"declaration runs no container for {binding.consumer}")
+        results.append(result)
     results += verify_admins(declaration, secret_source, timeout)
     bound = {r.consumer for r in results}
     for instance in sorted(set(declaration.instances) - bound):

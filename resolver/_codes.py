@@ -30,8 +30,10 @@ PORT_RANGE_EXHAUSTED = "port-range-exhausted"
 BLOCKED_BY_PROVIDER = "blocked-by-provider"  # a required provider is itself blocked
 MISSING_PUBLIC_KEY = "missing-public-key"  # a node holds secrets but has no key to seal to
 UNKNOWN_DEFAULT = "unknown-default"  # a mesh default / substrate names a missing instance
+UNKNOWN_LISTEN = "unknown-listen"  # an `expose:` names no listen of the instance's module
 
 # informational
 PENDING_CREDENTIAL = "pending-credential"
 PROVIDER_MOVED = "provider-moved"
 PORT_RELEASED = "port-released"
+EXPOSURE_FAMILY = "exposure-family"  # an exposure source of the other family than the node's address

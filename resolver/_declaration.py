@@ -75,6 +75,9 @@ class ContainerDecl:
     run_once: bool = False
     health: Optional[HealthDecl] = None
     labels: PMap[str, str] = EMPTY_MAP
+    # The container's MAC address on the runtime's bridge: set for the containers of an
+    # instance bound to a provider on its own node, whose firewall opening names it.
+    mac: Optional[str] = None
 
 
 @attrs.frozen(order=True)
@@ -111,12 +114,36 @@ class FirewallFloor:
     reason: str
 
 
+@attrs.frozen(order=True)
+class FirewallLocal:
+    """A provider port opened to its bound consumers on the same node: their containers, by
+    the MAC address each is created with, arriving on the container runtime's bridge."""
+
+    port: int
+    protocol: str
+    macs: PVector[str]  # the consumers' containers, sorted
+    reason: str
+
+
+@attrs.frozen(order=True)
+class FirewallExposure:
+    """A listen opened beyond the mesh (mesh.yaml `expose:`): to anywhere (`any`), or to IPv4
+    and IPv6 addresses and prefixes, written canonically (`192.168.1.0/24`, `fd00::/64`)."""
+
+    port: int
+    protocol: str
+    sources: PVector[str]
+    reason: str
+
+
 @attrs.frozen
 class FirewallIntent:
     address: str  # the node's own address
     allow: PVector[FirewallAllow] = EMPTY_VEC
     floors: PVector[FirewallFloor] = EMPTY_VEC
     mesh_sources: PVector[str] = EMPTY_VEC  # every node address of the mesh
+    local: PVector[FirewallLocal] = EMPTY_VEC  # same-node bindings
+    expose: PVector[FirewallExposure] = EMPTY_VEC  # openings beyond the mesh
 
 
 @attrs.frozen(order=True)

@@ -189,6 +189,15 @@ class Node:
 
 
 @attrs.frozen
+class Exposure:
+    """A listen opened beyond the mesh: to anywhere (`any`) or to named IPv4/IPv6 addresses and
+    prefixes. It opens the listen's assigned host port; it never assigns or moves one."""
+
+    to: PVector[str]
+    reason: str = ""
+
+
+@attrs.frozen
 class Instance:
     """A module assigned to a node. The instance's name is its identity; its node may change."""
 
@@ -196,6 +205,7 @@ class Instance:
     node: str
     parts: PVector[str] = EMPTY_VEC
     bind: PMap[str, str] = EMPTY_MAP  # requirement name (`as`) → provider instance
+    expose: PMap[str, Exposure] = EMPTY_MAP  # listen name → who beyond the mesh may reach it
 
 
 @attrs.frozen

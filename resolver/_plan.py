@@ -51,7 +51,7 @@ def container_causes(old: ContainerDecl, new: ContainerDecl,
             before = "pending" if before is None else before
             after = "pending" if after is None else after
             causes.append(f"secret {cred} generation {before} → {after}")
-    for field in ("command", "ports", "mounts", "run_once", "health", "labels"):
+    for field in ("command", "ports", "mounts", "run_once", "health", "labels", "mac"):
         if getattr(old, field) != getattr(new, field):
             causes.append(field.replace("_", "-"))
     return causes

@@ -26,9 +26,6 @@ from ._declaration import (
     BindingDecl,
     ContainerDecl,
     Declaration,
-    FirewallAllow,
-    FirewallFloor,
-    FirewallIntent,
     GrantDecl,
     HealthDecl,
     MountDecl,
@@ -38,6 +35,7 @@ from ._declaration import (
     StateDirDecl,
     secret_token,
 )
+from ._firewall import consumer_container_macs, firewall_intents
 from ._ledger import NodeSerial
 from ._rotation import grant_view
 
@@ -77,7 +75,6 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
     mesh, instances = r.mesh, r.instances
     address = {n: node.address for n, node in mesh.nodes.items()}
     live = [n for n in r.placed()]
-    live_set = set(live)
 
     # --- module-own secrets, one credential each, held by the instance's node only
     own_secrets: dict[tuple, SecretRef] = {}
@@ -151,6 +148,9 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                 admin_pending=_pending_ref(r, secret_id(name, provide.admin))
                 if provide.admin else None))
 
+    # --- consumers bound on their own node are let in by their containers' MAC addresses
+    mac_of, consumer_macs = consumer_container_macs(r, bound, container_name)
+
     # --- containers, state, accesses per node
     containers: dict[str, list] = {}
     state_dirs: dict[str, list] = {}
@@ -202,46 +202,16 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=_health(container.health, module, name, assigned),
                 labels=pmap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
-                             "mesh.container": container.name})))
+                             "mesh.container": container.name}),
+                mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
-    # --- firewall intent
-    mesh_sources = sorted({n.address for n in mesh.nodes.values()})
-    allow: dict[tuple, dict] = {}
-    for key in sorted(bound):
-        b = bound[key]
-        pnode, cnode = instances[b.provider].node, instances[b.consumer].node
-        if pnode == cnode:
-            continue
-        listen = r.module_of(b.provider).listens[b.listen]
-        entry = allow.setdefault((pnode, assigned[(b.provider, b.listen)], listen.protocol),
-                                 {"sources": set(), "what": f"{b.provider}/{b.listen}",
-                                  "consumers": set()})
-        entry["sources"].add(address[cnode])
-        entry["consumers"].add(b.consumer)
-    broker = mesh.substrate.broker
-    allow_by_node: dict[str, list] = {}
-    for (pnode, port, proto), e in sorted(allow.items()):
-        allow_by_node.setdefault(pnode, []).append(FirewallAllow(
-            port, proto, pvector(sorted(e["sources"])),
-            f"{e['what']} for {', '.join(sorted(e['consumers']))}"))
     live_by_node: dict[str, list] = {}
     for n in live:
         live_by_node.setdefault(instances[n].node, []).append(n)
+    intents = firewall_intents(r, bound, assigned, consumer_macs)
     declarations, serials = {}, {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
-        floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
-        if broker in live_set and instances[broker].node == node_name:
-            listen_name = next((p.listen for p in r.module_of(broker).provides
-                                if p.provision == "amqp"), None)
-            if listen_name and (broker, listen_name) in assigned:
-                floors.append(FirewallFloor(assigned[(broker, listen_name)], "tcp",
-                                            pvector(mesh_sources), "broker (enrolment)"))
-        for f in mesh.floors:
-            floors.append(FirewallFloor(f.port, f.protocol,
-                                        pvector(mesh_sources if f.sources == "mesh" else []),
-                                        f.reason or f"floor {f.port}/{f.protocol}"))
-        allows = allow_by_node.get(node_name, [])
         cert = r.ledger.certificates.get(node_name)
         decl = Declaration(
             mesh=mesh.mesh, node=node_name, address=node.address,
@@ -250,8 +220,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                                       key=lambda d: (d.path, d.instance, d.name))),
             accesses=pvector(AccessDecl(path, mode, pvector(sorted(names)))
                              for path, (names, mode) in sorted(accesses.get(node_name, {}).items())),
-            firewall=FirewallIntent(node.address, pvector(allows), pvector(sorted(floors)),
-                                    pvector(mesh_sources)),
+            firewall=intents[node_name],
             grants=pvector(sorted(grants.get(node_name, []),
                                   key=lambda g: (g.provider, g.consumer, g.provision))),
             providers=pvector(sorted(providers.get(node_name, []),

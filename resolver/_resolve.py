@@ -42,6 +42,7 @@ from ._refusals import (
     check_public_keys,
     check_state_paths,
 )
+from ._firewall import check_exposures
 from ._render import render_declarations
 from ._select import select_provider
 
@@ -376,6 +377,7 @@ class _Resolver:
         check_claims(self)
         check_state_paths(self)
         check_defaults(self)
+        check_exposures(self)
         bound = self.bind_all()
         self.propagate_blocks(bound)
         assigned = self.assigned_ports = self.assign_ports()

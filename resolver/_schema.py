@@ -54,6 +54,7 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("Floor", "port"): PORT,
     ("Floor", "protocol"): {"enum": list(PROTOCOLS)},
     ("Floor", "sources"): {"enum": list(FLOOR_SOURCES)},
+    ("Exposure", "to"): {"minItems": 1},
     ("CaConfig", "validity_days"): {"minimum": 1},
     ("CaConfig", "renew_before_days"): {"minimum": 0},
     ("Ledger", "version"): {"const": LEDGER_VERSION},

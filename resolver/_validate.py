@@ -19,6 +19,7 @@ import re
 from typing import Iterable, Optional
 
 from ._errors import Fault
+from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
 from ._model import GRANT_KINDS, Health, Mesh, Module, Provisions
@@ -379,6 +380,8 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$", name):
             f.at(("instances", name), f"instance name {name!r} is not a plain name",
                  "letters, digits, '-', '_', '.', '@'", key=True)
+        for listen, exposure in instance.expose.items():
+            _exposure(("instances", name, "expose", listen), listen, exposure, f)
     ports = mesh.host_ports
     for key, value in (("first", ports.first), ("last", ports.last)):
         f.port(("host-ports", key), value, HOST_PORT_FLOOR)
@@ -395,6 +398,35 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         f.at(("ca", "renew-before-days"), f"renew-before-days {mesh.ca.renew_before_days}",
              "0 or more, and less than validity-days")
     return f.items
+
+
+def _exposure(path: tuple, listen: str, exposure, f: _Faults) -> None:
+    f.name(path, listen, "exposed listen", key=True)
+    if not exposure.to:
+        f.at(path + ("to",), "an exposure to nobody", "at least one source: any, an address "
+             "or a network such as 192.168.1.0/24 or fd00::/64")
+    seen: dict[str, int] = {}
+    for i, source in enumerate(exposure.to):
+        canonical = canonical_source(source)
+        if canonical is None:
+            f.at(path + ("to", i), _bad_source(source),
+                 "any, an IPv4 or IPv6 address, or a network such as 192.168.1.0/24 or fd00::/64")
+        elif canonical in seen:
+            f.at(path + ("to", i), f"source {source!r} is listed twice "
+                 f"(as entry {seen[canonical] + 1} too)", "each source once")
+        else:
+            seen[canonical] = i
+    if "any" in seen and len(seen) > 1:
+        f.at(path + ("to", seen["any"]), "`any` already opens the listen to every source, so "
+             "the other sources say nothing", "either any alone, or named sources")
+
+
+def _bad_source(source: str) -> str:
+    try:
+        network = ipaddress.ip_network(source, strict=False)
+    except ValueError:
+        return f"{source!r} is not an address or a network"
+    return f"{source!r} has host bits set (the network is {network})"
 
 
 def _is_x25519_key(text: str) -> bool:

@@ -82,7 +82,8 @@ def test_scan_allows_pure_imports():
 
 # The executors' diffs and renderings are pure functions too (observe → diff → apply keeps
 # only observe and apply impure); they are held to the same rule.
-PURE_EXECUTOR_MODULES = ["apply_diff.py", "firewall_render.py"]
+PURE_EXECUTOR_MODULES = ["apply_diff.py", "firewall_render.py", "firewall_readback.py",
+                         "firewall_meaning.py"]
 
 
 @pytest.mark.parametrize("name", PURE_EXECUTOR_MODULES)
