@@ -3,7 +3,9 @@ person types it, against the real engine and registry.
 
 `Operator(tmp, catalogue, instances)` writes `catalogue/<module>/module.yaml` (each may name
 `{repository}` and `{tag}`: the image the test pushed to the local registry for it) and
-mesh.yaml (node `solo` at 127.0.0.1 with a real node key); `setup()` runs ca init, pin, plan
+mesh.yaml (node `solo` at the address of the engine's default bridge, with a real node key:
+the address the containers can dial, as a node's LAN address is; 127.0.0.1 would be each
+container's own loopback); `setup()` runs ca init, pin, plan
 --issue --out and a first apply. Apply and verify run with the sealed secrets and the node key;
 the firewall stays off (the host's ruleset is never touched; tests/test_firewall_* cover it in
 network namespaces). Everything printed is kept, to check that no secret value was printed.
@@ -27,8 +29,21 @@ REPO = Path(__file__).resolve().parent.parent
 REGISTRY = os.environ.get("MESH_TEST_REGISTRY", "127.0.0.1:5000")
 
 
-def free_range(count: int) -> int:
-    """The first of `count` consecutive ports free on 127.0.0.1 (the mesh's host-ports)."""
+def bridge_address(api) -> str:
+    """The engine's default bridge gateway: an address of this host its containers reach."""
+    network = api.inspect_network("bridge")
+    for config in network["IPAM"]["Config"] or ():
+        if config.get("Gateway") and ":" not in config["Gateway"]:
+            return config["Gateway"]
+    # the engine leaves Gateway out when it chose it itself: the bridge interface's address
+    bridge = network.get("Options", {}).get("com.docker.network.bridge.name", "docker0")
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", bridge], check=True,
+                         capture_output=True, text=True).stdout
+    return out.split(" inet ")[1].split("/")[0]
+
+
+def free_range(count: int, address: str = "127.0.0.1") -> int:
+    """The first of `count` consecutive ports free on `address` (the mesh's host-ports)."""
     for _ in range(200):
         first = random.randrange(21000, 29000)
         sockets = []
@@ -36,7 +51,7 @@ def free_range(count: int) -> int:
             for port in range(first, first + count):
                 s = socket.socket()
                 sockets.append(s)
-                s.bind(("127.0.0.1", port))
+                s.bind((address, port))
             return first
         except OSError:
             continue
@@ -62,7 +77,8 @@ class Operator:
         self.state = tmp / "state"
         self.key = tmp / "node.key"
         self.printed: list[str] = []
-        self.first_port = free_range(ports)
+        self.address = bridge_address(self.api)
+        self.first_port = free_range(ports, self.address)
         self.ports = ports
         (tmp / "catalogue").mkdir(parents=True)
         (tmp / "catalogue" / "provisions.yaml").write_text(provisions)
@@ -81,7 +97,7 @@ class Operator:
     def write_mesh(self, instances: dict[str, str]) -> None:
         """instances: name → module, all on node solo."""
         lines = [f"mesh: {self.name}", "catalogue: catalogue", "nodes:",
-                 f'  solo: {{address: 127.0.0.1, control: true, public-key: "{self.public}"}}',
+                 f'  solo: {{address: {self.address}, control: true, public-key: "{self.public}"}}',
                  "instances:"]
         lines += [f"  {name}: {{module: {module}, node: solo}}"
                   for name, module in instances.items()]
@@ -150,7 +166,7 @@ class Operator:
 
     def pg_login(self, instance: str, password: str, user: str = "postgres",
                  dbname: str = "postgres"):
-        return psycopg.connect(host="127.0.0.1", port=self.provider_port(instance), user=user,
+        return psycopg.connect(host=self.address, port=self.provider_port(instance), user=user,
                                password=password, dbname=dbname, connect_timeout=5,
                                autocommit=True)
 
