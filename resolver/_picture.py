@@ -243,15 +243,14 @@ def focus(picture: MeshPicture, nodes: Iterable[str]) -> MeshPicture:
 
 
 def _openings(intent: Optional[FirewallIntent]):
-    """(floors, allows, exposures) of a node's firewall intent.
-
-    Exposures (issue 13: a listen opened to named sources outside the mesh) join the intent
-    as their own field; until then there are none, and this is the one line to fill."""
+    """(floors, allows, exposures) of a node's firewall intent; exposures are listens opened
+    to named sources beyond the mesh (mesh.yaml `expose:`)."""
     if intent is None:
         return (), (), ()
     floors = tuple(Opening(f.port, f.protocol, tuple(f.sources), f.reason) for f in intent.floors)
     allows = tuple(Opening(a.port, a.protocol, tuple(a.sources), a.reason) for a in intent.allow)
-    exposures: tuple[Opening, ...] = ()
+    exposures = tuple(Opening(e.port, e.protocol, tuple(e.sources), e.reason)
+                      for e in intent.expose)
     return floors, allows, exposures
 
 
