@@ -37,6 +37,7 @@ from pyrsistent import pmap
 from resolver import Declaration
 
 from . import docker_engine as engine
+from .apply_fast import held_facts
 from .atomic import write_atomic as _write_atomic
 from .apply_diff import (
     AccessFacts,
@@ -424,7 +425,11 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
     With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record."""
     report = report if report is not None else Report()
     paths = NodePaths(Path(state_root))
-    report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial)
+    report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial,
+                        held=held_facts(declaration))
+    for held in report.facts["held"]:
+        report.say(f"held: {held['instance']} keeps its last good declaration "
+                   f"([{held['code']}] {held['where']})")
     with _Lock(paths, report):
         report.say(f"rendering declaration serial {declaration.serial} for node {declaration.node}")
         rendered = render(declaration, paths, secret_source)

@@ -39,7 +39,8 @@ def register(subparsers) -> None:
         help="make this node match the newest of its declarations (containers, files, dirs)",
         description="Observe the node, diff against the newest declaration by serial, apply "
         "the operations and report each with its cause. Older declarations are reported as "
-        "superseded, never applied.",
+        "superseded, never applied. Instances the declaration holds (refused in mesh.yaml, "
+        "kept at their last good declaration) are reported as held and left as they run.",
     )
     parser.add_argument("declarations", nargs="+", metavar="DECLARATION",
                         help="declaration files, or spool directories of them")
@@ -266,6 +267,9 @@ def print_summary(report: Report, out) -> None:
     facts = report.facts
     print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
           f"serial in force {facts.get('serial_applied')}", file=out)
+    from .apply_fast import print_held
+
+    print_held(facts, out)
     for entry in facts.get("superseded", []):
         print(f"  superseded: {entry['file']} (serial {entry['serial']}) by serial "
               f"{entry['superseded_by']}", file=out)

@@ -379,6 +379,9 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$", name):
             f.at(("instances", name), f"instance name {name!r} is not a plain name",
                  "letters, digits, '-', '_', '.', '@'", key=True)
+        if instance.state_from is not None and instance.fresh:
+            f.at(("instances", name, "fresh"), "state-from and fresh: true both say what "
+                 "happens to the state of a move", "one of them", key=True)
     ports = mesh.host_ports
     for key, value in (("first", ports.first), ("last", ports.last)):
         f.port(("host-ports", key), value, HOST_PORT_FLOOR)
