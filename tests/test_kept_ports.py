@@ -76,3 +76,23 @@ def test_a_floor_on_a_free_port_is_kept_by_every_node_and_moves_nothing(homelab)
     assert published(after) == ports
     for decl in after["nodes"].values():
         assert free in [f["port"] for f in decl["firewall"]["floors"]]
+
+
+def test_an_ssh_port_moved_onto_a_kept_port_is_refused_and_moves_nothing(homelab):
+    before = json.loads(mesh("plan", homelab, "--json").stdout)
+    ports = published(before)
+    node, port = ports[("grafana@lab", "http")]
+    assert node == "lab"
+    text = (homelab / "mesh.yaml").read_text()
+    assert "ssh-port: 2222" in text, "fixture layout changed: update this test"
+    (homelab / "mesh.yaml").write_text(text.replace("ssh-port: 2222", f"ssh-port: {port}"))
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    assert published(after) == ports, "a kept port moved"
+    problem = next(p for p in after["problems"] if p["code"] == "floor-conflict")
+    assert "grafana@lab" in problem["message"] and problem["candidates"] == ["grafana@lab"]
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "ssh-port: 2222" in row)
+    assert problem["line"] == line
+    floors = after["nodes"]["lab"]["firewall"]["floors"]
+    assert any(f["port"] == port and f["reason"] == "ssh" for f in floors), "ssh stays open"
