@@ -39,6 +39,7 @@ import attrs
 from resolver import Declaration
 
 from . import applied_record
+from .apply_fast import held_facts
 from .apply_diff import Candidate, choose_latest, diff
 from .apply_exec import (  # noqa: F401  (observe: part of this module's API)
     RECORD_OP,
@@ -182,7 +183,11 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
     With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record."""
     report = report if report is not None else Report()
     paths = NodePaths(Path(state_root))
-    report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial)
+    report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial,
+                        held=held_facts(declaration))
+    for held in report.facts["held"]:
+        report.say(f"held: {held['instance']} keeps its last good declaration "
+                   f"([{held['code']}] {held['where']})")
     with _Lock(paths, report):
         if not dry_run:
             for moved in migrate_legacy_layout(paths):

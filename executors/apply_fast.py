@@ -251,6 +251,7 @@ def _facts(record: dict, label: str, dry_run: bool) -> dict:
     facts = {"superseded": [], "file": label, "mesh": record["mesh"], "node": record["node"],
              "serial": record["serial"], "digest": record["digest"],
              "serial_applied": record["serial"], "generations": dict(record["generations"]),
+             "held": list(record.get("held", [])),
              "result": "dry-run" if dry_run else "applied"}
     if not dry_run:
         facts["health"] = {}
@@ -265,11 +266,19 @@ def _print(facts: dict, as_json: bool, out) -> None:
         return
     print(f"node {facts['node']} (mesh {facts['mesh']}): {facts['result']}; "
           f"serial in force {facts['serial_applied']}", file=out)
+    print_held(facts, out)
     if facts["generations"]:
         print("  credential generations in force: "
               + ", ".join(f"{c} {g}" for c, g in sorted(facts["generations"].items())), file=out)
     if facts["result"] == "applied":
         print("  nothing to change", file=out)
+
+
+def print_held(facts: dict, out) -> None:
+    """The instances the declaration holds (refused in mesh.yaml, kept as last declared)."""
+    for held in facts.get("held") or ():
+        print(f"  held: {held['instance']} keeps its last good declaration: "
+              f"[{held['code']}] {held['where']}: {held['message']}", file=out)
 
 
 def _say(began: float, message: str) -> None:
@@ -338,6 +347,13 @@ def try_noop(args, out) -> Optional[int]:
     return 0
 
 
+def held_facts(declaration) -> list[dict]:
+    """The report's `held`: each instance the declaration holds, with its refusal."""
+    return [{"instance": h.instance, "code": h.code, "message": h.message,
+             "where": f"{h.file}:{h.line}:{h.col}" if h.line else h.file}
+            for h in getattr(declaration, "held", ())]
+
+
 def noop_record(declaration, desired, inputs: dict, firewall_digest: Optional[str]) -> dict:
     """What the check needs, from the full path's rendered desired state (called by apply.py
     after a successful apply; `firewall_digest` when the firewall executor applied the intent)."""
@@ -349,6 +365,7 @@ def noop_record(declaration, desired, inputs: dict, firewall_digest: Optional[st
         "version": RECORD_VERSION, "inputs": inputs,
         "mesh": desired.mesh, "node": desired.node, "serial": desired.serial,
         "digest": desired.digest, "generations": dict(desired.generations),
+        "held": held_facts(declaration),
         "firewall_intent": declaration.firewall is not None, "firewall_digest": firewall_digest,
         "containers": [{"name": c.name, "digest": c.digest, "run_once": c.run_once}
                        for c in desired.containers],

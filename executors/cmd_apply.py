@@ -45,7 +45,9 @@ def register(subparsers) -> None:
         "its admin credential), firewall, containers, provisioning; the record "
         "<state-root>/.mesh/applied.json names the new serial only when every phase succeeded. "
         "Readiness and admin checks are observations, listed under checks, not operations. A "
-        "grant of a kind with no provisioner is a warning (exit 0), reported on every apply.",
+        "grant of a kind with no provisioner is a warning (exit 0), reported on every apply. "
+        "Instances the declaration holds (refused in mesh.yaml, kept at their last good "
+        "declaration) are reported as held and left as they run.",
     )
     parser.add_argument("declarations", nargs="+", metavar="DECLARATION",
                         help="declaration files, or spool directories of them")
@@ -296,6 +298,9 @@ def print_summary(report: Report, out) -> None:
     facts = report.facts
     print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
           f"serial in force {facts.get('serial_applied')}", file=out)
+    from .apply_fast import print_held
+
+    print_held(facts, out)
     for entry in facts.get("superseded", []):
         print(f"  superseded: {entry['file']} (serial {entry['serial']}) by serial "
               f"{entry['superseded_by']}", file=out)

@@ -18,7 +18,8 @@ def register(subparsers) -> None:
         "check",
         help="load and validate a mesh directory (mesh.yaml, its catalogue, its ledger)",
         description="Load mesh.yaml, the catalogue it names and the ledger; print every fault "
-        "as file:line:col, then resolve and print every refusal. Prints OK when there is none.",
+        "as file:line:col, then resolve and print every refusal, and every refused instance "
+        "held at its last good declaration. Prints OK when there is no refusal.",
     )
     parser.add_argument("directory", nargs="?", default=".", metavar="DIR",
                         help="the mesh directory holding mesh.yaml (default: .)")
@@ -32,7 +33,8 @@ def run(args, out=None) -> int:
     if resolve is not None:
         resolution = resolve(inputs.catalogue, inputs.mesh, inputs.ledger, sources=inputs.sources)
         errors = [p for p in resolution.problems if p.severity == "error"]
-        for problem in errors:
+        held = [p for p in resolution.problems if p.code == resolver.HELD]
+        for problem in errors + held:  # what a refusal holds is said with it
             print(f"{problem.where}: [{problem.code}] {problem.message}", file=out)
         if errors:
             print(f"{len(errors)} problem{'s' if len(errors) != 1 else ''}", file=out)

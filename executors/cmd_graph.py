@@ -69,11 +69,10 @@ def run(args) -> int:
             raise InputError([Fault("--node", 0, 0, f"no node named {n!r} in the mesh",
                                     "one of " + ", ".join(sorted(inputs.mesh.nodes)))
                               for n in unknown])
-    held: dict[str, str] = {}  # instance → refusal code, once held instances exist (issue 11)
     text = resolver.mesh_dot(resolution, inputs.mesh,
                              node_order=inputs.sources.key_order("mesh", "nodes"),
                              instance_order=inputs.sources.key_order("mesh", "instances"),
-                             held=held, nodes=args.node)
+                             nodes=args.node)
     data = text.encode("utf-8") if fmt == "dot" else render(text, fmt)
     if args.out:
         write_atomic(args.out, data)

@@ -1,10 +1,13 @@
 """`mesh plan DIR`: resolve a mesh and show what it would make every node be.
 
-Human output first (per node: containers and ports, firewall, grants; then bindings with how
-each was chosen, problems with file:line, what must be issued, notable changes); `--json` for
-programs. `--out DIR` writes one declaration file per node (the input of `mesh apply`) and,
-when that directory already holds declarations, shows every container that changes against
-them. The ledger is written only with `--write-ledger`, atomically.
+Human output first (per node: containers and ports, firewall, grants, held instances; then
+bindings with how each was chosen, problems with file:line, what must be issued, notable
+changes); `--json` for programs. `--out DIR` writes one declaration file per node (the input
+of `mesh apply`) and, when that directory already holds declarations, shows every container
+that changes against them; it records what it wrote in the ledger (serials, each declared
+instance's rendering: resolver/_records.py), whose serials it takes together with those of
+the declarations already in DIR, so a declaration written later always supersedes. The ledger
+is written only with `--out`, `--write-ledger` or `--issue`, atomically.
 Exit codes: 0 no refusal, 1 refusals, 2 bad input.
 """
 
@@ -16,7 +19,8 @@ import sys
 from pathlib import Path
 
 import resolver
-from resolver import Declaration, Fault, InputError, Resolution, structure, unstructure
+from resolver import (Declaration, Fault, InputError, NodeSerial, Resolution, structure,
+                      unstructure)
 from resolver._convert import unstructure_full
 from resolver._plan import container_changes
 
@@ -41,32 +45,49 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     parser.add_argument("--out", metavar="DIR",
                         help="write one declaration file per node into DIR (NODE"
-                        f"{DECLARATION_SUFFIX}) and show container changes against the files "
-                        "already there")
+                        f"{DECLARATION_SUFFIX}), show container changes against the files "
+                        "already there, and record what was written in the ledger (serials "
+                        "above those in DIR, each instance's rendering: what a refused "
+                        "instance is held at)")
     parser.add_argument("--write-ledger", action="store_true",
-                        help="write the new ledger (ports, logins, bindings, serials) atomically")
+                        help="write the new ledger (ports, logins, bindings) atomically; "
+                        "serials advance only when declarations are written (--out)")
     parser.add_argument("--issue", action="store_true",
                         help="issue every requested credential and certificate (sealed to its "
-                        "holders), then resolve again and write the ledger")
+                        "holders; re-sealed, same generation, when the holders changed), then "
+                        "resolve again and write the ledger")
+    parser.add_argument("--key", metavar="FILE",
+                        help="the control node's private key: with --issue, opens the values "
+                        "a move must re-seal to its new holders")
     parser.add_argument("--now", metavar="ISO8601", help=argparse.SUPPRESS)  # tests pin the clock
     parser.set_defaults(func=run)
 
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
+    if args.key and not args.issue:
+        raise resolver.MeshError("--key opens the values a move re-seals: it goes with --issue")
     inputs = load_mesh_dir(args.directory)
     now = args.now or now_iso()
+    previous = read_declarations(Path(args.out)) if args.out else {}
+    ledger = resolver.newest_written(inputs.ledger, {  # serials never go backwards
+        node: NodeSerial(d.serial, d.digest) for node, d in previous.items()
+        if d.mesh == inputs.mesh.mesh})
     with resolving():
-        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, ledger,
                                       sources=inputs.sources, now=now)
     if args.issue:
         from executors.issuer import issue_requests  # needs entropy and the CA: executors only
 
-        issued = issue_requests(inputs, resolution)
+        control_key = None
+        if args.key:
+            from executors.keys import load_private_key
+
+            control_key = load_private_key(args.key)
+        issued = issue_requests(inputs, resolution, control_key=control_key)
         with resolving():
             resolution = resolver.resolve(inputs.catalogue, inputs.mesh, issued,
                                           sources=inputs.sources, now=now)
-    previous = read_declarations(Path(args.out)) if args.out else {}
     changes = container_changes(previous, resolution.declarations) if args.out else None
     nodes = sorted(args.node) if args.node else sorted(resolution.declarations)
     unknown = [n for n in nodes if n not in resolution.declarations]
@@ -81,8 +102,9 @@ def run(args, out=None) -> int:
         print_plan(resolution, nodes, changes, out)
     if args.out:
         write_declarations(Path(args.out), resolution, nodes)
-    if args.write_ledger or args.issue:
-        write_ledger(inputs.ledger_path, resolution.ledger)
+    if args.out or args.write_ledger or args.issue:
+        written = resolver.record_declared(resolution, nodes) if args.out else resolution.ledger
+        write_ledger(inputs.ledger_path, written)
         print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
     return 1 if resolution.refused else 0
 
@@ -170,6 +192,9 @@ def print_plan(resolution: Resolution, nodes, changes, out) -> None:
             w(f"  grant {g.kind} {g.resource} login {g.login}"
               + (f"_{g.slot}" if g.slot else "") + f" for {g.consumer} ({gen})"
               + (f", retiring gen {g.retiring.generation}" if g.retiring else ""))
+        for h in d.held:
+            where = f"{h.file}:{h.line}:{h.col}" if h.line else h.file
+            w(f"  held {h.instance} at its last good declaration: [{h.code}] {where}")
     if resolution.bindings:
         w()
         w("bindings:")

@@ -8,6 +8,15 @@ Invariants:
 - Nodes without a public key are all named in one error before anything is issued.
 - Rotation follows resolver/_rotation.py: a new generation per credential addressed, sealed to
   the holders of the current one; the rules of when holders move are the resolver's.
+- Holders changing (an instance moved) is not a rotation: the same values are re-sealed to the
+  new holders and every generation keeps its number (resolver/_rotation.reseal).
+- Trust decision: every value is also sealed to the control node's key (`escrow`). The control
+  node issues every secret, so it could read each one already when issuing it; the escrow
+  only lets it read one again, to re-seal it to a node an instance moved to, when given the
+  control node's private key (`mesh plan --issue --key`). No holder is ever told an escrowed
+  value, and a node's apply opens only what is sealed to that node. Without the escrow (a
+  mesh with no control node key, or values issued before it existed) a move needs the
+  control node to hold the value itself, or a rotation; the refusal says which.
 """
 
 from __future__ import annotations
@@ -16,13 +25,20 @@ import secrets
 from typing import Callable, Iterable, Optional, Sequence
 
 import attrs
+from nacl.public import PrivateKey
 
 from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
 from resolver._certs import certificate_reason
-from resolver._rotation import begin_rotation, holder_nodes, in_progress, next_generation_number
+from resolver._rotation import (
+    begin_rotation,
+    holder_nodes,
+    in_progress,
+    next_generation_number,
+    reseal,
+)
 
 from .ca import CaError, MeshCa, iso, load_ca, sign_node, utc_now
-from .keys import sealed_to_each
+from .keys import UnsealError, sealed_to_each, unseal
 
 Entropy = Callable[[], str]
 
@@ -59,48 +75,128 @@ def check_keys(mesh: Mesh, requests: Iterable[Request]) -> None:
             f"`public-key:` line under that node in mesh.yaml")
 
 
+def control_node(mesh: Mesh) -> Optional[str]:
+    """The control node, when it has a key to seal the escrow to."""
+    return next((name for name, node in sorted(mesh.nodes.items())
+                 if node.control and node.public_key), None)
+
+
+def _escrow(mesh: Mesh, value: str) -> dict[str, str]:
+    control = control_node(mesh)
+    return sealed_to_each({control: mesh.nodes[control].public_key}, value) if control else {}
+
+
+def _generations(credential: Credential):
+    return [g for g in (credential.active, credential.pending, credential.retiring)
+            if g is not None]
+
+
+def _resealing(ledger: Ledger, request: Request) -> Optional[Credential]:
+    """The issued credential whose holders this request changes, or None."""
+    credential = ledger.credentials.get(request.id)
+    if credential is None or credential.active is None:
+        return None
+    newest = credential.pending or credential.active
+    return None if set(request.holders) == set(newest.sealed) else credential
+
+
+def open_for_reseal(mesh: Mesh, ledger: Ledger, requests: Iterable[Request],
+                    control_key: Optional[PrivateKey]) -> dict[tuple[str, int], str]:
+    """(credential id, generation) → value, for every generation a changed holder set needs
+    sealed to a new node: opened from the control node's escrow (or its own sealed box) with
+    `control_key`. Every one that cannot be opened is named in one IssueError, before
+    anything is issued."""
+    control = control_node(mesh) or next((n for n, node in sorted(mesh.nodes.items())
+                                          if node.control), None)
+    values: dict[tuple[str, int], str] = {}
+    refused: list[str] = []
+    for request in sorted(requests):
+        credential = _resealing(ledger, request)
+        if credential is None:
+            continue
+        for generation in _generations(credential):
+            if set(request.holders) <= set(generation.sealed):
+                continue  # only nodes dropped: nothing to open
+            box = (generation.escrow.get(control) or generation.sealed.get(control)
+                   if control else None)
+            where = f"{request.id} generation {generation.generation}"
+            if box is None:
+                refused.append(f"{where}: sealed neither to the control node"
+                               + (f" {control}" if control else " (mesh.yaml names none)")
+                               + f" nor to its escrow, only to "
+                               f"{', '.join(sorted(generation.sealed))}")
+            elif control_key is None:
+                refused.append(f"{where}: re-sealing it to "
+                               f"{', '.join(sorted(set(request.holders) - set(generation.sealed)))}"
+                               f" needs the control node's key: pass `--key FILE` "
+                               f"({control}'s private key)")
+            else:
+                try:
+                    values[(request.id, generation.generation)] = unseal(control_key, box)
+                except UnsealError:
+                    refused.append(f"{where}: the key given with --key does not open its "
+                                   f"escrow: it is not {control}'s key")
+    if refused:
+        raise IssueError("cannot re-seal to the new holders (no new generation is issued for "
+                         "a move):\n  " + "\n  ".join(refused)
+                         + "\nGive the control node's key with --key, or issue a new "
+                         "generation to the new holders with `mesh rotate DIR CREDENTIAL`")
+    return values
+
+
 def _issue_credential(ledger: Ledger, mesh: Mesh, request: Request, entropy: Entropy,
-                      notes: list[str]) -> Ledger:
+                      notes: list[str], opened: dict[tuple[str, int], str]) -> Ledger:
     credential = ledger.credentials.get(request.id) or Credential()
     holders = sorted(request.holders)
     newest = credential.pending or credential.active
-    if newest is not None and set(holders) <= set(newest.sealed):
+    if newest is not None and set(holders) == set(newest.sealed):
         return ledger  # satisfied already: never issued twice
     if credential.active is None:
+        value = entropy()
         generation = Generation(generation=next_generation_number(credential),
                                 slot=request.slot,
-                                sealed=sealed_to_each(_public_keys(mesh, holders), entropy()))
+                                sealed=sealed_to_each(_public_keys(mesh, holders), value),
+                                escrow=_escrow(mesh, value))
         credential = attrs.evolve(credential, active=generation)
         notes.append(f"issued {request.id} generation {generation.generation}, sealed to "
                      f"{', '.join(holders)}")
-    else:  # the holders changed: a value sealed to new nodes is a new generation
-        reason = in_progress(credential)
-        if reason is not None:
-            notes.append(f"not issued: {request.id} ({request.reason}) waits, because {reason}")
-            return ledger
-        credential = begin_rotation(request.id, credential,
-                                    sealed_to_each(_public_keys(mesh, holders), entropy()))
-        issued = credential.pending or credential.active
-        notes.append(f"issued {request.id} generation {issued.generation} for new holders "
-                     f"({request.reason}), sealed to {', '.join(holders)}")
+    else:  # the holders changed: the same values, re-sealed; no new generation
+        def sealed_for(generation: Generation, nodes) -> dict[str, str]:
+            return sealed_to_each(_public_keys(mesh, nodes),
+                                  opened[(request.id, generation.generation)])
+
+        credential = reseal(credential, holders, sealed_for)
+        control = control_node(mesh)
+        for slot_name in ("active", "pending", "retiring"):
+            generation = getattr(credential, slot_name)
+            value = opened.get((request.id, generation.generation)) if generation else None
+            if value is not None and control and control not in generation.escrow:
+                credential = attrs.evolve(credential, **{slot_name: attrs.evolve(
+                    generation, escrow=generation.escrow.update(_escrow(mesh, value)))})
+        notes.append(f"re-sealed {request.id} generation(s) "
+                     f"{', '.join(str(g.generation) for g in _generations(credential))} to "
+                     f"{', '.join(holders)} ({request.reason})")
     return attrs.evolve(ledger, credentials=ledger.credentials.set(request.id, credential))
 
 
 def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
           ca: Optional[MeshCa] = None, ca_loader: Optional[Callable[[], MeshCa]] = None,
           entropy: Entropy = new_secret, notes: Optional[list[str]] = None,
-          now: Optional[str] = None) -> Ledger:
+          now: Optional[str] = None, control_key: Optional[PrivateKey] = None) -> Ledger:
     """The ledger with every request issued. Credential requests are sealed to their holders;
     certificate requests are signed by `ca` (or the one `ca_loader` loads, only if needed).
     Without a CA, certificate requests are left standing with a note saying how to create it.
     A certificate request is honoured only while the pure rule still asks for it at `now`
-    (default: the clock), so issuing the same requests twice signs nothing twice."""
+    (default: the clock), so issuing the same requests twice signs nothing twice.
+    A request whose credential is issued but sealed to other holders (a move) re-seals its
+    values, opened with `control_key` (the control node's private key); see open_for_reseal."""
     notes = notes if notes is not None else []
     credential_requests = [r for r in requests if r.kind == "credential"]
     certificate_requests = [r for r in requests if r.kind == "certificate"]
     check_keys(mesh, credential_requests)
+    opened = open_for_reseal(mesh, ledger, credential_requests, control_key)
     for request in sorted(credential_requests):
-        ledger = _issue_credential(ledger, mesh, request, entropy, notes)
+        ledger = _issue_credential(ledger, mesh, request, entropy, notes, opened)
     if certificate_requests and ca is None and ca_loader is not None:
         try:
             ca = ca_loader()
@@ -166,9 +262,10 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
     for cred_id in ids:
         credential = ledger.credentials[cred_id]
         holders = holder_nodes(credential)
-        sealed = sealed_to_each(_public_keys(mesh, holders), entropy())
+        value = entropy()
+        sealed = sealed_to_each(_public_keys(mesh, holders), value)
         ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
-            cred_id, begin_rotation(cred_id, credential, sealed,
+            cred_id, begin_rotation(cred_id, credential, sealed, _escrow(mesh, value),
                                     server_held=cred_id in server_held)))
     return ledger
 
@@ -182,9 +279,10 @@ def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str) -> Ledger:
 
 
 def issue_requests(inputs, resolution, *, notes: Optional[list[str]] = None,
-                   entropy: Entropy = new_secret) -> Ledger:
+                   entropy: Entropy = new_secret,
+                   control_key: Optional[PrivateKey] = None) -> Ledger:
     """For `mesh plan --issue`: the resolution's new ledger with its requests issued, the CA
     loaded from the mesh directory only when a certificate is requested."""
     return issue(list(resolution.requests), inputs.mesh, resolution.ledger,
                  ca_loader=lambda: load_ca(inputs.mesh_dir, inputs.mesh),
-                 entropy=entropy, notes=notes)
+                 entropy=entropy, notes=notes, control_key=control_key)

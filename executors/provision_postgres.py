@@ -8,9 +8,13 @@ Invariants:
 - CONNECT on a granted database is revoked from PUBLIC: a consumer reaches its own database only.
 - observe (catalog reads) → diff (pure) → apply. Passwords are compared against the stored
   verifier (SCRAM-SHA-256 via scramp, or md5), so a second run emits no statement at all.
-- Managed roles and databases carry the comment `mesh:<mesh>:<provider>`. A managed role whose
-  grant is gone is dropped after its objects are reassigned to the admin; a managed database
-  whose grant is gone is kept and reported orphaned: data is never dropped by the mesh.
+- Managed roles and databases carry the comment `mesh:<mesh>:<provider>`. When a grant is
+  gone its logins are dropped (their objects reassigned to the group role first) and its
+  database is kept and reported orphaned: data is never dropped by the mesh. The group role
+  that owns a kept database is kept too, NOLOGIN and with no member left, so nobody can act as
+  it and ownership of the database and of every object in it never changes: granting it again
+  gives its logins back the database with every table usable. A managed role that owns no kept
+  database is dropped after its objects are reassigned to the admin.
 - A password is only ever a statement parameter: never in a description, report or error.
 - The admin's own password (a rotation of the provider's admin secret) is changed on the
   running server with ALTER ROLE, sent as a SCRAM verifier, by `set_admin_password`, logged in
@@ -190,6 +194,7 @@ class Plan:
     statements: tuple[Statement, ...] = ()
     refusals: tuple[tuple[str, str], ...] = ()  # (subject, reason)
     orphaned: tuple[str, ...] = ()  # databases kept after their grant went
+    owners: Mapping[str, str] = attrs.field(factory=dict)  # orphaned db → its kept group role
 
 
 def marker(mesh: str, provider: str) -> str:
@@ -318,22 +323,46 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredGrant], observed: Ob
                           if r.comment == mark and n not in wanted_roles)
     orphan_dbs = sorted(n for n, d in observed.databases.items()
                         if d.comment == mark and n not in wanted_dbs)
-    if orphan_roles:
-        who = sql.SQL(", ").join(_ident(n) for n in orphan_roles)
-        to_admin = sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(who)
+    statements += _drop_statements(observed, orphan_roles, orphan_dbs)
+    return Plan(tuple(statements), tuple(refusals), tuple(orphan_dbs),
+                {db: observed.databases[db].owner for db in orphan_dbs
+                 if observed.databases[db].owner in orphan_roles})
+
+
+def _drop_statements(observed: Observed, orphan_roles: list[str],
+                     orphan_dbs: list[str]) -> list[Statement]:
+    """Managed roles whose grant is gone: a group role owning a kept database stays (NOLOGIN,
+    no members: the data keeps its owner, so a re-grant finds every object usable); its logins
+    go, their objects handed to it first; any other such role goes, its objects to the admin."""
+    keeper = {observed.databases[db].owner for db in orphan_dbs} & set(orphan_roles)
+    out: list[Statement] = []
+    for group in sorted(keeper):
+        if observed.roles[group].can_login:
+            out.append(Statement("alter-role", group, "owner of a kept database: no login",
+                                 sql.SQL("ALTER ROLE {} NOLOGIN").format(_ident(group))))
+    targets: dict[Optional[str], list[str]] = {}  # group kept (None: the admin) → roles
+    for name in orphan_roles:
+        if name in keeper:
+            continue
+        groups = sorted(observed.roles[name].member_of & keeper)
+        targets.setdefault(groups[0] if groups else None, []).append(name)
+    for target, names in sorted(targets.items(), key=lambda kv: kv[0] or ""):
+        who = sql.SQL(", ").join(_ident(n) for n in names)
+        heir = _ident(target) if target else sql.SQL("CURRENT_USER")
+        to_heir = sql.SQL("REASSIGN OWNED BY {} TO {}").format(who, heir)
         release = sql.SQL("DROP OWNED BY {}").format(who)  # privileges only: nothing owned now
         for db in orphan_dbs + [None]:
             where = f" in {db}" if db else ""
-            statements.append(Statement("reassign-owned", ", ".join(orphan_roles),
-                                        f"grant gone: objects{where} go to {observed.admin}, "
-                                        "data kept", to_admin, database=db))
-            statements.append(Statement("drop-owned", ", ".join(orphan_roles),
-                                        f"grant gone: revoke their privileges{where}", release,
-                                        database=db))
-        for name in orphan_roles:
-            statements.append(Statement("drop-role", name, "grant gone: its login goes",
-                                        sql.SQL("DROP ROLE {}").format(_ident(name))))
-    return Plan(tuple(statements), tuple(refusals), tuple(orphan_dbs))
+            out.append(Statement("reassign-owned", ", ".join(names),
+                                 f"grant gone: objects{where} go to {target or observed.admin}, "
+                                 "data kept", to_heir, database=db))
+            out.append(Statement("drop-owned", ", ".join(names),
+                                 f"grant gone: revoke their privileges{where}", release,
+                                 database=db))
+        for name in names:
+            out.append(Statement("drop-role", name, "grant gone: its login goes",
+                                 sql.SQL("DROP ROLE {}").format(_ident(name))))
+    return out
 
 
 # --------------------------------------------------------------------------- apply (shell)
@@ -463,10 +492,14 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
                 generation=grant.credential.generation, kind=KIND,
                 message=f"database {grant.resource}, login {want.login(grant.slot or 'a')}"))
     for database in plan.orphaned:
+        group = plan.owners.get(database)  # the kept group role, when it owns the database
+        owner = (f"its role {group}, which nobody can log in as; granting it again restores "
+                 f"it" if group else "not a role of this grant")
+        drop = f"DROP DATABASE \"{database}\"" + (f"; DROP ROLE \"{group}\"" if group else "")
         report.notice(f"database {database} on {provider}",
                       "orphaned: its grant is gone, its logins are dropped and the database is "
-                      "kept with its data (owner: the admin). Drop it yourself when you are "
-                      f"sure: DROP DATABASE \"{database}\"")
+                      f"kept with its data (owner: {owner}). Drop it yourself when you are "
+                      f"sure: {drop}")
         result.orphaned.append(f"{provider}/{database}")
 
 

@@ -20,16 +20,18 @@ from ._declaration import (
     FirewallLocal,
     GrantDecl,
     HealthDecl,
+    HeldDecl,
+    InstanceRendering,
     MountDecl,
     Problem,
     ProviderDecl,
     PublishedPort,
     Request,
-    Resolution,
     SecretRef,
     StateDirDecl,
     secret_token,
 )
+from ._resolution import Resolution
 from ._errors import Fault, InputError, MeshError, ResolutionError
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._ledger import (
@@ -85,7 +87,7 @@ __all__ = [
     "structure", "unstructure", "yaml_key",
     "AccessDecl", "Binding", "BindingDecl", "Change", "ContainerDecl", "Declaration",
     "FirewallAllow", "FirewallExposure", "FirewallFloor", "FirewallIntent", "FirewallLocal",
-    "GrantDecl", "HealthDecl", "MountDecl",
+    "GrantDecl", "HealthDecl", "HeldDecl", "InstanceRendering", "MountDecl",
     "Problem", "ProviderDecl", "PublishedPort", "Request", "Resolution", "SecretRef", "StateDirDecl",
     "secret_token",
     "Fault", "InputError", "MeshError", "ResolutionError",
@@ -105,9 +107,11 @@ __all__ = [
 from ._resolve import credential_id, resolve, secret_id  # noqa: E402
 from ._render import container_name, declaration_digest  # noqa: E402
 from ._select import select_provider, Selection  # noqa: E402
+from ._records import newest_written, next_serial, record_declared  # noqa: E402
 
 __all__ += ["resolve", "credential_id", "secret_id", "container_name", "declaration_digest",
-            "select_provider", "Selection"]
+            "select_provider", "Selection", "newest_written", "next_serial",
+            "record_declared"]
 
 from ._picture import (  # noqa: E402
     EdgeView,

@@ -1,7 +1,9 @@
 """Each node's firewall intent: who may reach which assigned host port, and from where.
 
 Invariants:
-- Pure. A provider's assigned port is open to exactly: the node addresses of its consumers on
+- Pure. Each instance's rendering carries the openings it needs (resolver/_render.py); the
+  assembly merges them per node (resolver/_assemble.py). A provider's assigned port is open to
+  exactly: the node addresses of its consumers on
   other nodes; the containers of its consumers on its own node (by the MAC address each is
   created with); the sources its instance's `expose:` names. Besides, every node keeps its
   floors: ssh from anywhere, the broker's port from the mesh's nodes, mesh.yaml's `floors`.
@@ -25,10 +27,7 @@ from pyrsistent import pvector
 
 from . import _codes as codes
 from ._declaration import (
-    FirewallAllow,
     FirewallExposure,
-    FirewallFloor,
-    FirewallIntent,
     FirewallLocal,
 )
 
@@ -131,77 +130,35 @@ def check_exposures(r: "_Resolver") -> None:
                               instance=name, severity="warning")
 
 
-def firewall_intents(r: "_Resolver", bound: dict, assigned: dict, macs: dict) -> dict:
-    """node → FirewallIntent. `macs` maps an instance to the MACs of its containers."""
-    mesh, instances = r.mesh, r.instances
-    address = {n: node.address for n, node in mesh.nodes.items()}
-    mesh_sources = sorted({n.address for n in mesh.nodes.values()})
-    remote: dict[tuple, dict] = {}
-    local: dict[tuple, dict] = {}
-    for key in sorted(bound):
-        b = bound[key]
-        pnode, cnode = instances[b.provider].node, instances[b.consumer].node
-        listen = r.module_of(b.provider).listens[b.listen]
-        opening = (pnode, assigned[(b.provider, b.listen)], listen.protocol)
-        if pnode == cnode:
-            if not macs.get(b.consumer):
-                continue  # a consumer with no container has nothing to let in
-            entry = local.setdefault(opening, {"sources": set(), "what": set(),
-                                               "consumers": set()})
-            entry["sources"].update(macs[b.consumer])
-        else:
-            entry = remote.setdefault(opening, {"sources": set(), "what": set(),
-                                                "consumers": set()})
-            entry["sources"].add(address[cnode])
-        entry["what"].add(f"{b.provider}/{b.listen}")
-        entry["consumers"].add(b.consumer)
+def exposures_of(r: "_Resolver", name: str, assigned: dict):
+    """The openings beyond the mesh that instance `name`'s `expose:` asks for on its node."""
+    inst = r.instances[name]
+    found = []
+    for listen_name, exposure in sorted(inst.expose.items()):
+        if (name, listen_name) not in assigned:
+            continue
+        listen = r.module_of(name).listens[listen_name]
+        sources = sorted({canonical_source(s) for s in exposure.to} - {None}, key=_source_order)
+        why = f"{name}/{listen_name} exposed" + (f": {exposure.reason}" if exposure.reason
+                                                  else " by mesh.yaml")
+        found.append(FirewallExposure(assigned[(name, listen_name)], listen.protocol,
+                                      pvector(sources), why))
+    return pvector(sorted(found))
 
-    def reason(e: dict) -> str:
-        return f"{', '.join(sorted(e['what']))} for {', '.join(sorted(e['consumers']))}"
 
-    allows: dict[str, list] = {}
-    for (pnode, port, proto), e in sorted(remote.items()):
-        allows.setdefault(pnode, []).append(
-            FirewallAllow(port, proto, pvector(sorted(e["sources"])), reason(e)))
-    locals_: dict[str, list] = {}
-    for (pnode, port, proto), e in sorted(local.items()):
-        locals_.setdefault(pnode, []).append(
-            FirewallLocal(port, proto, pvector(sorted(e["sources"])), reason(e)))
-    exposures: dict[str, list] = {}
-    for name in r.placed():
-        inst = instances[name]
-        for listen_name, exposure in sorted(inst.expose.items()):
-            if (name, listen_name) not in assigned:
-                continue
-            listen = r.module_of(name).listens[listen_name]
-            sources = sorted({canonical_source(s) for s in exposure.to} - {None},
-                             key=_source_order)
-            why = f"{name}/{listen_name} exposed" + (f": {exposure.reason}" if exposure.reason
-                                                      else " by mesh.yaml")
-            exposures.setdefault(inst.node, []).append(FirewallExposure(
-                assigned[(name, listen_name)], listen.protocol, pvector(sources), why))
-
-    broker = mesh.substrate.broker
-    intents = {}
-    for node_name in sorted(mesh.nodes):
-        node = mesh.nodes[node_name]
-        floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
-        if broker in instances and r.live(broker) and instances[broker].node == node_name \
-                and r.module_of(broker) is not None:
-            listen_name = next((p.listen for p in r.module_of(broker).provides
-                                if p.provision == "amqp"), None)
-            if listen_name and (broker, listen_name) in assigned:
-                floors.append(FirewallFloor(assigned[(broker, listen_name)], "tcp",
-                                            pvector(mesh_sources), "broker (enrolment)"))
-        for f in mesh.floors:
-            floors.append(FirewallFloor(f.port, f.protocol,
-                                        pvector(mesh_sources if f.sources == "mesh" else []),
-                                        f.reason or f"floor {f.port}/{f.protocol}"))
-        intents[node_name] = FirewallIntent(
-            node.address, pvector(allows.get(node_name, [])), pvector(sorted(floors)),
-            pvector(mesh_sources), local=pvector(locals_.get(node_name, [])),
-            expose=pvector(sorted(exposures.get(node_name, []))))
-    return intents
+def merge_openings(openings, cls):
+    """One opening per (port, protocol) from the per-binding ones `(consumer, opening)`: the
+    union of their sources, the reason naming what is reached and for which consumers."""
+    merged: dict[tuple, dict] = {}
+    for consumer, o in openings:
+        entry = merged.setdefault((o.port, o.protocol), {"sources": set(), "what": set(),
+                                                         "consumers": set()})
+        entry["sources"].update(o.macs if isinstance(o, FirewallLocal) else o.sources)
+        entry["what"].add(o.reason)
+        entry["consumers"].add(consumer)
+    return pvector(cls(port, proto, pvector(sorted(e["sources"])),
+                       f"{', '.join(sorted(e['what']))} for {', '.join(sorted(e['consumers']))}")
+                   for (port, proto), e in sorted(merged.items()))
 
 
 def _source_order(source: str):

@@ -1,4 +1,4 @@
-"""Rendering resolved bindings, ports and logins into per-node declarations.
+"""Rendering resolved bindings, ports and logins into one rendering per live instance.
 
 Invariants:
 - Every value a consumer is told comes from one place: the provider node's address and the
@@ -6,8 +6,12 @@ Invariants:
   derived from the same assignment, so the two ends agree by construction.
 - Secrets appear only as `${secret:<credential id>}` tokens plus a SecretRef with the
   generation in force; a declaration never holds a value.
+- Everything is attributed to one instance: its own containers, state directories,
+  accesses and provides; as a consumer, its binding values and, by provider node, its grants
+  and firewall allows. _assemble.py puts renderings together into node declarations, so a
+  held instance's rendering (the one last written) fits in exactly where a live one would.
 - A node's declaration digest is sha256 over the canonical JSON of the declaration without
-  serial and digest; the serial increases exactly when that digest changes.
+  serial and digest (declaration_digest).
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ from ._declaration import (
     BindingDecl,
     ContainerDecl,
     Declaration,
+    FirewallAllow,
+    FirewallLocal,
     GrantDecl,
     HealthDecl,
+    InstanceRendering,
     MountDecl,
     ProviderDecl,
     PublishedPort,
@@ -35,8 +42,7 @@ from ._declaration import (
     StateDirDecl,
     secret_token,
 )
-from ._firewall import consumer_container_macs, firewall_intents
-from ._ledger import NodeSerial
+from ._firewall import consumer_container_macs, exposures_of
 from ._rotation import grant_view
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,12 +75,16 @@ def declaration_digest(declaration: Declaration) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
+def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
+    """Every live instance's rendering, and the bindings (as the plan lists them)."""
     from ._resolve import RESOURCE_KEYS, binding_record, secret_id
 
     mesh, instances = r.mesh, r.instances
     address = {n: node.address for n, node in mesh.nodes.items()}
-    live = [n for n in r.placed()]
+    live = r.placed()
+    parts: dict[str, dict] = {name: {"containers": [], "state_dirs": [], "accesses": {},
+                                     "providers": [], "bindings": [], "grants": {},
+                                     "allows": {}, "locals": {}} for name in live}
 
     # --- module-own secrets, one credential each, held by the instance's node only
     own_secrets: dict[tuple, SecretRef] = {}
@@ -84,11 +94,12 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             own_secrets[(name, secret)] = r.secret_ref(secret_id(name, secret), {node},
                                                        f"secret {secret} of {name}")
 
-    # --- binding values and grants
+    # --- binding values, grants and firewall allows: the consumer's, by provider node
     values_of: dict[tuple, dict] = {}
-    bindings, grants, binding_decls = [], {}, {}
+    bindings = []
     for key in sorted(bound):
         b = bound[key]
+        mine = parts[b.consumer]
         provider_node = instances[b.provider].node
         consumer_node = instances[b.consumer].node
         values = {"host": address[provider_node], "port": str(assigned[(b.provider, b.listen)])}
@@ -112,7 +123,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             grant_slot = newest.slot if newest else slot
             admin_name = next((p.admin for p in r.module_of(b.provider).provides
                                if p.provision == b.requirement.provision), None)
-            grants.setdefault(provider_node, []).append(GrantDecl(
+            mine["grants"].setdefault(provider_node, []).append(GrantDecl(
                 provision=b.requirement.provision, kind=b.kind, provider=b.provider,
                 consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
                 credential=grant_secret, slot=grant_slot,
@@ -128,18 +139,22 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             values["url"] = template.format_map(_Missing(values))
         values_of[key] = values
         bindings.append(binding_record(r, b, values, secret))
-        binding_decls.setdefault(consumer_node, []).append(BindingDecl(
+        mine["bindings"].append(BindingDecl(
             consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
             provision=b.requirement.provision, values=pmap(values), secret=secret, kind=b.kind))
+        if provider_node != consumer_node:
+            listen = r.module_of(b.provider).listens[b.listen]
+            mine["allows"].setdefault(provider_node, []).append(FirewallAllow(
+                assigned[(b.provider, b.listen)], listen.protocol,
+                pvector([address[consumer_node]]), f"{b.provider}/{b.listen}"))
 
     # --- what each instance provides, with its provisioner's admin credential
-    providers: dict[str, list] = {}
     for name in live:
         for provide in r.module_of(name).provides:
             if (name, provide.listen) not in assigned:
                 continue
             definition = r.catalogue.provisions.get(provide.provision)
-            providers.setdefault(instances[name].node, []).append(ProviderDecl(
+            parts[name]["providers"].append(ProviderDecl(
                 instance=name, provision=provide.provision,
                 kind=definition.grant if definition is not None else "none",
                 listen=provide.listen, port=assigned[(name, provide.listen)],
@@ -150,27 +165,31 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
 
     # --- consumers bound on their own node are let in by their containers' MAC addresses
     mac_of, consumer_macs = consumer_container_macs(r, bound, container_name)
+    for key in sorted(bound):
+        b = bound[key]
+        provider_node = instances[b.provider].node
+        if provider_node != instances[b.consumer].node or not consumer_macs.get(b.consumer):
+            continue  # a consumer with no container has nothing to let in
+        listen = r.module_of(b.provider).listens[b.listen]
+        parts[b.consumer]["locals"].setdefault(provider_node, []).append(FirewallLocal(
+            assigned[(b.provider, b.listen)], listen.protocol,
+            pvector(consumer_macs[b.consumer]), f"{b.provider}/{b.listen}"))
 
-    # --- containers, state, accesses per node
-    containers: dict[str, list] = {}
-    state_dirs: dict[str, list] = {}
-    accesses: dict[str, dict] = {}
+    # --- containers, state, accesses
     for name in live:
-        inst, module = instances[name], r.module_of(name)
+        inst, module, mine = instances[name], r.module_of(name), parts[name]
         node = inst.node
         facilities = _facility_paths(mesh.nodes[node].facilities)
         long_running = [c.name for c in module.containers if not c.run_once
                         and (c.part is None or c.part in inst.parts)]
         for dir_name, state in sorted(module.state.items()):
             uid, _, gid = state.owner.partition(":")
-            state_dirs.setdefault(node, []).append(StateDirDecl(
-                path=state_host_path(name, state.path), uid=int(uid), gid=int(gid or uid), mode=state.mode,
-                instance=name, name=dir_name))
+            mine["state_dirs"].append(StateDirDecl(
+                path=state_host_path(name, state.path), uid=int(uid), gid=int(gid or uid),
+                mode=state.mode, instance=name, name=dir_name))
         for access in module.accesses.values():
-            entry = accesses.setdefault(node, {}).setdefault(access.path, [set(), "ro"])
-            entry[0].add(name)
-            if access.mode == "rw":
-                entry[1] = "rw"
+            if mine["accesses"].get(access.path) != "rw":
+                mine["accesses"][access.path] = access.mode
         for container in module.containers:
             if container.part is not None and container.part not in inst.parts:
                 continue
@@ -195,7 +214,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                 else:
                     mounts.append(MountDecl("facility", facilities.get(m.facility, m.facility),
                                             m.target, m.read_only))
-            containers.setdefault(node, []).append(ContainerDecl(
+            mine["containers"].append(ContainerDecl(
                 name=container_name(mesh.mesh, name, container.name), instance=name,
                 container=container.name, image=r.image_reference(module, container.artifact),
                 command=container.command, env=pmap(env), secrets=pvector(sorted(refs)),
@@ -205,42 +224,25 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                              "mesh.container": container.name}),
                 mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
-    live_by_node: dict[str, list] = {}
-    for n in live:
-        live_by_node.setdefault(instances[n].node, []).append(n)
-    intents = firewall_intents(r, bound, assigned, consumer_macs)
-    declarations, serials = {}, {}
-    for node_name in sorted(mesh.nodes):
-        node = mesh.nodes[node_name]
-        cert = r.ledger.certificates.get(node_name)
-        decl = Declaration(
-            mesh=mesh.mesh, node=node_name, address=node.address,
-            containers=pvector(containers.get(node_name, [])),
-            state_dirs=pvector(sorted(state_dirs.get(node_name, []),
-                                      key=lambda d: (d.path, d.instance, d.name))),
-            accesses=pvector(AccessDecl(path, mode, pvector(sorted(names)))
-                             for path, (names, mode) in sorted(accesses.get(node_name, {}).items())),
-            firewall=intents[node_name],
-            grants=pvector(sorted(grants.get(node_name, []),
-                                  key=lambda g: (g.provider, g.consumer, g.provision))),
-            providers=pvector(sorted(providers.get(node_name, []),
-                                     key=lambda p: (p.instance, p.provision))),
-            bindings=pvector(sorted(binding_decls.get(node_name, []),
-                                    key=lambda b: (b.consumer, b.requirement))),
-            instances=pvector(live_by_node.get(node_name, [])),
-            certificate=cert.pem if cert is not None else None,
-        )
-        digest = declaration_digest(decl)
-        previous = r.ledger.nodes.get(node_name)
-        if previous is not None and previous.digest == digest:
-            serial = previous.serial
-        else:
-            serial = (previous.serial if previous is not None else 0) + 1
-        declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
-        serials[node_name] = NodeSerial(serial, digest)
-    for node_name, previous in r.ledger.nodes.items():
-        serials.setdefault(node_name, previous)  # a removed node keeps its last serial
-    return pmap(declarations), bindings, pmap(serials)
+    renderings = {}
+    for name in live:
+        mine = parts[name]
+        renderings[name] = InstanceRendering(
+            node=instances[name].node,
+            containers=pvector(mine["containers"]),
+            state_dirs=pvector(sorted(mine["state_dirs"])),
+            accesses=pvector(AccessDecl(path, mode, pvector([name]))
+                             for path, mode in sorted(mine["accesses"].items())),
+            providers=pvector(sorted(mine["providers"], key=lambda p: (p.instance, p.provision))),
+            bindings=pvector(sorted(mine["bindings"], key=lambda b: (b.consumer, b.requirement))),
+            grants=pmap({node: pvector(sorted(g, key=lambda g: (g.provider, g.consumer,
+                                                                 g.provision)))
+                         for node, g in mine["grants"].items()}),
+            allows=pmap({node: pvector(a) for node, a in mine["allows"].items()}),
+            locals=pmap({node: pvector(a) for node, a in mine["locals"].items()}),
+            exposures=exposures_of(r, name, assigned),
+            claims=pvector(sorted(set(r.module_of(name).claims))))
+    return renderings, bindings
 
 
 class _Missing(dict):

@@ -24,6 +24,8 @@ Invariants:
 - One rotation at a time per credential: rotating again while one is in progress is refused.
 - `record_applied` takes a node's report: the generations its provisioners reported in force
   (never more than that) and the generations its containers hold.
+- Holders changing (an instance moved) is not a rotation: reseal() keeps every generation's
+  number and slot and seals the same values to exactly the new holders.
 """
 
 from __future__ import annotations
@@ -80,9 +82,11 @@ def in_progress(credential: Credential) -> Optional[str]:
     return None
 
 
-def first_generation(sealed: Mapping[str, str], slot: Optional[str] = None) -> Credential:
+def first_generation(sealed: Mapping[str, str], slot: Optional[str] = None,
+                     escrow: Mapping[str, str] = pmap()) -> Credential:
     """A newly issued credential: generation 1, told to holders at once (nothing to retire)."""
-    return Credential(active=Generation(generation=1, slot=slot, sealed=pmap(sealed)))
+    return Credential(active=Generation(generation=1, slot=slot, sealed=pmap(sealed),
+                                        escrow=pmap(escrow)))
 
 
 def provider_first(credential_id: str, server_held: bool = False) -> bool:
@@ -121,11 +125,12 @@ def server_held_secrets(declaration, container) -> frozenset[str]:
 
 
 def begin_rotation(credential_id: str, credential: Credential,
-                   sealed: Mapping[str, str], *, server_held: bool = False) -> Credential:
-    """A new generation (values sealed per holder node). A provider's credential, and a
-    server-held own secret, waits as `pending` until the provider put it in force (dual
-    credentials take the idle slot); any other module's own secret is active at once, the old
-    one retiring until its holder applied."""
+                   sealed: Mapping[str, str], escrow: Mapping[str, str] = pmap(), *,
+                   server_held: bool = False) -> Credential:
+    """A new generation (values sealed per holder node, and to the control node's escrow). A
+    provider's credential, and a server-held own secret, waits as `pending` until the provider
+    put it in force (dual credentials take the idle slot); any other module's own secret is
+    active at once, the old one retiring until its holder applied."""
     if credential.active is None:
         raise RotationError(f"credential {credential_id} has never been issued; "
                             f"`mesh plan --issue` issues it")
@@ -133,10 +138,32 @@ def begin_rotation(credential_id: str, credential: Credential,
     if reason is not None:
         raise RotationError(f"credential {credential_id} is already rotating: {reason}")
     new = Generation(generation=next_generation_number(credential),
-                     slot=idle_slot(credential), sealed=pmap(sealed))
+                     slot=idle_slot(credential), sealed=pmap(sealed), escrow=pmap(escrow))
     if provider_first(credential_id, server_held):
         return attrs.evolve(credential, pending=new)
     return attrs.evolve(credential, active=new, retiring=credential.active)
+
+
+def reseal(credential: Credential, holders, sealed_for) -> Credential:
+    """The credential with each generation's value sealed to exactly `holders`: a holder that
+    stays keeps its sealed box, a new holder gets `sealed_for(generation, nodes)` (node →
+    sealed box of the same value), a node no longer holding it loses its box and its applied
+    report. Generation numbers, slots and the rotation state do not change."""
+    holders = set(holders)
+
+    def one(generation: Optional[Generation]) -> Optional[Generation]:
+        if generation is None:
+            return None
+        kept = {n: v for n, v in generation.sealed.items() if n in holders}
+        missing = sorted(holders - set(kept))
+        if missing:
+            kept.update(sealed_for(generation, missing))
+        return attrs.evolve(generation, sealed=pmap(kept))
+
+    return attrs.evolve(credential, active=one(credential.active),
+                        pending=one(credential.pending), retiring=one(credential.retiring),
+                        applied=pmap({n: g for n, g in credential.applied.items()
+                                      if n in holders}))
 
 
 def provider_applied(credential: Credential, generation: int, *,
@@ -273,7 +300,8 @@ def report_applied(ledger: Ledger, credential_id: str, node: str, *,
 
 __all__ = [
     "RotationError", "SLOTS", "OWN_SECRET_PREFIX", "provider_first", "is_dual", "holder_nodes", "next_generation_number", "idle_slot",
-    "in_progress", "first_generation", "begin_rotation", "provider_applied", "holder_applied",
+    "in_progress", "first_generation", "begin_rotation", "reseal", "provider_applied",
+    "holder_applied",
     "waiting_holders", "holder_generation", "provider_generations", "accepted_generations",
     "grant_view", "window_holders", "describe_rotation", "report_applied", "record_applied",
     "declared_grants", "is_own_secret", "server_held_credentials", "server_held_secrets",

@@ -63,6 +63,10 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("Generation", "slot"): {"enum": list(LOGIN_SLOTS)},
     ("Ledger", "pins"): {"additionalProperties": {"type": "string",
                                                   "pattern": "^sha256:[0-9a-f]{64}$"}},
+    # written as one JSON text per instance (resolver/_documents.dump_ledger)
+    ("Ledger", "declared"): {"additionalProperties": {
+        "type": "string", "contentMediaType": "application/json",
+        "contentSchema": {"$ref": "#/$defs/InstanceRendering"}}},
 }
 
 # Keys the loader requires although the model has a default (the ledger's version).

@@ -382,6 +382,9 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
                  "letters, digits, '-', '_', '.', '@'", key=True)
         for listen, exposure in instance.expose.items():
             _exposure(("instances", name, "expose", listen), listen, exposure, f)
+        if instance.state_from is not None and instance.fresh:
+            f.at(("instances", name, "fresh"), "state-from and fresh: true both say what "
+                 "happens to the state of a move", "one of them", key=True)
     ports = mesh.host_ports
     for key, value in (("first", ports.first), ("last", ports.last)):
         f.port(("host-ports", key), value, HOST_PORT_FLOOR)
