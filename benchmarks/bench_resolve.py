@@ -39,7 +39,7 @@ from resolver import (
     resolve,
 )
 
-from executors.runtime import resolving
+from executors.common.runtime import resolving
 
 PER_NODE = 25
 

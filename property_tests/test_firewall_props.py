@@ -1,6 +1,6 @@
-"""Properties of firewall rendering (executors/firewall_render.py) and of the executor's diff.
+"""Properties of firewall rendering (executors/node/firewall_render.py) and of the executor's diff.
 
-The read-back oracle (`read_back`, executors/firewall_readback.py) reads what a script does
+The read-back oracle (`read_back`, executors/node/firewall_readback.py) reads what a script does
 from its rules and sets, never from the intent, and refuses shapes it does not know; what the
 intent opens is computed independently (`intent_triples`), and whether an address gets in is
 asked of the intent's own words (`intent_accepts`: each exposure network asked whether it
@@ -25,10 +25,10 @@ from pyrsistent import pvector
 from resolver import FirewallAllow, FirewallExposure, FirewallFloor, FirewallIntent, FirewallLocal
 
 import resolver
-from executors.firewall import RECORD_DIGEST, REPLACE_TABLE, Observed, diff
-from executors.firewall_meaning import intent_accepts, intent_triples, local_source
-from executors.firewall_readback import keeps_ssh_floor, read_back
-from executors.firewall_render import (
+from executors.node.firewall import RECORD_DIGEST, REPLACE_TABLE, Observed, diff
+from executors.node.firewall_meaning import intent_accepts, intent_triples, local_source
+from executors.node.firewall_readback import keeps_ssh_floor, read_back
+from executors.node.firewall_render import (
     ANYWHERE,
     FAMILY,
     INPUT_PREAMBLE,
@@ -241,7 +241,7 @@ def test_diff_replaces_the_table_unless_it_runs_the_digest(desired, running, rec
 
 _CHECK_IN_NAMESPACE = """
 import json, sys, nftables
-from executors.firewall_readback import read_back
+from executors.node.firewall_readback import read_back
 n = nftables.Nftables()
 for line in sys.stdin:
     text = json.loads(line)

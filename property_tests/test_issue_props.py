@@ -21,9 +21,9 @@ from nacl.public import PrivateKey
 from pyrsistent import pmap
 
 import resolver
-from executors.ca import init_ca
-from executors.issuer import issue, rotate
-from executors.keys import public_key_b64
+from executors.control.ca import init_ca
+from executors.control.issuer import issue, rotate
+from executors.common.keys import public_key_b64
 from resolver._plan import container_changes
 from resolver._rotation import (
     holder_nodes,

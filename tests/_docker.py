@@ -48,7 +48,7 @@ def docker_host() -> str:
 
 
 def engine():
-    from executors import docker_engine
+    from executors.node import docker_engine
 
     api = docker_engine.connect(docker_host())
     try:

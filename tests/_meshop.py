@@ -148,7 +148,7 @@ class Operator:
 
     def values(self) -> dict[str, dict[int, str]]:
         """Every value sealed to solo in the ledger (the test reads them to log in itself)."""
-        from executors import keys
+        from executors.common import keys
         from resolver import load_ledger
 
         ledger, _ = load_ledger((self.dir / "ledger.yaml").read_text(), "ledger.yaml")

@@ -24,10 +24,10 @@ import requests
 import _pg
 import _rabbit
 from _meshdir import run_cli
-from executors import keys
-from executors.cmd_apply import load_declarations, secret_source_from
-from executors.provisioners import Endpoint, provision_grants
-from executors.report import LivePrinter, Report
+from executors.common import keys
+from executors.cli.apply import load_declarations, secret_source_from
+from executors.node.provisioners import Endpoint, provision_grants
+from executors.common.report import LivePrinter, Report
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from pyrsistent import pvector
 
 from resolver import HealthDecl, SecretRef, secret_token
 
-from executors import cli
-from executors.apply import NodePaths, apply_declaration, observe, render
-from executors.apply_diff import diff
+from executors.cli import main as cli
+from executors.node.apply import NodePaths, apply_declaration, observe, render
+from executors.node.apply_diff import diff
 from _docker import (cleanup, container, declaration, engine, env_image, env_of, free_port,
                      http_get, http_health, unique_mesh, write_declaration)
 
@@ -378,7 +378,7 @@ def test_an_image_named_by_digest_is_pulled_only_when_missing(api, mesh, tmp_pat
     try:
         import io
 
-        from executors.report import LivePrinter, Report
+        from executors.common.report import LivePrinter, Report
 
         said = io.StringIO()
         report = apply_declaration(decl, api=api, state_root=tmp_path / "s", stop_timeout=1,

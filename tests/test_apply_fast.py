@@ -1,4 +1,4 @@
-"""The quick no-op check of `mesh apply` (executors/apply_fast.py) against the real engine.
+"""The quick no-op check of `mesh apply` (executors/node/apply_fast.py) against the real engine.
 
 It must answer exactly as the full path does for a converged node (text, --json, --dry-run),
 and decline to the full path for every kind of drift, which then fixes it, after which the
@@ -24,7 +24,13 @@ from pyrsistent import pmap, pvector
 from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, FirewallIntent,
                       SecretRef, StateDirDecl, secret_token)
 
-from executors import apply_fast, cli, cmd_apply, keys
+from executors.node import apply_fast
+
+from executors.cli import main as cli
+
+from executors.cli import apply as cmd_apply
+
+from executors.common import keys
 from _docker import (cleanup, container, declaration, docker_host, engine, env_image,
                      unique_mesh, write_declaration)
 
@@ -314,7 +320,7 @@ def test_a_firewall_intent_applied_with_no_firewall_is_checked_only_with_no_fire
 FIREWALL_SCRIPT = """
 import io, json, sys
 import nftables
-from executors import cli
+from executors.cli import main as cli
 
 argv = ["apply", sys.argv[1], "--state-root", sys.argv[2], "--stop-timeout", "1"]
 

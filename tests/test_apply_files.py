@@ -13,8 +13,10 @@ from pyrsistent import pmap, pvector
 
 from resolver import AccessDecl, BindingDecl, MountDecl, SecretRef, StateDirDecl, secret_token
 
-from executors import cli, keys
-from executors.apply import apply_declaration
+from executors.cli import main as cli
+
+from executors.common import keys
+from executors.node.apply import apply_declaration
 from _docker import cleanup, container, declaration, engine, env_image, unique_mesh, \
     write_declaration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from _meshdir import FIXTURES, run_cli
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 
 import resolver
 

@@ -12,7 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 import resolver
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = sorted(p.parent for p in FIXTURES.glob("**/expected.yaml"))

@@ -19,8 +19,8 @@ import pytest
 from pyrsistent import pmap, pvector
 
 import resolver
-from executors.cmd_graph import render
-from executors.loading import load_mesh_dir
+from executors.cli.graph import render
+from executors.control.loading import load_mesh_dir
 from resolver import Floor, Instance, Mesh, Node, Opening, Require, mesh_dot, mesh_picture
 from resolver._dot import render_dot
 from resolver._rotation import begin_rotation, first_generation

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import resolver
-from executors import cli
-from executors.loading import load_mesh_dir, write_atomic, write_ledger
+from executors.cli import main as cli
+from executors.control.loading import load_mesh_dir, write_atomic, write_ledger
 from resolver import (
     EMPTY_LEDGER,
     InputError,

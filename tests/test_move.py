@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from executors.keys import load_private_key, unseal_for_node
-from executors.loading import load_mesh_dir
+from executors.common.keys import load_private_key, unseal_for_node
+from executors.control.loading import load_mesh_dir
 
 from _meshdir import FIXTURES, prepare, run_cli
 

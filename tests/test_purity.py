@@ -63,7 +63,7 @@ def test_resolver_module_is_pure(path: Path):
     ("from pathlib import Path\n", "imports pathlib"),
     ("from datetime import datetime\n", "imports datetime"),
     ("def f():\n    import random\n", "imports random"),
-    ("from executors.loading import load_mesh_dir\n", "imports executors.loading"),
+    ("from executors.control.loading import load_mesh_dir\n", "imports executors.control.loading"),
     ("m = __import__('socket')\n", "calls __import__()"),
     ("import importlib\nimportlib.import_module('os')\n", "imports importlib"),
     ("with open('x') as f:\n    pass\n", "calls open()"),

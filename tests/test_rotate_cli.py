@@ -10,7 +10,7 @@ import pytest
 from pyrsistent import pmap, pvector
 
 import resolver
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 from resolver import ContainerDecl, Declaration, GrantDecl, SecretRef
 from resolver._rotation import (
     begin_rotation,

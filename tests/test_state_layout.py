@@ -23,7 +23,7 @@ from resolver import AccessDecl, MountDecl, StateDirDecl
 from _docker import (cleanup, container, declaration, engine, env_image, unique_mesh,
                      write_declaration)
 from _meshop import Operator
-from executors import cli
+from executors.cli import main as cli
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import attrs
 
 from resolver import FirewallIntent, MeshError
 
-from .atomic import write_atomic
+from executors.common.atomic import write_atomic
 from .node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR
 
 from .firewall_readback import keeps_ssh_floor

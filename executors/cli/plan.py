@@ -24,8 +24,8 @@ from resolver import (Declaration, Fault, InputError, NodeSerial, Resolution, st
 from resolver._convert import unstructure_full
 from resolver._plan import container_changes
 
-from executors.loading import load_mesh_dir, write_atomic, write_ledger
-from executors.runtime import now_iso, resolving
+from executors.control.loading import load_mesh_dir, write_atomic, write_ledger
+from executors.common.runtime import now_iso, resolving
 
 DECLARATION_SUFFIX = ".declaration.json"
 
@@ -77,11 +77,11 @@ def run(args, out=None) -> int:
         resolution = resolver.resolve(inputs.catalogue, inputs.mesh, ledger,
                                       sources=inputs.sources, now=now)
     if args.issue:
-        from executors.issuer import issue_requests  # needs entropy and the CA: executors only
+        from executors.control.issuer import issue_requests  # needs entropy and the CA: executors only
 
         control_key = None
         if args.key:
-            from executors.keys import load_private_key
+            from executors.common.keys import load_private_key
 
             control_key = load_private_key(args.key)
         issued = issue_requests(inputs, resolution, control_key=control_key)

@@ -49,7 +49,7 @@ from .provisioners import (
     provision_grants,
     wait_ready,
 )
-from .report import Report
+from executors.common.report import Report
 
 KIND = AMQP_KIND
 DESCRIPTION = "amqp management"

@@ -38,7 +38,7 @@ from resolver._rotation import (
 )
 
 from .ca import CaError, MeshCa, iso, load_ca, sign_node, utc_now
-from .keys import UnsealError, sealed_to_each, unseal
+from executors.common.keys import UnsealError, sealed_to_each, unseal
 
 Entropy = Callable[[], str]
 

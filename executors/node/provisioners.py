@@ -50,7 +50,7 @@ from .provisioner_base import (  # noqa: F401  (re-exported: the provisioners' s
     wait_ready,
 )
 from .admin_login import read_admin, refused_message  # noqa: F401,E402  (re-exported)
-from .report import Report
+from executors.common.report import Report
 
 
 def _providers(declaration: Declaration,

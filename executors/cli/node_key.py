@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from executors.keys import create_node_key
+from executors.common.keys import create_node_key
 
 
 def register(subparsers) -> None:

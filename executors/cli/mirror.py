@@ -15,8 +15,8 @@ import sys
 
 import attrs
 
-from executors.loading import load_mesh_dir, write_ledger
-from executors.registry import RegistryClient, RegistryError
+from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.registry import RegistryClient, RegistryError
 from resolver import MeshError
 from resolver._artifacts import (
     artifact_state,

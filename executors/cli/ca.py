@@ -12,9 +12,9 @@ import sys
 
 import resolver
 
-from executors.ca import ca_cert_path, ca_key_path, init_ca, load_ca
-from executors.issuer import renew
-from executors.loading import load_mesh_dir, write_ledger
+from executors.control.ca import ca_cert_path, ca_key_path, init_ca, load_ca
+from executors.control.issuer import renew
+from executors.control.loading import load_mesh_dir, write_ledger
 
 
 def register(subparsers) -> None:

@@ -59,7 +59,7 @@ from .apply_render import (  # noqa: F401  (NodePaths, render: part of this modu
     render,
 )
 from .node_paths import DEFAULT_STATE_ROOT, migrate_legacy_layout
-from .report import Report
+from executors.common.report import Report
 
 Firewall = Callable[..., None]  # (intent, report, dry_run) → None; reports its own operations
 Check = Callable[..., None]  # (declaration, secret_source, report) → None; reports its checks

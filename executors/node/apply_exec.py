@@ -41,14 +41,14 @@ from .apply_diff import (
     Plan,
 )
 from .apply_render import NodePaths, Rendered
-from .atomic import write_atomic as _write_atomic
-from .report import Report
+from executors.common.atomic import write_atomic as _write_atomic
+from executors.common.report import Report
 
 # --------------------------------------------------------------------------- files
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace `path` whole (executors.atomic); files here default to 0600: they may hold
+    """Replace `path` whole (executors.common.atomic); files here default to 0600: they may hold
     unsealed values."""
     _write_atomic(path, data, mode)
 

@@ -38,9 +38,9 @@ from resolver._rotation import (
     server_held_credentials,
 )
 
-from executors.applied_record import acceptance
-from executors.issuer import rotate, select_credentials
-from executors.loading import load_mesh_dir, write_ledger
+from executors.node.applied_record import acceptance
+from executors.control.issuer import rotate, select_credentials
+from executors.control.loading import load_mesh_dir, write_ledger
 from resolver import MeshError
 
 

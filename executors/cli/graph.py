@@ -15,9 +15,9 @@ import sys
 import resolver
 from resolver import Fault, InputError, MeshError
 
-from executors.atomic import write_atomic
-from executors.loading import load_mesh_dir
-from executors.runtime import now_iso, resolving
+from executors.common.atomic import write_atomic
+from executors.control.loading import load_mesh_dir
+from executors.common.runtime import now_iso, resolving
 
 FORMATS = ("dot", "svg", "png")
 SUFFIXES = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}

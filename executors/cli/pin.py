@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from executors.loading import load_mesh_dir, write_ledger
-from executors.registry import RegistryClient, RegistryError
+from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.registry import RegistryClient, RegistryError
 from resolver import MeshError
 from resolver._artifacts import (
     artifacts_changed_by_pins,

@@ -35,7 +35,7 @@ from .provisioner_base import (
     provisioner_modules,
     wait_ready,
 )
-from .report import Report
+from executors.common.report import Report
 
 
 def read_admin(module, endpoint: Endpoint, admin: Admin, secret_source: SecretSource,

@@ -44,7 +44,7 @@ from .provisioners import (
     provision_grants,
     wait_ready,
 )
-from .report import Report
+from executors.common.report import Report
 
 KIND = POSTGRES_KIND
 DESCRIPTION = "postgres"

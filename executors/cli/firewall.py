@@ -3,7 +3,7 @@
 Invariants:
 - Reads one declaration file (YAML or JSON of resolver.unstructure(Declaration)); bad input is
   reported as file:line:col (exit 2), never a traceback.
-- Touches table `inet mesh` in the current network namespace only (see executors/firewall.py).
+- Touches table `inet mesh` in the current network namespace only (see executors/node/firewall.py).
 - Exit 0 when the table matches (changed or not), 1 when refused or failed.
 """
 
@@ -14,8 +14,8 @@ import sys
 
 from resolver import Declaration, Fault, InputError, load_document
 
-from .firewall import DEFAULT_STATE_DIR, apply_firewall
-from .firewall_render import DEFAULT_BRIDGES, FirewallError, render
+from executors.node.firewall import DEFAULT_STATE_DIR, apply_firewall
+from executors.node.firewall_render import DEFAULT_BRIDGES, FirewallError, render
 
 
 def load_declaration(path: str) -> Declaration:
@@ -35,8 +35,8 @@ def bridges_for(args, intent) -> tuple:
         return tuple(args.bridge)
     if not intent.local:
         return DEFAULT_BRIDGES
-    from .cmd_apply import runtime_bridges
-    from .docker_engine import connect
+    from .apply import runtime_bridges
+    from executors.node.docker_engine import connect
 
     return runtime_bridges(connect(args.docker_host, timeout=10), intent,
                            lambda line: print(line, file=sys.stderr))

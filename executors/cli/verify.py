@@ -19,8 +19,8 @@ import json
 import os
 import sys
 
-from .cmd_apply import load_declarations, secret_source_from
-from .verify import Locate, verify_declaration
+from .apply import load_declarations, secret_source_from
+from executors.node.verify import Locate, verify_declaration
 
 
 def register(subparsers) -> None:
@@ -56,7 +56,7 @@ def engine_locator(docker_host) -> Locate:
     api = []
 
     def locate(name: str):
-        from . import docker_engine
+        from executors.node import docker_engine
 
         if not api:
             api.append(docker_engine.connect(docker_host, timeout=30))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 from resolver._artifacts import build_graph, current_digests, staleness
 
 

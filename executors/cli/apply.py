@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
     from resolver import Declaration
 
-    from .report import Report
+    from executors.common.report import Report
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -146,7 +146,7 @@ def secret_source_from(secrets_file, key_file, node: str):
     if secrets_file is None or key_file is None:
         raise MeshError("--secrets and --key go together: the sealed values and the key that "
                         "opens them")
-    from . import keys
+    from executors.common import keys
 
     try:
         text = Path(secrets_file).read_text(encoding="utf-8")
@@ -171,13 +171,13 @@ def secret_source_from(secrets_file, key_file, node: str):
 def runtime_bridges(api, intent, say) -> tuple:
     """The bridges same-node consumers arrive on: the Engine's default network's interface
     (where `mesh apply` creates containers); Docker's default name when it cannot say."""
-    from .firewall_render import DEFAULT_BRIDGES
+    from executors.node.firewall_render import DEFAULT_BRIDGES
 
     if not intent.local or api is None:
         return DEFAULT_BRIDGES
     from requests.exceptions import RequestException
 
-    from . import docker_engine
+    from executors.node import docker_engine
 
     try:
         return (docker_engine.default_bridge(api),)
@@ -191,16 +191,16 @@ def runtime_bridges(api, intent, say) -> tuple:
 def firewall_hook(state_root: str, api=None):
     """The firewall executor as an apply hook, or None when it is not installed. Its digest
     file lives with the executor's own files (`<state root>/.mesh/firewall.digest`)."""
-    if importlib.util.find_spec("executors.firewall") is None:
+    if importlib.util.find_spec("executors.node.firewall") is None:
         return None
-    from .node_paths import NodePaths
+    from executors.node.node_paths import NodePaths
 
     state_dir = str(NodePaths(state_root).root)
 
     def apply_intent(intent, report: Report, dry_run: bool) -> None:
         from resolver import MeshError
 
-        from .firewall import apply_firewall  # imported only for a declared intent
+        from executors.node.firewall import apply_firewall  # imported only for a declared intent
 
         try:
             bridges = runtime_bridges(api, intent, report.say)
@@ -223,11 +223,11 @@ def firewall_hook(state_root: str, api=None):
 
 def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
     """(checks, provisioners) for an apply of `declaration`: the admin check before anything
-    changes and the provisioning of every grant of every kind (executors/provisioners.py, which
-    finds each kind's executors/provision_*.py and reports kinds none provisions). None for a
+    changes and the provisioning of every grant of every kind (executors/node/provisioners.py, which
+    finds each kind's executors/node/provision_*.py and reports kinds none provisions). None for a
     declaration with no grant and no provider holding an admin credential: nothing to do, and
     its kinds' modules (psycopg, requests) are not even imported."""
-    from . import provisioners
+    from executors.node import provisioners
 
     if not provisioners.needs_provisioning(declaration):
         return [], []
@@ -239,7 +239,7 @@ def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
-    from . import apply_fast
+    from executors.node import apply_fast
 
     if not apply_fast.fast_path_disabled(args):
         code = apply_fast.try_noop(args, out)
@@ -247,14 +247,14 @@ def run(args, out=None) -> int:
             return code
     from requests.exceptions import RequestException
 
-    from .report import LivePrinter, Report
+    from executors.common.report import LivePrinter, Report
 
     noop_inputs = None if args.dry_run else _noop_inputs(apply_fast, args)
     declarations = load_declarations(args.declarations)
     node = declarations[0][1].node
     secret_source = secret_source_from(args.secrets, args.key, node)
-    from . import apply as apply_module
-    from . import docker_engine
+    from executors.node import apply as apply_module
+    from executors.node import docker_engine
 
     report = Report(printer=LivePrinter())
     api = docker_engine.connect(args.docker_host)
@@ -298,7 +298,7 @@ def print_summary(report: Report, out) -> None:
     facts = report.facts
     print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
           f"serial in force {facts.get('serial_applied')}", file=out)
-    from .apply_fast import print_held
+    from executors.node.apply_fast import print_held
 
     print_held(facts, out)
     for entry in facts.get("superseded", []):
@@ -328,9 +328,9 @@ def print_summary(report: Report, out) -> None:
 
 
 def main(argv=None) -> int:
-    """`python -m executors.cmd_apply …`: the same as `mesh apply …` (which, too, loads no
+    """`python -m executors.cli.apply …`: the same as `mesh apply …` (which, too, loads no
     other subcommand of the `mesh` CLI)."""
-    from .cli import main as cli_main
+    from .main import main as cli_main
 
     return cli_main(["apply", *(sys.argv[1:] if argv is None else argv)])
 

@@ -1,6 +1,6 @@
 """The `mesh` command line.
 
-Each subcommand lives in its own module `executors/cmd_<name>.py` exposing
+Each subcommand lives in its own module `executors/cli/<name>.py` exposing
 `register(subparsers)`, which adds a parser whose `func(args) -> int` runs it. Exit codes:
 0 success, 1 refusals or failed checks, 2 bad input (every fault printed as file:line:col).
 No traceback reaches a user for bad input: InputError is caught here.
@@ -40,7 +40,7 @@ def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in commands:
-        importlib.import_module(f"executors.cmd_{name.replace('-', '_')}").register(sub)
+        importlib.import_module(f"executors.cli.{name.replace('-', '_')}").register(sub)
     return parser
 
 

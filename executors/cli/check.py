@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 import resolver
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 
 
 def register(subparsers) -> None:

@@ -6,7 +6,7 @@ Invariants:
   (`derive_endpoint`); its admin credential is what its declaration says it provides with
   (`admin`, and `admin_pending` while a rotation of it is in progress: `admin_of`), or failing
   that what its grants name.
-- `provisioner_modules` maps each grant kind to the executors/provision_<name>.py module that
+- `provisioner_modules` maps each grant kind to the executors/node/provision_<name>.py module that
   declares it as `KIND` and offers login, auth_refused, set_admin_password and
   provision_provider; a kind no module declares has no provisioner.
 - A wait is an observation, never an operation (`Report.begin(..., check=True)`): bounded,
@@ -27,7 +27,7 @@ import attrs
 
 from resolver import Declaration, GrantDecl, MeshError, SecretRef
 
-from .report import Report
+from executors.common.report import Report
 
 SecretSource = Callable[[SecretRef], str]
 
@@ -128,13 +128,13 @@ class AdminReading:
 
 
 def provisioner_modules() -> dict:
-    """KIND → the module that provisions it: each executors/provision_*.py declaring KIND."""
-    import executors
+    """KIND → the module that provisions it: each executors/node/provision_*.py declaring KIND."""
+    import executors.node
 
     found = {}
-    for info in sorted(pkgutil.iter_modules(executors.__path__), key=lambda m: m.name):
+    for info in sorted(pkgutil.iter_modules(executors.node.__path__), key=lambda m: m.name):
         if info.name.startswith("provision_"):
-            module = importlib.import_module(f"executors.{info.name}")
+            module = importlib.import_module(f"executors.node.{info.name}")
             kind = getattr(module, "KIND", None)
             if kind is not None:
                 found[kind] = module
