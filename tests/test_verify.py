@@ -214,7 +214,7 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
 
     import resolver
     from _meshdir import FIXTURES, prepare, run_cli
-    from executors.cli.apply import secret_source_from
+    from executors.node.runner import secret_source_from
     from executors.control.loading import load_mesh_dir
 
     pg_admin = _pg.require_pg()

@@ -35,7 +35,7 @@ def bridges_for(args, intent) -> tuple:
         return tuple(args.bridge)
     if not intent.local:
         return DEFAULT_BRIDGES
-    from .apply import runtime_bridges
+    from executors.node.runner import runtime_bridges
     from executors.node.docker_engine import connect
 
     return runtime_bridges(connect(args.docker_host, timeout=10), intent,

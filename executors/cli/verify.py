@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from .apply import load_declarations, secret_source_from
+from executors.node.runner import load_declarations, secret_source_from
 from executors.node.verify import Locate, verify_declaration
 
 
