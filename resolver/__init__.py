@@ -41,7 +41,8 @@ from ._ledger import (
     NodeSerial,
     PortAssignment,
 )
-from ._load import DocumentPositions, load_document, parse_yaml
+from ._load import DocumentPositions, Parsed, load_document, parse_document, parse_yaml
+from ._yaml import LIMITS, MAX_DOCUMENT_BYTES, decode_document
 from ._documents import (
     Inputs,
     dump_ledger,
@@ -88,7 +89,8 @@ __all__ = [
     "NO_SOURCES", "Catalogue", "Sources",
     "EMPTY_LEDGER", "LEDGER_VERSION", "BuildRecord", "Certificate", "Credential", "Generation",
     "Ledger", "NodeSerial", "PortAssignment",
-    "DocumentPositions", "load_document", "parse_yaml",
+    "DocumentPositions", "Parsed", "load_document", "parse_document", "parse_yaml",
+    "LIMITS", "MAX_DOCUMENT_BYTES", "decode_document",
     "Access", "Artifact", "CaConfig", "Container", "Floor", "Health", "HttpCheck", "Instance",
     "Listen", "Mesh", "Module", "Mount", "Node", "Part", "PortRange", "Provide", "Provision",
     "Provisions", "Require", "StateDir", "Substrate",

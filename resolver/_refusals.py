@@ -6,7 +6,9 @@ Invariants:
 - Where two instances contend for one thing (a claim, a fixed port, a state path, a
   mesh-scoped provision), the one the ledger already records keeps it, else the first by name:
   adding an instance never takes a thing from one that holds it.
-- Warnings (a default naming nothing, a node with no key to seal to) block nothing.
+- Warnings (a node with no key to seal to) block nothing; nor do the errors that name no
+  instance to block (a default or substrate naming nothing, a provision provided under a
+  name provisions.yaml does not define): they fail `mesh check` and are stated in the plan.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ def check_placement(r: "_Resolver") -> None:
                           f"instance {name} installs part {part!r}, which module "
                           f"{module.name} does not have", path=("instances", name, "parts", i),
                           instance=name, blocks=[name])
+        for i, provide in enumerate(module.provides):
+            if provide.provision not in r.catalogue.provisions:
+                r.problem(codes.UNKNOWN_PROVISION,
+                          f"{name} provides {provide.provision!r}, which provisions.yaml does "
+                          f"not define", doc=f"module:{module.name}",
+                          path=("provides", i, "provision"), instance=name)
         offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
         for i, facility in enumerate(module.facilities):
             if facility not in offered:
@@ -165,8 +173,7 @@ def check_defaults(r: "_Resolver") -> None:
         if name not in r.mesh.instances:
             r.problem(codes.UNKNOWN_DEFAULT,
                       f"the mesh default for {provision} names {name}, which is not an "
-                      f"instance of this mesh", path=("defaults", provision),
-                      severity="warning")
+                      f"instance of this mesh", path=("defaults", provision))
     for role in ("store", "broker"):
         name = getattr(r.mesh.substrate, role)
         if name is not None and name not in r.mesh.instances:
