@@ -18,7 +18,8 @@ import ipaddress
 import re
 from typing import Iterable, Optional
 
-from ._errors import Fault
+from ._certs import epoch_seconds
+from ._errors import Fault, MeshError
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
 from ._model import GRANT_KINDS, Health, Mesh, Module, Provisions
@@ -436,6 +437,14 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
                      "a generation from 1")
             if generation.slot is not None:
                 f.choice(path + (slot_name, "slot"), generation.slot, LOGIN_SLOTS)
+    for node, certificate in ledger.certificates.items():
+        for key, value in (("not-before", certificate.not_before),
+                           ("not-after", certificate.not_after)):
+            try:
+                epoch_seconds(value)
+            except MeshError:
+                f.at(("certificates", node, key), f"{key} {value!r} is not a valid time",
+                     "ISO 8601 with an offset, e.g. 2026-01-31T12:00:00Z")
     for pin, digest in ledger.pins.items():
         if not DIGEST.match(digest):
             f.at(("pins", pin), f"pin {pin!r} is not a digest", "sha256: and 64 hex digits")

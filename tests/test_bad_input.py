@@ -449,6 +449,18 @@ def test_dates_and_digitless_numbers_are_text_not_a_crash(tmp_path):
     assert found[0].group("what") == "'2001-13-45' is not an IP address"
 
 
+def test_a_certificate_time_that_is_not_a_time_is_a_load_fault_not_a_plan_crash():
+    """`mesh plan` compares certificate times with now; a hand-edited `not-after` used to end
+    it with a position-less `mesh: '…' is not a time`."""
+    doc = LEDGER + ("certificates:\n  anchor: {serial: '1', not-before: 2026-01-01T00:00:00Z,"
+                    " not-after: 2026-13-01T00:00:00Z, pem: x}\n")
+    with pytest.raises(InputError) as caught:
+        load_ledger(doc, "ledger.yaml")
+    (fault,) = caught.value.faults
+    assert (fault.line, fault.col) == locate(doc, "2026-13")
+    assert fault.message == "not-after '2026-13-01T00:00:00Z' is not a valid time"
+
+
 def test_the_check_never_prints_a_traceback_as_a_subprocess(tmp_path):
     directory = meshdir(tmp_path, mesh_yaml=LAUGHS.replace("mesh: home", "mesh: " + "x" * 70_000))
     env = dict(os.environ, PYTHONPATH=str(REPO))
