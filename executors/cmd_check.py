@@ -49,8 +49,9 @@ def run(args, out=None) -> int:
                                   sources=inputs.sources)
     errors = [p for p in resolution.problems if p.severity == "error"]
     warnings = [p for p in resolution.problems if p.severity == "warning"]
-    for problem in errors + warnings:
-        print(f"{problem.where}: {problem.severity} [{problem.code}] {problem.message}", file=out)
+    for problem in errors + warnings:  # one line each, whatever the documents held
+        print(resolver.one_line(f"{problem.where}: {problem.severity} [{problem.code}] "
+                                f"{problem.message}"), file=out)
     warned = ""
     if warnings:
         warned = (f"{_count(len(warnings), 'warning')} ({_codes(warnings)}) "

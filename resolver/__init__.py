@@ -28,7 +28,7 @@ from ._declaration import (
     StateDirDecl,
     secret_token,
 )
-from ._errors import Fault, InputError, MeshError, ResolutionError
+from ._errors import Fault, InputError, MeshError, ResolutionError, one_line
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._ledger import (
     EMPTY_LEDGER,
@@ -85,7 +85,7 @@ __all__ = [
     "FirewallAllow", "FirewallFloor", "FirewallIntent", "GrantDecl", "HealthDecl", "MountDecl",
     "Problem", "ProviderDecl", "PublishedPort", "Request", "Resolution", "SecretRef", "StateDirDecl",
     "secret_token",
-    "Fault", "InputError", "MeshError", "ResolutionError",
+    "Fault", "InputError", "MeshError", "ResolutionError", "one_line",
     "NO_SOURCES", "Catalogue", "Sources",
     "EMPTY_LEDGER", "LEDGER_VERSION", "BuildRecord", "Certificate", "Credential", "Generation",
     "Ledger", "NodeSerial", "PortAssignment",

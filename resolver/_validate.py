@@ -16,6 +16,7 @@ import base64
 import binascii
 import ipaddress
 import re
+import string
 from typing import Iterable, Optional
 
 from ._certs import epoch_seconds
@@ -39,7 +40,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNER = re.compile(r"^[0-9]+:[0-9]+$")
 OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-URL_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
 class PlaceholderSyntaxError(ValueError):
@@ -342,11 +342,27 @@ def validate_provisions(provisions: Provisions, where: DocumentPositions) -> lis
             if key in provision.keys[:i]:
                 f.at(path + ("keys", i), f"key {key!r} is listed twice", "each key once")
         if provision.url is not None:
-            for field in URL_FIELD.findall(provision.url):
-                if field not in provision.keys or field == "url":
-                    f.at(path + ("url",), f"url template names {{{field}}}, not one of its keys",
-                         "fields from keys: " + _listing(k for k in provision.keys if k != "url"))
+            _url_template(provision.url, provision.keys, path + ("url",), f)
     return f.items
+
+
+def _url_template(url: str, keys, path: tuple, f: _Faults) -> None:
+    """A url template is text with `{key}` fields only (`{{` and `}}` for braces): no format
+    spec, conversion, attribute or index (the resolver fills it with str.format_map)."""
+    fields = "fields from keys: " + _listing(k for k in keys if k != "url")
+    try:
+        parts = list(string.Formatter().parse(url))
+    except ValueError as exc:
+        f.at(path, f"the url template cannot be read ({exc})", "{key} fields and {{ }} for braces")
+        return
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if spec or conversion:
+            f.at(path, f"url template field {{{field}}} has a format spec or conversion",
+                 "plain {key} fields")
+        elif field not in keys or field == "url":
+            f.at(path, f"url template names {{{field}}}, not one of its keys", fields)
 
 
 # --------------------------------------------------------------------------- mesh.yaml

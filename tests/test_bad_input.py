@@ -461,6 +461,35 @@ def test_a_certificate_time_that_is_not_a_time_is_a_load_fault_not_a_plan_crash(
     assert fault.message == "not-after '2026-13-01T00:00:00Z' is not a valid time"
 
 
+@pytest.mark.parametrize("url, what", [
+    ("pg://{host", "the url template cannot be read (expected '}' before end of string)"),
+    ("pg://{host:{port}", "the url template cannot be read (unmatched '{' in format spec)"),
+    ("pg://{host:>999999999}", "url template field {host} has a format spec or conversion"),
+    ("pg://{host.__class__}", "url template names {host.__class__}, not one of its keys"),
+])
+def test_a_url_template_that_str_format_would_refuse_is_a_load_fault(tmp_path, url, what):
+    """Found by the harness: an unbalanced brace ended `mesh check` in a ValueError from
+    str.format_map; a format spec could ask it for a gigabyte of padding."""
+    provisions = PROVISIONS + f'  url: "{url}"\n'
+    web = WEB + "requires:\n  - {as: api, provision: http-api}\n"
+    fault = one_fault(meshdir(tmp_path, catalogue__provisions_yaml=provisions,
+                              catalogue__web__module_yaml=web))
+    assert at(fault) == (3, 8) and fault.group("what") == what
+
+
+def test_control_characters_never_break_a_fault_or_a_problem_onto_two_lines(tmp_path):
+    """Found by the harness: U+2028 or U+0085 in a value split the printed fault, and an
+    escape sequence could drive the operator's terminal; each is printed as its escape."""
+    web = WEB.replace("port: 8080", "port: 8080, container: \"w\\u2028e\\x1b[2Jb\"")
+    fault = one_fault(meshdir(tmp_path, catalogue__web__module_yaml=web))
+    assert "no container named 'w\\u2028e\\x1b[2Jb'" in fault.group("what")
+    web = WEB.replace('tag: "1"', 'tag: "1\\x85\\u202e"')
+    code, _, out = check(meshdir(tmp_path / "2", catalogue__web__module_yaml=web))
+    lines = out.split("\n")  # exactly the line feeds printed
+    assert code == 1 and len(lines) == 3 and lines[2] == ""
+    assert "(mesh-test/busybox:1\\x85\\u202e)" in lines[0]
+
+
 def test_the_check_never_prints_a_traceback_as_a_subprocess(tmp_path):
     directory = meshdir(tmp_path, mesh_yaml=LAUGHS.replace("mesh: home", "mesh: " + "x" * 70_000))
     env = dict(os.environ, PYTHONPATH=str(REPO))
