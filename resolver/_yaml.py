@@ -10,15 +10,15 @@ Invariants:
   inside it included) to the document's alias count, refused past MAX_ALIAS_NODES at the
   alias, before anything is expanded or structured. An alias of an unfinished anchor (a
   recursive structure) is refused.
-- Plain values only (YAML 1.2 core schema): strings, integers, floats, booleans, null, lists
-  and mappings, and `<<` merges. Timestamps stay the text written; other tags are refused.
+- Plain values only (YAML 1.2 core schema, _scalars): strings, integers, floats, booleans,
+  null, lists and mappings, and `<<` merges. Dates stay the text written; other tags are
+  refused.
 - The data is plain dict / list / str / int / float / bool / None; an aliased value is the
   same object at each place it appears (never copied here, so never expanded here).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional, Union
 
 from ruamel.yaml import YAML
@@ -34,6 +34,7 @@ from ruamel.yaml.events import (
 )
 
 from ._errors import Fault, InputError
+from ._scalars import CORE, CORE_TAGS, KINDS, MERGE, MERGE_TEXT, convert, plain_kind, shown_tag
 
 MAX_DOCUMENT_BYTES = 2 * 1024 * 1024  # 2 MiB: the ledger of a fleet of fifty nodes is below it
 MAX_NODES = 50_000  # values (scalars, lists, mappings) written in one document
@@ -50,26 +51,6 @@ LIMITS = {
     "string length": MAX_STRING,
     "number length": MAX_NUMBER,
 }
-
-_CORE = "tag:yaml.org,2002:"
-_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
-_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+|[-+]?0x[0-9a-fA-F_]+)$")
-_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                     |[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?
-                     |[-+]?\.(?:inf|Inf|INF)
-                     |\.(?:nan|NaN|NAN))$""", re.X)
-_MERGE = "<<"
-_KINDS = {"null": "null", "bool": "true or false", "int": "a whole number", "float": "a number"}
-_PATTERNS = {"null": _NULL, "bool": _BOOL, "int": _INT, "float": _FLOAT}
-
-
-class _MergeKey:
-    """The `<<` key: not a value, an instruction to merge."""
-
-
-MERGE = _MergeKey()
 
 # A position tree: the root is (line, col, child); a mapping's child is a dict
 # key -> (key line, key col, value line, value col, child); a list's child is a list of
@@ -181,9 +162,9 @@ class _Builder:
             raise _Refusal(line, col, f"nesting deeper than {MAX_DEPTH} levels",
                            f"at most {MAX_DEPTH} nested mappings and lists")
         tag = self._tag(event, line, col)
-        wanted = _CORE + ("map" if mapping else "seq")
+        wanted = CORE + ("map" if mapping else "seq")
         if tag is not None and tag != wanted:
-            raise _Refusal(line, col, f"tag {_shown_tag(tag)} on "
+            raise _Refusal(line, col, f"tag {shown_tag(tag)} on "
                            f"{'a mapping' if mapping else 'a list'}",
                            "no tag (plain YAML values)")
         self._anchor_open(event.anchor)
@@ -240,30 +221,34 @@ class _Builder:
         text = event.tag
         if text is None or text == "!":
             return None
-        if text in (_CORE + "str", _CORE + "int", _CORE + "float", _CORE + "bool",
-                    _CORE + "null", _CORE + "map", _CORE + "seq"):
+        if text in CORE_TAGS:
             return text
-        raise _Refusal(line, col, f"tag {_shown_tag(text)} is not read",
+        raise _Refusal(line, col, f"tag {shown_tag(text)} is not read",
                        "plain YAML values: strings, numbers, true/false, null, lists, mappings")
 
     @staticmethod
     def _construct(tag: Optional[str], event, line: int, col: int) -> Any:
-        """The value of a scalar: resolved as YAML 1.2's core schema does when untagged (a
-        plain scalar that only looks like a number stays text), converted when tagged."""
+        """A scalar's value: resolved as YAML 1.2's core schema does when untagged, converted
+        when tagged; a number is bounded before it is converted."""
         value = event.value
         if tag is None:
-            if not event.implicit[0]:  # quoted, or a block scalar
-                return value
-            if value == _MERGE:
-                return MERGE
-            for kind in ("null", "bool", "int", "float"):
-                if _PATTERNS[kind].match(value):
-                    return _convert(kind, value, line, col, explicit=False)
+            kind = plain_kind(value) if event.implicit[0] else None  # quoted: text
+        else:
+            kind = tag[len(CORE):]
+        if kind is None or kind == "str":
             return value
-        kind = tag[len(_CORE):]
-        if kind == "str":
-            return value
-        return _convert(kind, value, line, col, explicit=True)
+        if kind == "merge":
+            return MERGE
+        if kind in ("int", "float") and len(value) > MAX_NUMBER:
+            raise _Refusal(line, col, f"a number of {_plural(len(value))} characters",
+                           f"at most {MAX_NUMBER} characters (quote it if it is text)")
+        try:
+            return convert(kind, value)
+        except ValueError:
+            if tag is None:
+                return value  # looked like a number to the pattern, is not one: text
+            raise _Refusal(line, col, f"{_short(value)} is not {KINDS[kind]} (tag !!{kind})",
+                           f"{KINDS[kind]} as YAML 1.2 writes one, or no tag") from None
 
     def _done(self, data, child, line, col, size, height, anchor) -> None:
         if anchor is not None:
@@ -271,7 +256,7 @@ class _Builder:
         top = self.stack[-1] if self.stack else None
         if data is MERGE and not (top is not None and isinstance(top.value, dict)
                                   and top.key is None):
-            data = _MERGE  # `<<` merges only as a key; elsewhere it is the text
+            data = MERGE_TEXT  # `<<` merges only as a key; elsewhere it is the text
         if top is None:
             self.root = (data, (line, col, child))
             return
@@ -320,50 +305,6 @@ class _Builder:
                 if key not in frame.value:
                     frame.value[key] = value
                     frame.child[key] = child[key]
-
-
-def _convert(kind: str, value: str, line: int, col: int, *, explicit: bool) -> Any:
-    if kind in ("int", "float") and len(value) > MAX_NUMBER:
-        raise _Refusal(line, col, f"a number of {_plural(len(value))} characters",
-                       f"at most {MAX_NUMBER} characters (quote it if it is text)")
-    try:
-        if not _PATTERNS[kind].match(value):
-            raise ValueError(value)
-        if kind == "null":
-            return None
-        if kind == "bool":
-            return value.lower() == "true"
-        if kind == "int":
-            return _int(value)
-        return _float(value)
-    except ValueError:
-        if not explicit:
-            return value  # looked like a number to the pattern, is not one: text
-        raise _Refusal(line, col, f"{_short(value)} is not {_KINDS[kind]} (tag !!{kind})",
-                       f"{_KINDS[kind]} as YAML 1.2 writes one, or no tag") from None
-
-
-def _int(text: str) -> int:
-    text = text.replace("_", "")
-    sign = -1 if text.startswith("-") else 1
-    text = text.lstrip("+-")
-    for prefix, base in (("0b", 2), ("0x", 16), ("0o", 8)):
-        if text.startswith(prefix):
-            return sign * int(text[2:], base)  # "0x" alone: ValueError, so text
-    return sign * int(text, 10)
-
-
-def _float(text: str) -> float:
-    text = text.replace("_", "").lower()
-    if text.endswith("nan"):
-        return float("nan")
-    if text.endswith("inf"):
-        return float("-inf") if text.startswith("-") else float("inf")
-    return float(text)
-
-
-def _shown_tag(tag: str) -> str:
-    return "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
 
 
 def _short(value: Any) -> str:
