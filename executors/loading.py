@@ -76,9 +76,12 @@ def _shown(path) -> str:
 
 
 class _FileFault(Exception):
-    def __init__(self, problem: str, expected: str):
+    """What is wrong with a path (`is missing`, `is a directory`, ...); the caller says where
+    the path was named and what was expected there."""
+
+    def __init__(self, problem: str):
         super().__init__(problem)
-        self.problem, self.expected = problem, expected
+        self.problem = problem
 
 
 def _stat(path: Path, *, missing_ok: bool = False) -> Optional[os.stat_result]:
@@ -87,11 +90,11 @@ def _stat(path: Path, *, missing_ok: bool = False) -> Optional[os.stat_result]:
     except FileNotFoundError:
         if missing_ok:
             return None
-        raise _FileFault("is missing", "") from None
+        raise _FileFault("is missing") from None
     except OSError as exc:
-        raise _FileFault(f"cannot be read: {exc.strerror or exc}", "") from None
+        raise _FileFault(f"cannot be read: {exc.strerror or exc}") from None
     except ValueError:  # an embedded NUL: no file system names it
-        raise _FileFault("cannot be named: the path holds a NUL character", "") from None
+        raise _FileFault("cannot be named: the path holds a NUL character") from None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -99,31 +102,33 @@ def _read_bytes(path: Path) -> bytes:
     an oversized one at its position)."""
     info = _stat(path)
     if stat.S_ISDIR(info.st_mode):
-        raise _FileFault("is a directory", "a file")
+        raise _FileFault("is a directory")
     if not stat.S_ISREG(info.st_mode):
-        raise _FileFault("is not a regular file", "a file")
+        raise _FileFault("is not a regular file")
     try:
         with open(path, "rb") as handle:
             return handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
-        raise _FileFault(f"cannot be read: {exc.strerror or exc}", "a readable file") from None
+        raise _FileFault(f"cannot be read: {exc.strerror or exc}") from None
 
 
 def _subdirectories(path: Path) -> list[Path]:
     info = _stat(path)
     if not stat.S_ISDIR(info.st_mode):
-        raise _FileFault("is not a directory", "a directory of modules")
+        raise _FileFault("is not a directory")
     try:
         with os.scandir(path) as entries:
             names = []
             for entry in entries:
+                if entry.name.startswith("."):
+                    continue
                 try:
-                    if entry.is_dir() and not entry.name.startswith("."):
+                    if entry.is_dir():
                         names.append(entry.name)
                 except OSError:
                     names.append(entry.name)  # reading its manifest will say what is wrong
     except OSError as exc:
-        raise _FileFault(f"cannot be listed: {exc.strerror or exc}", "a readable directory") from None
+        raise _FileFault(f"cannot be listed: {exc.strerror or exc}") from None
     return [path / name for name in sorted(names)]
 
 
@@ -192,14 +197,14 @@ def load_mesh_dir(path) -> MeshInputs:
     mesh_dir = Path(path)
     try:
         if not stat.S_ISDIR(_stat(mesh_dir).st_mode):
-            raise _FileFault("is not a directory", "")
+            raise _FileFault("is not a directory")
         mesh_path = mesh_dir / MESH_FILE
         mesh_file = display_path(mesh_path)
         try:
             mesh_bytes = _read_bytes(mesh_path)
         except _FileFault as problem:
             raise InputError([Fault(mesh_file, 0, 0, f"the mesh description {problem.problem}",
-                                    problem.expected or f"a file at {mesh_path}")]) from None
+                                    f"a readable file at {mesh_path}")]) from None
     except _FileFault as problem:
         raise InputError([Fault(display_path(mesh_dir), 0, 0, problem.problem,
                                 "a mesh directory holding mesh.yaml")]) from None

@@ -151,7 +151,8 @@ def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
         if module is not None:
             modules[name] = module
     sources = Sources(pmap(positions))
-    faults.extend(validate_catalogue(modules, provisions.provisions, sources))
+    unloaded = {k[len("module:"):] for k in documents if k.startswith("module:")} - set(modules)
+    faults.extend(validate_catalogue(modules, provisions.provisions, sources, unloaded))
     catalogue = Catalogue(modules=pmap(modules), provisions=provisions.provisions)
     if not faults:  # the artifact rules need a catalogue whose references already hold
         faults.extend(validate_artifact_store_modules(catalogue, sources))

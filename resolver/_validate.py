@@ -470,11 +470,13 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
 # --------------------------------------------------------------------------- the catalogue
 
 
-def validate_catalogue(modules, provisions, sources) -> list[Fault]:
+def validate_catalogue(modules, provisions, sources, unloaded=frozenset()) -> list[Fault]:
     """Faults between catalogue documents: placeholder keys, build bases, module listens.
 
-    `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources.
-    Unknown provisions and modules are left to the resolver (they block instances)."""
+    `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources;
+    `unloaded` names the modules whose manifests have faults of their own, whose artifacts are
+    therefore not named missing again. Unknown provisions and modules are left to the
+    resolver (they block instances)."""
     faults: list[Fault] = []
 
     def at(name: str, path: tuple, message: str, expected: str, key: bool = True) -> None:
@@ -507,6 +509,8 @@ def validate_catalogue(modules, provisions, sources) -> list[Fault]:
                 if "/" not in base:
                     continue
                 owner, _, wanted = base.partition("/")
+                if owner in unloaded:
+                    continue  # its manifest's own faults are reported; this would follow from them
                 if owner not in modules or wanted not in modules[owner].artifacts:
                     at(name, ("artifacts", artifact_name, "base", j), f"no artifact {base!r} in the catalogue",
                        "module/artifact naming an artifact of a catalogue module", key=False)

@@ -271,6 +271,14 @@ def test_a_mesh_yaml_that_does_not_parse_says_so_once(tmp_path):
     assert at(one_fault(directory)) == (2, 8)
 
 
+def test_a_module_that_does_not_load_is_not_named_missing_again_by_a_build_base(tmp_path):
+    built = ("name: tool\nartifacts:\n  tool: {build: ., base: [web/web]}\n"
+             "containers:\n  - {name: tool, artifact: tool}\n")
+    fault = one_fault(meshdir(tmp_path, catalogue__web__module_yaml=WEB + "oops: 1\n",
+                              catalogue__tool__module_yaml=built))
+    assert fault.group("what") == "unknown key 'oops'"  # and no "no artifact 'web/web'"
+
+
 def test_a_catalogue_key_of_the_wrong_type_is_reported_once(tmp_path):
     fault = one_fault(meshdir(tmp_path, mesh_yaml=MESH + "catalogue: [a, b]\n"))
     assert at(fault) == (6, 12) and fault.group("what") == "catalogue is a list"
