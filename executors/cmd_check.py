@@ -17,9 +17,9 @@ DESCRIPTION = """\
 Load mesh.yaml, the catalogue it names and the ledger; print every fault as file:line:col
 (exit 2). Then resolve and print every problem, errors and warnings, as
 `file:line:col: error|warning [code] message`. Errors fail the check (exit 1): a refusal of
-an instance (unknown-module, unknown-node, no-provider, ambiguous-provider, port-conflict,
-unpinned-artifact, ...), and a default, substrate or provided provision that names nothing
-(unknown-default, unknown-provision). Warnings do not (missing-public-key, an optional
+an instance (unknown-module, unknown-node, unknown-provision, no-provider,
+ambiguous-provider, port-conflict, unpinned-artifact, ...), and a default or substrate that
+names no instance (unknown-default). Warnings do not (missing-public-key, an optional
 requirement left unbound). The last line names the codes on each side; OK when no error."""
 
 

@@ -7,8 +7,9 @@ Invariants:
   mesh-scoped provision), the one the ledger already records keeps it, else the first by name:
   adding an instance never takes a thing from one that holds it.
 - Warnings (a node with no key to seal to) block nothing; nor do the errors that name no
-  instance to block (a default or substrate naming nothing, a provision provided under a
-  name provisions.yaml does not define): they fail `mesh check` and are stated in the plan.
+  instance (a default or substrate naming nothing): they fail `mesh check` and are stated in
+  the plan. A provision provided under a name provisions.yaml does not define blocks its
+  instance, as one required under such a name does.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def check_placement(r: "_Resolver") -> None:
                 r.problem(codes.UNKNOWN_PROVISION,
                           f"{name} provides {provide.provision!r}, which provisions.yaml does "
                           f"not define", doc=f"module:{module.name}",
-                          path=("provides", i, "provision"), instance=name)
+                          path=("provides", i, "provision"), instance=name, blocks=[name])
         offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
         for i, facility in enumerate(module.facilities):
             if facility not in offered:
