@@ -1,7 +1,7 @@
 """`mesh check` on any mutation of any repository document: ok, or faults every one of which is
 `file:line:col: what; expected …`; never a traceback, never a position-less fault.
 
-The mutators are the fuzzing harness's own (scripts/fuzzlib.py: deleted keys, wrong types,
+The mutators are the fuzzing harness's own (scripts/fuzz_mutators.py: deleted keys, wrong types,
 unknown and duplicated keys, tabs, deep nesting, huge numbers and strings, non-UTF-8 bytes,
 alias chains and billion laughs, truncation, paths the file system refuses, ...); hypothesis
 draws the seed document, the mutators and the randomness they use, so a failure shrinks to a

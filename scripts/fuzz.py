@@ -7,8 +7,8 @@
 Every fixture and catalogue document (mesh.yaml, module.yaml, ledger.yaml, provisions.yaml) is
 a seed; document I of a run is seed document and mutators drawn from random.Random("N:I")
 (deleted keys, wrong types, unknown and duplicated keys, tabs, deep nesting, huge numbers and
-strings, non-UTF-8 bytes, alias chains and billion laughs, truncation, ...; scripts/fuzzlib.py
-has them all), so a run is the same on any machine and with any number of workers. Each is
+strings, non-UTF-8 bytes, alias chains and billion laughs, truncation, broken rules between
+entries, ...; scripts/fuzz_mutators.py has them all), so a run is the same on any machine and with any number of workers. Each is
 checked in-process (`mesh check` of the mesh that reads it) under a time guard (--timeout
 seconds, a hang past it) and a memory guard (--memory MiB of address space over the worker's
 own; a MemoryError is a traceback). The outcome classes: ok (loaded and resolved), located
