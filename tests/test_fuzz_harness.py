@@ -1,6 +1,6 @@
-"""The fuzzing harness (scripts/fuzz.py, fuzz_mutators.py, fuzzlib.py): it runs, it is deterministic, and
-its classifier can tell every class, so a run that reports 0 tracebacks, hangs and
-position-less faults means what it says. The 100,000-document run itself is not part of the
+"""The fuzzing harness (scripts/fuzz.py, fuzz_mutators.py, fuzzlib.py): it runs, it is
+deterministic, and its classifier can tell every class, so a run that reports 0 tracebacks,
+hangs and position-less faults means what it says. The 100,000-document run itself is not part of the
 suite (README: `python3 scripts/fuzz.py --count 100000 --seed N`).
 """
 
