@@ -32,7 +32,7 @@ from ._declaration import (
     secret_token,
 )
 from ._resolution import Resolution
-from ._errors import Fault, InputError, MeshError, ResolutionError
+from ._errors import Fault, InputError, MeshError, ResolutionError, one_line
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._ledger import (
     EMPTY_LEDGER,
@@ -45,7 +45,8 @@ from ._ledger import (
     NodeSerial,
     PortAssignment,
 )
-from ._load import DocumentPositions, load_document, parse_yaml
+from ._load import DocumentPositions, Parsed, load_document, parse_document, parse_yaml
+from ._yaml import LIMITS, MAX_DOCUMENT_BYTES, decode_document
 from ._documents import (
     Inputs,
     dump_ledger,
@@ -90,12 +91,14 @@ __all__ = [
     "GrantDecl", "HealthDecl", "HeldDecl", "InstanceRendering", "MountDecl",
     "Problem", "ProviderDecl", "PublishedPort", "Request", "Resolution", "SecretRef", "StateDirDecl",
     "secret_token",
-    "Fault", "InputError", "MeshError", "ResolutionError",
+    "Fault", "InputError", "MeshError", "ResolutionError", "one_line",
     "NO_SOURCES", "Catalogue", "Sources",
     "EMPTY_LEDGER", "LEDGER_VERSION", "BuildRecord", "Certificate", "Credential", "Generation",
     "Ledger", "NodeSerial", "PortAssignment",
-    "DocumentPositions", "load_document", "parse_yaml",
-    "Access", "Artifact", "CaConfig", "Container", "Exposure", "Floor", "Health", "HttpCheck", "Instance",
+    "DocumentPositions", "Parsed", "load_document", "parse_document", "parse_yaml",
+    "LIMITS", "MAX_DOCUMENT_BYTES", "decode_document",
+    "Access", "Artifact", "CaConfig", "Container", "Exposure", "Floor", "Health", "HttpCheck",
+    "Instance",
     "Listen", "Mesh", "Module", "Mount", "Node", "Part", "PortRange", "Provide", "Provision",
     "Provisions", "Require", "StateDir", "Substrate",
     "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",

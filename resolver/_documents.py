@@ -1,8 +1,10 @@
 """Loading the four input documents from text, and writing the ledger back as text.
 
 Invariants:
-- Pure: text and a file name in; (model, DocumentPositions) out, or InputError carrying every
-  fault of the document (structure faults, then, once it structures, validation faults).
+- Pure: text (or the bytes of a file, or a Parsed document) and a file name in; (model,
+  DocumentPositions) out, or InputError carrying every fault of the document (reading faults
+  located at the byte or node, structure faults, then, once it structures, validation
+  faults). The limits of _yaml bound the time and memory of every load.
 - A ledger is refused at an unknown version before its shape is looked at, so a newer ledger
   is never half-read (and, since nothing here writes files, never overwritten).
 - load_inputs gathers the faults of every document before raising, so one run shows them all.
@@ -142,8 +144,8 @@ from ._artifacts import validate_artifact_store_modules, validate_build_graph  #
 
 
 def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
-    """Load a whole mesh from texts keyed like Sources ("mesh", "provisions", "ledger",
-    "module:<name>"), each (text, file). No "ledger" means the empty ledger; no
+    """Load a whole mesh from documents keyed like Sources ("mesh", "provisions", "ledger",
+    "module:<name>"), each (text, UTF-8 bytes or a Parsed; file). No "ledger" means the empty ledger; no
     "provisions", none defined. Raises one InputError with the faults of every document."""
     faults: list[Fault] = []
     positions: dict[str, DocumentPositions] = {}
@@ -173,7 +175,8 @@ def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
         if module is not None:
             modules[name] = module
     sources = Sources(pmap(positions))
-    faults.extend(validate_catalogue(modules, provisions.provisions, sources))
+    unloaded = {k[len("module:"):] for k in documents if k.startswith("module:")} - set(modules)
+    faults.extend(validate_catalogue(modules, provisions.provisions, sources, unloaded))
     catalogue = Catalogue(modules=pmap(modules), provisions=provisions.provisions)
     if not faults:  # the artifact rules need a catalogue whose references already hold
         faults.extend(validate_artifact_store_modules(catalogue, sources))

@@ -8,7 +8,10 @@ Invariants:
   keeps it (what it holds is in that rendering), else the one the ledger already records,
   else the first by name: adding an instance, or a typo in one, never takes a thing from the
   one that holds it.
-- Warnings (a default naming nothing, a node with no key to seal to) block nothing.
+- Warnings (a node with no key to seal to) block nothing; nor do the errors that name no
+  instance (a default or substrate naming nothing): they fail `mesh check` and are stated in
+  the plan. A provision provided under a name provisions.yaml does not define blocks its
+  instance, as one required under such a name does.
 - A kept host port never moves: a floor (or a node's ssh-port) that collides with one is
   refused at the floor's position, naming the holder, and is not applied; it blocks no
   instance.
@@ -53,6 +56,12 @@ def check_placement(r: "_Resolver") -> None:
                           f"instance {name} installs part {part!r}, which module "
                           f"{module.name} does not have", path=("instances", name, "parts", i),
                           instance=name, blocks=[name])
+        for i, provide in enumerate(module.provides):
+            if provide.provision not in r.catalogue.provisions:
+                r.problem(codes.UNKNOWN_PROVISION,
+                          f"{name} provides {provide.provision!r}, which provisions.yaml does "
+                          f"not define", doc=f"module:{module.name}",
+                          path=("provides", i, "provision"), instance=name, blocks=[name])
         offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
         for i, facility in enumerate(module.facilities):
             if facility not in offered:
@@ -275,8 +284,7 @@ def check_defaults(r: "_Resolver") -> None:
         if name not in r.mesh.instances:
             r.problem(codes.UNKNOWN_DEFAULT,
                       f"the mesh default for {provision} names {name}, which is not an "
-                      f"instance of this mesh", path=("defaults", provision),
-                      severity="warning")
+                      f"instance of this mesh", path=("defaults", provision))
     for role in ("store", "broker"):
         name = getattr(r.mesh.substrate, role)
         if name is not None and name not in r.mesh.instances:

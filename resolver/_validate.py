@@ -16,9 +16,11 @@ import base64
 import binascii
 import ipaddress
 import re
+import string
 from typing import Iterable, Optional
 
-from ._errors import Fault
+from ._certs import epoch_seconds
+from ._errors import Fault, MeshError
 from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
@@ -39,7 +41,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNER = re.compile(r"^[0-9]+:[0-9]+$")
 OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-URL_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
 class PlaceholderSyntaxError(ValueError):
@@ -342,11 +343,27 @@ def validate_provisions(provisions: Provisions, where: DocumentPositions) -> lis
             if key in provision.keys[:i]:
                 f.at(path + ("keys", i), f"key {key!r} is listed twice", "each key once")
         if provision.url is not None:
-            for field in URL_FIELD.findall(provision.url):
-                if field not in provision.keys or field == "url":
-                    f.at(path + ("url",), f"url template names {{{field}}}, not one of its keys",
-                         "fields from keys: " + _listing(k for k in provision.keys if k != "url"))
+            _url_template(provision.url, provision.keys, path + ("url",), f)
     return f.items
+
+
+def _url_template(url: str, keys, path: tuple, f: _Faults) -> None:
+    """A url template is text with `{key}` fields only (`{{` and `}}` for braces): no format
+    spec, conversion, attribute or index (the resolver fills it with str.format_map)."""
+    fields = "fields from keys: " + _listing(k for k in keys if k != "url")
+    try:
+        parts = list(string.Formatter().parse(url))
+    except ValueError as exc:
+        f.at(path, f"the url template cannot be read ({exc})", "{key} fields and {{ }} for braces")
+        return
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if spec or conversion:
+            f.at(path, f"url template field {{{field}}} has a format spec or conversion",
+                 "plain {key} fields")
+        elif field not in keys or field == "url":
+            f.at(path, f"url template names {{{field}}}, not one of its keys", fields)
 
 
 # --------------------------------------------------------------------------- mesh.yaml
@@ -471,6 +488,14 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
                      "a generation from 1")
             if generation.slot is not None:
                 f.choice(path + (slot_name, "slot"), generation.slot, LOGIN_SLOTS)
+    for node, certificate in ledger.certificates.items():
+        for key, value in (("not-before", certificate.not_before),
+                           ("not-after", certificate.not_after)):
+            try:
+                epoch_seconds(value)
+            except MeshError:
+                f.at(("certificates", node, key), f"{key} {value!r} is not a valid time",
+                     "ISO 8601 with an offset, e.g. 2026-01-31T12:00:00Z")
     for pin, digest in ledger.pins.items():
         if not DIGEST.match(digest):
             f.at(("pins", pin), f"pin {pin!r} is not a digest", "sha256: and 64 hex digits")
@@ -480,11 +505,13 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
 # --------------------------------------------------------------------------- the catalogue
 
 
-def validate_catalogue(modules, provisions, sources) -> list[Fault]:
+def validate_catalogue(modules, provisions, sources, unloaded=frozenset()) -> list[Fault]:
     """Faults between catalogue documents: placeholder keys, build bases, module listens.
 
-    `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources.
-    Unknown provisions and modules are left to the resolver (they block instances)."""
+    `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources;
+    `unloaded` names the modules whose manifests have faults of their own, whose artifacts are
+    therefore not named missing again. Unknown provisions and modules are left to the
+    resolver (they block instances)."""
     faults: list[Fault] = []
 
     def at(name: str, path: tuple, message: str, expected: str, key: bool = True) -> None:
@@ -517,6 +544,8 @@ def validate_catalogue(modules, provisions, sources) -> list[Fault]:
                 if "/" not in base:
                     continue
                 owner, _, wanted = base.partition("/")
+                if owner in unloaded:
+                    continue  # its manifest's own faults are reported; this would follow from them
                 if owner not in modules or wanted not in modules[owner].artifacts:
                     at(name, ("artifacts", artifact_name, "base", j), f"no artifact {base!r} in the catalogue",
                        "module/artifact naming an artifact of a catalogue module", key=False)

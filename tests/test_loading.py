@@ -438,22 +438,29 @@ def test_placeholder_key_must_be_offered_by_the_provision(tmp_path):
     assert (fault.line, fault.col) == locate(app, "DATABASE_URL:")
 
 
-def test_missing_files_are_faults_with_their_path(tmp_path):
+def test_missing_files_are_faults_at_the_top_of_mesh_yaml_that_implies_them(tmp_path):
+    """No `catalogue:` key: the default catalogue's missing files are located at the top of
+    the mesh.yaml that left the path to its default, and name the file."""
     directory = mesh_dir(tmp_path, catalogue__provisions_yaml=None)
     (directory / "catalogue" / "empty").mkdir()
     faults = faults_of(load_mesh_dir, directory)
-    assert sorted(f.message for f in faults) == [
-        "module empty's manifest is missing", "the provision definitions is missing"]
-    assert all(f.line == 0 for f in faults)
-    assert any(f.file.endswith("catalogue/empty/module.yaml") for f in faults)
+    assert [(f.line, f.col) for f in faults] == [(1, 1), (1, 1)]
+    assert all(f.file.endswith("mesh/mesh.yaml") for f in faults)
+    messages = sorted(f.message for f in faults)
+    assert messages[0].startswith("module empty's manifest ")
+    assert messages[0].endswith("catalogue/empty/module.yaml is missing")
+    assert messages[1].endswith("catalogue/provisions.yaml is missing")
+    assert all("the default (no `catalogue:` key)" in f.expected for f in faults)
     missing = faults_of(load_mesh_dir, tmp_path / "nowhere")
-    assert missing[0].message == "is not a directory"
+    assert missing[0].message == "is missing"
 
 
-def test_missing_catalogue_and_broken_mesh_are_reported_together(tmp_path):
+def test_missing_catalogue_is_located_at_its_key_and_reported_with_other_faults(tmp_path):
     root = write_tree(tmp_path, {"mesh.yaml": "mesh: m\nnodes: []\ncatalogue: cat\n"})
-    messages = sorted(f.message for f in faults_of(load_mesh_dir, root))
-    assert messages == ["nodes is a list", "the catalogue directory is missing"]
+    faults = faults_of(load_mesh_dir, root)
+    assert [(f.line, f.col, f.message.split(" /")[0]) for f in faults] == [
+        (2, 8, "nodes is a list"), (3, 12, "the catalogue directory")]
+    assert faults[1].message.endswith("/cat is missing")
 
 
 def test_placeholders_parse_and_render():

@@ -1,9 +1,17 @@
 """Reading a mesh directory from disk and writing files back atomically.
 
 Invariants:
-- All parsing and validation is the resolver's (resolver.load_inputs); this module only reads
-  files, names them, and reports missing ones as faults with their path.
-- Faults of every document are gathered before one InputError is raised.
+- All parsing and validation is the resolver's (resolver.load_inputs, handed each file's
+  bytes); this module only finds and reads files, at most resolver.MAX_DOCUMENT_BYTES + 1
+  bytes of each (so an oversized file is refused at its position, never read whole), and
+  only regular files (a FIFO or a device is never opened).
+- Faults of every document are gathered before one InputError is raised; a fault that only
+  follows from another is not reported: when mesh.yaml does not parse, or its `catalogue:` /
+  `ledger:` has the wrong type, nothing it would have named is looked for.
+- A file-system fault (missing, a directory where a file belongs, permission denied, a name
+  too long) is located where its path was named: at mesh.yaml's `catalogue:` / `ledger:`, or
+  at the top of mesh.yaml when it leaves them to their defaults. Only the mesh directory and
+  its mesh.yaml, which the command line names, are faults by path alone.
 - Paths in faults are relative to the current directory when below it, so an operator can
   paste them into an editor.
 - Files are written whole or not at all: a temp file in the same directory, fsync, rename,
@@ -12,6 +20,8 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +29,9 @@ import attrs
 
 from executors.common.atomic import write_atomic  # noqa: F401  (re-exported: callers import it here)
 from resolver import (
+    MAX_DOCUMENT_BYTES,
     Catalogue,
+    DocumentPositions,
     Fault,
     InputError,
     Ledger,
@@ -29,7 +41,7 @@ from resolver import (
     dump_ledger,
     load_inputs,
     load_ledger,
-    parse_yaml,
+    parse_document,
 )
 
 MESH_FILE = "mesh.yaml"
@@ -49,80 +61,170 @@ class MeshInputs:
     ledger_path: Path
 
 
-def display_path(path: Path) -> str:
+def display_path(path) -> str:
     """The path as an operator would type it: relative to the current directory if below it."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # not below; a NUL; a deleted cwd; a loop
         return str(path)
 
 
-def _read(path: Path, faults: list[Fault], what: str) -> Optional[str]:
+def _shown(path) -> str:
+    """A path for a message: whole unless absurdly long."""
+    text = display_path(path)
+    return text if len(text) <= 200 else f"{text[:120]}…{text[-60:]} ({len(text):,} characters)"
+
+
+class _FileFault(Exception):
+    """What is wrong with a path (`is missing`, `is a directory`, ...); the caller says where
+    the path was named and what was expected there."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+
+
+def _stat(path: Path, *, missing_ok: bool = False) -> Optional[os.stat_result]:
     try:
-        return path.read_text(encoding="utf-8")
+        return os.stat(path)
     except FileNotFoundError:
-        faults.append(Fault(display_path(path), 0, 0, f"{what} is missing", f"a file at {path}"))
-    except UnicodeDecodeError as exc:
-        faults.append(Fault(display_path(path), 0, 0, f"{what} is not UTF-8 text ({exc.reason})",
-                            "a UTF-8 YAML document"))
+        if missing_ok:
+            return None
+        raise _FileFault("is missing") from None
     except OSError as exc:
-        faults.append(Fault(display_path(path), 0, 0, f"{what} cannot be read: {exc.strerror}",
-                            "a readable file"))
-    return None
+        raise _FileFault(f"cannot be read: {exc.strerror or exc}") from None
+    except ValueError:  # an embedded NUL: no file system names it
+        raise _FileFault("cannot be named: the path holds a NUL character") from None
 
 
-def _declared_paths(mesh_text: str, mesh_file: str) -> tuple[str, str]:
-    """Catalogue and ledger paths named in mesh.yaml, read even when mesh.yaml has other
-    faults, so those documents are checked in the same run."""
+def _read_bytes(path: Path) -> bytes:
+    """A regular file's first MAX_DOCUMENT_BYTES + 1 bytes (enough for the resolver to refuse
+    an oversized one at its position)."""
+    info = _stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise _FileFault("is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise _FileFault("is not a regular file")
     try:
-        data, _ = parse_yaml(mesh_text, mesh_file)
-    except InputError:
-        data = None
-    if not isinstance(data, dict):
-        return DEFAULT_CATALOGUE, DEFAULT_LEDGER
-    catalogue, ledger = data.get("catalogue"), data.get("ledger")
-    return (catalogue if isinstance(catalogue, str) else DEFAULT_CATALOGUE,
-            ledger if isinstance(ledger, str) else DEFAULT_LEDGER)
+        with open(path, "rb") as handle:
+            return handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise _FileFault(f"cannot be read: {exc.strerror or exc}") from None
+
+
+def _subdirectories(path: Path) -> list[Path]:
+    info = _stat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise _FileFault("is not a directory")
+    try:
+        with os.scandir(path) as entries:
+            names = []
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir():
+                        names.append(entry.name)
+                except OSError:
+                    names.append(entry.name)  # reading its manifest will say what is wrong
+    except OSError as exc:
+        raise _FileFault(f"cannot be listed: {exc.strerror or exc}") from None
+    return [path / name for name in sorted(names)]
+
+
+@attrs.frozen
+class _Named:
+    """Where mesh.yaml names a path: the key's value, or the top of mesh.yaml for a default."""
+
+    path: Path
+    file: str
+    line: int
+    col: int
+    key: str
+    given: bool  # False: the key is absent and the default applies
+
+    def fault(self, subject: str, problem: str, expected: str) -> Fault:
+        source = (f"named by `{self.key}:`" if self.given
+                  else f"the default (no `{self.key}:` key)")
+        return Fault(self.file, self.line, self.col, f"{subject} {problem}",
+                     f"{expected}, at the path {source}")
+
+
+def _named(data: dict, where: DocumentPositions, mesh_dir: Path, key: str,
+           default: str) -> Optional[_Named]:
+    """The path mesh.yaml gives under `key`, located; None when its value has the wrong type
+    (the loader reports that, and nothing is looked for under it)."""
+    if key not in data:
+        line, col = where.position(())
+        return _Named(mesh_dir / default, where.file, line, col, key, False)
+    value = data[key]
+    if not isinstance(value, str):
+        return None
+    line, col = where.position((key,))
+    return _Named(mesh_dir / value, where.file, line, col, key, True)
+
+
+def _read_catalogue(named: _Named, documents: dict, faults: list[Fault]) -> None:
+    try:
+        module_dirs = _subdirectories(named.path)
+    except _FileFault as problem:
+        faults.append(named.fault(f"the catalogue directory {_shown(named.path)}",
+                                  problem.problem, "a directory of modules"))
+        return
+    files = [("provisions", named.path / PROVISIONS_FILE, "the provision definitions")]
+    files += [(f"module:{d.name}", d / MODULE_FILE, f"module {d.name}'s manifest")
+              for d in module_dirs]
+    for key, path, what in files:
+        try:
+            documents[key] = (_read_bytes(path), display_path(path))
+        except _FileFault as problem:
+            faults.append(named.fault(f"{what} {_shown(path)}", problem.problem,
+                                      f"a readable file {path.name} in the catalogue"))
+
+
+def _read_ledger(named: _Named, documents: dict, faults: list[Fault]) -> None:
+    try:
+        if _stat(named.path, missing_ok=True) is None:
+            return  # a missing ledger is the empty ledger: nothing issued yet
+        documents["ledger"] = (_read_bytes(named.path), display_path(named.path))
+    except _FileFault as problem:
+        faults.append(named.fault(f"the ledger {_shown(named.path)}", problem.problem,
+                                  "a readable ledger file, or no file at all"))
 
 
 def load_mesh_dir(path) -> MeshInputs:
     """Load mesh.yaml, the catalogue it names and the ledger; one InputError for all faults."""
     mesh_dir = Path(path)
+    try:
+        if not stat.S_ISDIR(_stat(mesh_dir).st_mode):
+            raise _FileFault("is not a directory")
+        mesh_path = mesh_dir / MESH_FILE
+        mesh_file = display_path(mesh_path)
+        try:
+            mesh_bytes = _read_bytes(mesh_path)
+        except _FileFault as problem:
+            raise InputError([Fault(mesh_file, 0, 0, f"the mesh description {problem.problem}",
+                                    f"a readable file at {mesh_path}")]) from None
+    except _FileFault as problem:
+        raise InputError([Fault(display_path(mesh_dir), 0, 0, problem.problem,
+                                "a mesh directory holding mesh.yaml")]) from None
+    documents: dict[str, tuple] = {"mesh": (mesh_bytes, mesh_file)}
     faults: list[Fault] = []
-    documents: dict[str, tuple[str, str]] = {}
-    if not mesh_dir.is_dir():
-        raise InputError([Fault(display_path(mesh_dir), 0, 0, "is not a directory",
-                                "a mesh directory holding mesh.yaml")])
-    mesh_path = mesh_dir / MESH_FILE
-    mesh_text = _read(mesh_path, faults, "the mesh description")
-    if mesh_text is None:
-        raise InputError(faults)
-    documents["mesh"] = (mesh_text, display_path(mesh_path))
-    catalogue_rel, ledger_rel = _declared_paths(mesh_text, display_path(mesh_path))
-
-    catalogue_dir = mesh_dir / catalogue_rel
-    if not catalogue_dir.is_dir():
-        faults.append(Fault(display_path(catalogue_dir), 0, 0, "the catalogue directory is missing",
-                            f"a directory of modules (mesh.yaml `catalogue: {catalogue_rel}`)"))
-    else:
-        provisions_path = catalogue_dir / PROVISIONS_FILE
-        text = _read(provisions_path, faults, "the provision definitions")
-        if text is not None:
-            documents["provisions"] = (text, display_path(provisions_path))
-        for module_dir in sorted(p for p in catalogue_dir.iterdir() if p.is_dir()):
-            if module_dir.name.startswith("."):
-                continue
-            module_path = module_dir / MODULE_FILE
-            text = _read(module_path, faults, f"module {module_dir.name}'s manifest")
-            if text is not None:
-                documents[f"module:{module_dir.name}"] = (text, display_path(module_path))
-
-    ledger_path = mesh_dir / ledger_rel
-    if ledger_path.exists():  # a missing ledger is the empty ledger: nothing issued yet
-        text = _read(ledger_path, faults, "the ledger")
-        if text is not None:
-            documents["ledger"] = (text, display_path(ledger_path))
-
+    catalogue = ledger = None
+    try:
+        parsed = parse_document(mesh_bytes, mesh_file)
+    except InputError:
+        parsed = None  # load_inputs reports it, once; nothing it names is looked for
+    if parsed is not None:
+        documents["mesh"] = (parsed, mesh_file)  # parsed once, not again by load_inputs
+        if isinstance(parsed.data, dict):
+            catalogue = _named(parsed.data, parsed.where, mesh_dir, "catalogue",
+                               DEFAULT_CATALOGUE)
+            ledger = _named(parsed.data, parsed.where, mesh_dir, "ledger", DEFAULT_LEDGER)
+    if catalogue is not None:
+        _read_catalogue(catalogue, documents, faults)
+    if ledger is not None:
+        _read_ledger(ledger, documents, faults)
     try:
         inputs = load_inputs(documents)
     except InputError as error:
@@ -130,7 +232,8 @@ def load_mesh_dir(path) -> MeshInputs:
     if faults:
         raise InputError(faults)
     return MeshInputs(catalogue=inputs.catalogue, mesh=inputs.mesh, ledger=inputs.ledger,
-                      sources=inputs.sources, mesh_dir=mesh_dir, ledger_path=ledger_path)
+                      sources=inputs.sources, mesh_dir=mesh_dir,
+                      ledger_path=ledger.path if ledger else mesh_dir / DEFAULT_LEDGER)
 
 
 def write_ledger(path, ledger: Ledger) -> None:
