@@ -61,19 +61,18 @@ class DocumentPositions:
 
     def key_order(self, path: Path) -> tuple[str, ...]:
         """The keys of the mapping at `path` in the order the document writes them (the model's
-        maps do not keep it); empty when nothing at `path` is a mapping. Plain strings only, so
-        no round-trip type leaves this object."""
-        node = self.tree
+        maps do not keep it); empty when nothing at `path` is a mapping. Plain strings only."""
+        _line, _col, child = self.tree
         for key in path[self.skip:]:
-            if isinstance(node, CommentedMap) and key in node:
-                node = node[key]
-            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-                node = node[key]
+            if isinstance(child, dict) and isinstance(key, str) and key in child:
+                child = child[key][4]
+            elif isinstance(child, list) and type(key) is int and 0 <= key < len(child):
+                child = child[key][2]
             else:
                 return ()
-        if not isinstance(node, CommentedMap):
+        if not isinstance(child, dict):
             return ()
-        return tuple(str(k) for k in node if isinstance(k, str))
+        return tuple(k for k in child if isinstance(k, str))
 
     def fault(self, path: Path, message: str, expected: str = "", *, at_key: bool = False) -> Fault:
         line, col = self.position(path, at_key=at_key)

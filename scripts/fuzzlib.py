@@ -36,10 +36,10 @@ from fuzz_mutators import (  # noqa: E402,F401  (re-exported: the harness's one 
     mutation,
 )
 
-import executors.loading  # noqa: E402
+import executors.control.loading  # noqa: E402
 import resolver  # noqa: E402
 import resolver._documents as documents_module  # noqa: E402
-from executors import cli  # noqa: E402
+from executors.cli import main as cli  # noqa: E402
 
 CLASSES = ("ok", "located fault", "position-less fault", "unformatted fault", "traceback", "hang")
 FAILURES = ("position-less fault", "unformatted fault", "traceback", "hang")
@@ -144,13 +144,13 @@ def memoized_loaders():
     remember their answers: sound because they are pure functions of their arguments."""
     names = ("load_mesh", "load_ledger", "load_module", "load_provisions")
     saved = {n: getattr(documents_module, n) for n in names}
-    saved_parse = executors.loading.parse_document
+    saved_parse = executors.control.loading.parse_document
     try:
         for n in names:
             setattr(documents_module, n, _memoized(saved[n]))
-        executors.loading.parse_document = _memoized(saved_parse)
+        executors.control.loading.parse_document = _memoized(saved_parse)
         yield
     finally:
         for n in names:
             setattr(documents_module, n, saved[n])
-        executors.loading.parse_document = saved_parse
+        executors.control.loading.parse_document = saved_parse

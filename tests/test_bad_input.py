@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from executors import cli
+from executors.cli import main as cli
 from resolver import LIMITS, InputError, load_ledger, load_mesh, load_module, parse_yaml
 
 REPO = Path(__file__).resolve().parent.parent
