@@ -64,7 +64,7 @@ def test_an_exposure_of_no_listen_is_refused_at_its_key(homelab):
     code, output = run_cli("check", homelab)
     assert code == 1, output
     line = line_of(homelab, "dashboard: {to:")
-    assert f"{homelab / 'mesh.yaml'}:{line}:7: [unknown-listen] instance grafana@lab exposes " \
+    assert f"{homelab / 'mesh.yaml'}:{line}:7: error [unknown-listen] instance grafana@lab exposes " \
            f"'dashboard', which is not a listen of module grafana (its listens: http)" in output
 
 
