@@ -328,7 +328,7 @@ def test_firewall_intent_goes_through_the_firewall_executor_before_containers(
     runs.mkdir()
     script = (
         "import sys\n"
-        "from executors import cli\n"
+        "from executors.cli import main as cli\n"
         f"argv = ['apply', {path!r}, '--json', '--state-root', {str(tmp_path / 's')!r}, "
         "'--stop-timeout', '1']\n"
         "for run in ('first', 'second'):\n"

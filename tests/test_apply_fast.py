@@ -386,7 +386,7 @@ def test_a_firewall_intent_in_force_is_checked_like_the_firewall_executor_does(
 
 def test_a_fast_no_op_imports_neither_the_resolver_nor_the_sdk(node):
     script = (
-        "import sys; from executors import cli\n"
+        "import sys; from executors.cli import main as cli\n"
         f"code = cli.main(['apply', {str(node.path)!r}, '--state-root', {str(node.state)!r}, "
         f"'--docker-host', {docker_host()!r}])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "

@@ -1,8 +1,6 @@
 """The `mesh` command's verbs: one module per verb, each `register(subparsers)`; `main` runs one.
 
 Verbs are thin: they parse arguments, call the node, control or common room, and print.
+`executors.cli.main` is the module (`main.main(argv)` runs the command); the package re-exports
+nothing, so `from executors.cli import main` is always that module.
 """
-
-from executors.cli.main import main
-
-__all__ = ["main"]
