@@ -18,7 +18,7 @@ import ipaddress
 import re
 from typing import Iterable, Optional
 
-from ._errors import Fault
+from ._errors import Fault, MeshError
 from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
@@ -42,7 +42,7 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 URL_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
-class PlaceholderSyntaxError(ValueError):
+class PlaceholderSyntaxError(MeshError, ValueError):
     """An env value whose `${…}` cannot be read."""
 
 

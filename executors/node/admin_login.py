@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Mapping, Optional
 
-from resolver import Declaration
+from resolver import Declaration, MeshError
 
 from .provisioner_base import (
     Admin,
@@ -96,8 +96,8 @@ def wait_for_admin(module, provider: str, endpoint: Endpoint, admin: Admin,
     return accepted[-1]
 
 
-class _AdminRefused(Exception):
-    pass
+class _AdminRefused(MeshError):
+    """The server refused every admin generation: ends a readiness wait at once."""
 
 
 def put_admin_in_force(module, provider: str, endpoint: Endpoint, admin: Admin,

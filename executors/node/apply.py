@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence
 
 import attrs
 
-from resolver import Declaration
+from resolver import Declaration, declaration_digest
 
 from . import applied_record
 from .apply_fast import held_facts
@@ -55,7 +55,6 @@ from .apply_render import (  # noqa: F401  (NodePaths, render: part of this modu
     NodePaths,
     Rendered,
     SecretSource,
-    declaration_digest,
     render,
 )
 from .node_paths import DEFAULT_STATE_ROOT, migrate_legacy_layout

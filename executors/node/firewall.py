@@ -21,7 +21,7 @@ import attrs
 from resolver import FirewallIntent, MeshError
 
 from executors.common.atomic import write_atomic
-from .node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR
+from .node_paths import DEFAULT_STATE_ROOT, FIREWALL_DIGEST_FILE, NodePaths
 
 from .firewall_readback import keeps_ssh_floor
 from .firewall_render import (
@@ -35,8 +35,8 @@ from .firewall_render import (
     render,
 )
 
-DEFAULT_STATE_DIR = os.path.join(DEFAULT_STATE_ROOT, EXECUTOR_DIR)  # `mesh apply`'s own files
-DIGEST_FILE = "firewall.digest"
+DEFAULT_STATE_DIR = str(NodePaths(DEFAULT_STATE_ROOT).root)  # `mesh apply`'s own files
+DIGEST_FILE = FIREWALL_DIGEST_FILE
 TABLE_NAME = f"{FAMILY} {TABLE}"
 
 REPLACE_TABLE = "replace-table"
