@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap
@@ -32,6 +32,7 @@ from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declarat
 from resolver._rotation import server_held_secrets
 
 from . import docker_engine as engine
+from .extensions import SecretSource
 from .node_paths import NodePaths
 from .apply_diff import (
     Desired,
@@ -43,8 +44,6 @@ from .apply_diff import (
     config_digest,
     fingerprint,
 )
-
-SecretSource = Callable[[SecretRef], str]
 
 SECRET_PATTERN = re.compile(r"\$\{secret:([^}]*)\}")
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}

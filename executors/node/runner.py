@@ -197,8 +197,8 @@ def firewall_hook(state_root: str, api=None):
 
 def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
     """(checks, provisioners) for an apply of `declaration`: the admin check before anything
-    changes and the provisioning of every grant of every kind (executors/node/provisioners.py, which
-    finds each kind's executors/node/provision_*.py and reports kinds none provisions). None for a
+    changes and the provisioning of every grant of every kind (executors/node/provisioners/,
+    whose registry names each kind's provisioner and reports kinds it has none for). None for a
     declaration with no grant and no provider holding an admin credential: nothing to do, and
     its kinds' modules (psycopg, requests) are not even imported."""
     from executors.node import provisioners

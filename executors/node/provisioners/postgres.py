@@ -6,8 +6,11 @@ Invariants:
   grant names holds the credential's value, the retiring slot the retiring value while the
   grant has one; an idle slot is NOLOGIN with no password, so a retired password never works.
 - CONNECT on a granted database is revoked from PUBLIC: a consumer reaches its own database only.
-- observe (catalog reads) → diff (pure) → apply. Passwords are compared against the stored
-  verifier (SCRAM-SHA-256 via scramp, or md5), so a second run emits no statement at all.
+- query (catalog reads, I/O) → parse(rows) → diff → after (pure) → apply. Passwords are
+  compared against the stored verifier (SCRAM-SHA-256 via scramp, or md5), so a second run
+  emits no statement at all. `after` is what the server holds once a plan's statements ran,
+  read from each statement's SQL text: a statement it cannot read is an error, so the model
+  and the diff cannot drift apart unnoticed (tests/diff_cases/postgres).
 - Managed roles and databases carry the comment `mesh:<mesh>:<provider>`. When a grant is
   gone its logins are dropped (their objects reassigned to the group role first) and its
   database is kept and reported orphaned: data is never dropped by the mesh. The group role
@@ -26,25 +29,34 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Mapping, Optional, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 import attrs
 import psycopg
 from psycopg import sql
 
-from resolver import Declaration, GrantDecl
+from resolver import BindingDecl, GrantDecl
 
-from .provisioners import (
+from executors.common.report import Report
+
+from .base import (
+    AUTH_FAILED,
+    MISSING,
+    OK,
     POSTGRES_KIND,
+    UNREACHABLE,
+    BindingCheck,
     Endpoint,
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
     SecretSource,
-    provision_grants,
+    _one_line,
+    binding_address,
+    credential_name,
     wait_ready,
 )
-from executors.common.report import Report
 
 KIND = POSTGRES_KIND
 DESCRIPTION = "postgres"
@@ -129,8 +141,9 @@ FROM pg_database d WHERE NOT d.datistemplate
 """
 
 
-def observe(conn: psycopg.Connection) -> Observed:
-    """Read roles (with password verifiers when the admin may read pg_authid) and databases."""
+def query(conn: psycopg.Connection) -> dict[str, Any]:
+    """The catalog rows the diff needs (I/O): who the admin is, every role (with its password
+    verifier when the admin may read pg_authid) and every database, as plain lists."""
     with conn.cursor() as cur:
         cur.execute("SELECT current_user")
         admin = cur.fetchone()[0]
@@ -138,13 +151,26 @@ def observe(conn: psycopg.Connection) -> Observed:
             cur.execute(ROLES_QUERY)
         except psycopg.errors.InsufficientPrivilege:
             cur.execute(ROLES_QUERY_UNPRIVILEGED)
-        roles = {name: RoleFacts(name, can_login, verifier, comment, frozenset(groups),
-                                 tuple(config))
-                 for name, can_login, verifier, comment, groups, config in cur.fetchall()}
+        roles = [list(row) for row in cur.fetchall()]
         cur.execute(DATABASES_QUERY)
-        databases = {name: DatabaseFacts(name, owner, comment, public)
-                     for name, owner, comment, public in cur.fetchall()}
-    return Observed(admin, roles, databases)
+        databases = [list(row) for row in cur.fetchall()]
+    return {"admin": admin, "roles": roles, "databases": databases}
+
+
+def parse(rows: Mapping[str, Any]) -> Observed:
+    """The observed server from `query`'s rows (pure): roles as [name, can login, verifier,
+    comment, [groups], [config]], databases as [name, owner, comment, PUBLIC may connect]."""
+    roles = {name: RoleFacts(name, bool(can_login), verifier, comment,
+                             frozenset(groups or ()), tuple(config or ()))
+             for name, can_login, verifier, comment, groups, config in rows["roles"]}
+    databases = {name: DatabaseFacts(name, owner, comment, bool(public))
+                 for name, owner, comment, public in rows["databases"]}
+    return Observed(rows["admin"], roles, databases)
+
+
+def observe(conn: psycopg.Connection) -> Observed:
+    """Read the server's roles and databases: parse(query(conn))."""
+    return parse(query(conn))
 
 
 def verifier_matches(verifier: Optional[str], password: str, role: str) -> bool:
@@ -365,6 +391,129 @@ def _drop_statements(observed: Observed, orphan_roles: list[str],
     return out
 
 
+# --------------------------------------------------------------------------- the model (pure)
+
+_IDENT = r'"(?:[^"]|"")*"'
+_LITERAL = r"'(?:[^']|'')*'"
+_IDENTS = rf"{_IDENT}(?:, {_IDENT})*"
+_SHAPES = [(kind, re.compile(pattern)) for kind, pattern in [
+    ("create-group", rf"CREATE ROLE ({_IDENT}) NOLOGIN"),
+    ("create-login", rf"CREATE ROLE ({_IDENT}) LOGIN PASSWORD %s IN ROLE ({_IDENT})"),
+    ("create-idle", rf"CREATE ROLE ({_IDENT}) NOLOGIN IN ROLE ({_IDENT})"),
+    ("no-login", rf"ALTER ROLE ({_IDENT}) NOLOGIN"),
+    ("set-password", rf"ALTER ROLE ({_IDENT}) LOGIN PASSWORD %s"),
+    ("disable", rf"ALTER ROLE ({_IDENT}) NOLOGIN PASSWORD NULL"),
+    ("grant-role", rf"GRANT ({_IDENT}) TO ({_IDENT})"),
+    ("set-role", rf"ALTER ROLE ({_IDENT}) SET role = ({_LITERAL})"),
+    ("comment", rf"COMMENT ON (ROLE|DATABASE) ({_IDENT}) IS ({_LITERAL})"),
+    ("create-database", rf"CREATE DATABASE ({_IDENT}) OWNER ({_IDENT})"),
+    ("owner", rf"ALTER DATABASE ({_IDENT}) OWNER TO ({_IDENT})"),
+    ("revoke", rf"REVOKE CONNECT ON DATABASE ({_IDENT}) FROM PUBLIC"),
+    ("reassign", rf"REASSIGN OWNED BY ({_IDENTS}) TO ({_IDENT}|CURRENT_USER)"),
+    ("drop-owned", rf"DROP OWNED BY ({_IDENTS})"),
+    ("drop-role", rf"DROP ROLE ({_IDENT})"),
+]]
+
+
+def _unquote(text: str) -> str:
+    quote = text[0]
+    return text[1:-1].replace(quote * 2, quote)
+
+
+def _names(text: str) -> list[str]:
+    return [_unquote(n) for n in re.findall(_IDENT, text)]
+
+
+def model_verifier(password: str, role: str) -> str:
+    """A verifier of `password` for `role` as the model stores it (the md5 form, which
+    verifier_matches reads like the SCRAM one the server is sent)."""
+    return "md5" + hashlib.md5((password + role).encode("utf-8")).hexdigest()
+
+
+def after(observed: Observed, plan: Plan) -> Observed:
+    """What the server holds once every statement of `plan` ran (pure): each statement is
+    read from its SQL text, as the server reads it. A statement of a shape this model does
+    not know raises ProvisionError, so a new statement cannot go unmodelled."""
+    roles, databases = dict(observed.roles), dict(observed.databases)
+
+    def role(name: str) -> RoleFacts:
+        if name not in roles:
+            raise ProvisionError(f"role {name} does not exist")
+        return roles[name]
+
+    def database(name: str) -> DatabaseFacts:
+        if name not in databases:
+            raise ProvisionError(f"database {name} does not exist")
+        return databases[name]
+
+    for statement in plan.statements:
+        text = statement.text
+        kind, found = next(((k, m) for k, m in ((k, p.fullmatch(text)) for k, p in _SHAPES)
+                            if m), (None, None))
+        if found is None:
+            raise ProvisionError(f"the model of the server cannot read {text!r}")
+        groups = found.groups()
+        name = _unquote(groups[0]) if kind not in ("comment", "reassign", "drop-owned") else ""
+        password = statement.params[0] if statement.params else None
+        if kind in ("create-group", "create-login", "create-idle", "create-database") and \
+                (name in roles if kind != "create-database" else name in databases):
+            raise ProvisionError(f"{text}: it exists already")
+        if kind == "create-group":
+            roles[name] = RoleFacts(name, False)
+        elif kind == "create-login":
+            roles[name] = RoleFacts(name, True, model_verifier(password, name),
+                                    member_of=frozenset({_unquote(groups[1])}))
+        elif kind == "create-idle":
+            roles[name] = RoleFacts(name, False, member_of=frozenset({_unquote(groups[1])}))
+        elif kind == "no-login":
+            roles[name] = attrs.evolve(role(name), can_login=False)
+        elif kind == "set-password":
+            roles[name] = attrs.evolve(role(name), can_login=True,
+                                       verifier=model_verifier(password, name))
+        elif kind == "disable":
+            roles[name] = attrs.evolve(role(name), can_login=False, verifier=None)
+        elif kind == "grant-role":
+            member = _unquote(groups[1])
+            role(name)
+            roles[member] = attrs.evolve(role(member), member_of=role(member).member_of | {name})
+        elif kind == "set-role":
+            kept = tuple(c for c in role(name).config if not c.startswith("role="))
+            roles[name] = attrs.evolve(role(name),
+                                       config=kept + (f"role={_unquote(groups[1])}",))
+        elif kind == "comment":
+            target, comment = _unquote(groups[1]), _unquote(groups[2])
+            if groups[0] == "ROLE":
+                roles[target] = attrs.evolve(role(target), comment=comment)
+            else:
+                databases[target] = attrs.evolve(database(target), comment=comment)
+        elif kind == "create-database":
+            owner = _unquote(groups[1])
+            role(owner)
+            databases[name] = DatabaseFacts(name, owner)
+        elif kind == "owner":
+            owner = _unquote(groups[1])
+            role(owner)
+            databases[name] = attrs.evolve(database(name), owner=owner)
+        elif kind == "revoke":
+            databases[name] = attrs.evolve(database(name), public_connect=False)
+        elif kind == "reassign":  # databases are shared objects: reassigned from anywhere
+            old = set(_names(groups[0]))
+            heir = observed.admin if groups[1] == "CURRENT_USER" else _unquote(groups[1])
+            databases = {n: attrs.evolve(d, owner=heir) if d.owner in old else d
+                         for n, d in databases.items()}
+        elif kind == "drop-owned":  # privileges only: what they owned went to an heir first
+            pass
+        elif kind == "drop-role":
+            owned = sorted(n for n, d in databases.items() if d.owner == name)
+            if owned:
+                raise ProvisionError(f"{text}: the role owns database {', '.join(owned)}")
+            role(name)
+            del roles[name]
+            roles = {n: attrs.evolve(r, member_of=r.member_of - {name}) if name in r.member_of
+                     else r for n, r in roles.items()}
+    return Observed(observed.admin, roles, databases)
+
+
 # --------------------------------------------------------------------------- apply (shell)
 
 
@@ -503,7 +652,86 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         result.orphaned.append(f"{provider}/{database}")
 
 
-def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
-              dry_run: bool = False) -> ProvisionResult:
-    """This kind's grants of the declaration, via provisioners.provision_grants."""
-    return provision_grants(declaration, secret_source, report, kinds=(KIND,), dry_run=dry_run)
+# --------------------------------------------------------------------------- verify
+
+
+def check_binding(binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+    """Log in as the binding's user to its database at the host and port it announces."""
+    host, port = binding_address(binding)
+    user, database = binding.values.get("user", ""), binding.values.get("database", "")
+    name = credential_name(binding.secret)
+    provider = binding.provider
+    try:
+        with psycopg.connect(host=host, port=port, user=user, password=password,
+                             dbname=database, connect_timeout=max(1, int(timeout)),
+                             application_name="mesh-verify") as conn:
+            conn.execute("SELECT 1").fetchone()
+    except psycopg.OperationalError as error:
+        text = _one_line(error)
+        if "password authentication failed" in text or "authentication failed" in text:
+            return BindingCheck(AUTH_FAILED,
+                                f"{provider} refused login {user} with {name}: the server "
+                                f"holds another password for it (a data directory initialised "
+                                f"earlier with another password, or the provisioner has not run "
+                                f"since this generation) or the login does not exist. Run "
+                                f"`mesh apply` on {provider}'s node so its provisioner sets it")
+        if "does not exist" in text and "database" in text:
+            return BindingCheck(MISSING,
+                                f"database {database} does not exist on {provider} (login "
+                                f"{user} was accepted): the grant was removed or provisioning "
+                                f"did not finish. Run `mesh apply` on {provider}'s node")
+        if "permission denied for database" in text:
+            return BindingCheck(MISSING,
+                                f"login {user} may not connect to database {database} on "
+                                f"{provider}: the grant's privileges are missing. Run "
+                                f"`mesh apply` on {provider}'s node")
+        if "no pg_hba.conf entry" in text:
+            return BindingCheck(AUTH_FAILED,
+                                f"{provider} has no pg_hba.conf rule admitting {user} from "
+                                f"this node ({name}): allow the mesh network in pg_hba.conf")
+        return BindingCheck(UNREACHABLE, text)
+    return BindingCheck(OK, f"database {database} as {user} at {host}:{port} ({name})")
+
+
+# --------------------------------------------------------------------------- the provisioner
+
+
+class Postgres:
+    """The Provisioner of database+login grants (extensions.Provisioner), this module's
+    functions bound together for the registry."""
+
+    kind = KIND
+    description = DESCRIPTION
+    connect_timeout = CONNECT_TIMEOUT
+
+    def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
+        return login(endpoint, password, timeout)
+
+    def auth_refused(self, error: Exception) -> bool:
+        return auth_refused(error)
+
+    def set_admin_password(self, endpoint: Endpoint, password: str, new_password: str) -> None:
+        set_admin_password(endpoint, password, new_password)
+
+    def parse(self, rows: Mapping[str, Any]) -> Observed:
+        return parse(rows)
+
+    def diff(self, mesh: str, provider: str, desired: Sequence[DesiredGrant],
+             observed: Observed) -> Plan:
+        return diff(mesh, provider, desired, observed)
+
+    def after(self, observed: Observed, plan: Plan) -> Observed:
+        return after(observed, plan)
+
+    def provision_provider(self, mesh: str, provider: str, endpoint: Endpoint,
+                           admin_password: str, grants: Sequence[GrantDecl],
+                           secret_source: SecretSource, report: Report,
+                           result: ProvisionResult, *, dry_run: bool = False) -> None:
+        provision_provider(mesh, provider, endpoint, admin_password, grants, secret_source,
+                           report, result, dry_run=dry_run)
+
+    def check_binding(self, binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+        return check_binding(binding, password, timeout)
+
+
+PROVISIONER = Postgres()

@@ -14,7 +14,9 @@ Invariants:
   queues and messages and reported orphaned on every run, with the command that deletes it.
   An object marked by another mesh or provider is never touched; the admin account, the `/`
   vhost and unmarked administrator accounts are never managed.
-- observe (GET) → diff (pure) → apply: a second run issues no PUT or DELETE. A password is
+- query (GET, I/O) → parse(rows) → diff → after (pure) → apply: a second run issues no PUT or
+  DELETE; `after` is what the broker holds once a plan's requests succeeded, read from each
+  request's method, path and body (tests/diff_cases/amqp). A password is
   compared against the broker's salted hash (sha256/sha512/md5 of salt+password, the broker's
   own scheme), never by logging in. One password per account: the grant's generation
   replaces the old one on the broker first; holders follow (the rotation rules state that window).
@@ -31,25 +33,33 @@ import hashlib
 import hmac
 import json
 import shlex
-from typing import Mapping, Optional, Sequence
-from urllib.parse import quote
+from typing import Any, Mapping, Optional, Sequence
+from urllib.parse import quote, unquote
 
 import attrs
 import requests
 
-from resolver import Declaration, GrantDecl
+from resolver import BindingDecl, GrantDecl
 
-from .provisioners import (
+from executors.common.report import Report
+
+from .base import (
     AMQP_KIND,
+    AUTH_FAILED,
+    MISSING,
+    OK,
+    UNREACHABLE,
+    BindingCheck,
     Endpoint,
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
     SecretSource,
-    provision_grants,
+    _one_line,
+    binding_address,
+    credential_name,
     wait_ready,
 )
-from executors.common.report import Report
 
 KIND = AMQP_KIND
 DESCRIPTION = "amqp management"
@@ -286,27 +296,95 @@ def _tags(value) -> tuple[str, ...]:
     return tuple(sorted(t for t in (value or []) if t))
 
 
-def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed:
-    """Every account, vhost and mark on the broker (three list GETs), and the permissions of
-    each granted account on its vhost."""
+def query(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> dict[str, Any]:
+    """The broker's answers the diff needs (I/O): every account, vhost and global parameter
+    (three list GETs), and the permissions of each granted account on its vhost, as the
+    management API gives them."""
+    users = api.get("/api/users") or []
+    vhosts = api.get("/api/vhosts") or []
+    parameters = api.get("/api/global-parameters") or []
+    known_users, known_vhosts = {u["name"] for u in users}, {v["name"] for v in vhosts}
+    permissions = []
+    for want in desired:
+        if want.vhost in known_vhosts and want.user in known_users:
+            perms = api.get(path("permissions", want.vhost, want.user))
+            if perms:
+                permissions.append({"vhost": want.vhost, "user": want.user, **perms})
+    return {"admin": admin, "users": users, "vhosts": vhosts,
+            "global-parameters": parameters, "permissions": permissions}
+
+
+def parse(rows: Mapping[str, Any]) -> Observed:
+    """The observed broker from `query`'s answers (pure)."""
     users = {u["name"]: UserFacts(u["name"], u.get("password_hash"),
                                   u.get("hashing_algorithm", ""), _tags(u.get("tags")))
-             for u in api.get("/api/users") or []}
-    vhosts = frozenset(v["name"] for v in api.get("/api/vhosts") or [])
+             for u in rows["users"]}
+    vhosts = frozenset(v["name"] for v in rows["vhosts"])
     marks: dict[tuple[str, str], str] = {}
-    for parameter in api.get("/api/global-parameters") or []:
+    for parameter in rows["global-parameters"]:
         name, value = parameter.get("name", ""), parameter.get("value")
         kind, _, subject = name[len(MARK_PREFIX):].partition(":")
         if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
             marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
-    permissions = {}
-    for want in desired:
-        if want.vhost in vhosts and want.user in users:
-            perms = api.get(path("permissions", want.vhost, want.user))
-            if perms:
-                permissions[(want.vhost, want.user)] = (perms["configure"], perms["write"],
-                                                        perms["read"])
-    return Observed(admin, users, vhosts, permissions, marks)
+    permissions = {(p["vhost"], p["user"]): (p["configure"], p["write"], p["read"])
+                   for p in rows["permissions"]}
+    return Observed(rows["admin"], users, vhosts, permissions, marks)
+
+
+def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed:
+    """parse(query(…)): the broker as the diff reads it."""
+    return parse(query(api, admin, desired))
+
+
+# --------------------------------------------------------------------------- the model (pure)
+
+MODEL_HASHING = "rabbit_password_hashing_sha256"
+MODEL_SALT = b"mesh"
+
+
+def model_hash(password: str) -> str:
+    """The broker's stored hash of `password` as the model makes it: base64(salt + sha256(salt
+    + password)), the scheme hash_matches reads (a fixed salt: the model is deterministic)."""
+    return base64.b64encode(MODEL_SALT + hashlib.sha256(MODEL_SALT + password.encode("utf-8"))
+                            .digest()).decode("ascii")
+
+
+def after(observed: Observed, plan: Plan) -> Observed:
+    """What the broker holds once every request of `plan` succeeded (pure), read from each
+    request's method, path and body as the management API reads them. A request this model
+    does not know raises ProvisionError."""
+    users, vhosts = dict(observed.users), set(observed.vhosts)
+    permissions, marks = dict(observed.permissions), dict(observed.marks)
+    for call in plan.calls:
+        parts = [unquote(p) for p in call.path.split("/")[2:]]  # "/api/<what>/…"
+        what, args = (parts[0], parts[1:]) if parts else ("", [])
+        if (call.method, what, len(args)) == ("PUT", "global-parameters", 1) and \
+                args[0].startswith(MARK_PREFIX):
+            kind, _, name = args[0][len(MARK_PREFIX):].partition(":")
+            marks[(kind, name)] = call.body["value"]
+        elif (call.method, what, len(args)) == ("DELETE", "global-parameters", 1):
+            kind, _, name = args[0][len(MARK_PREFIX):].partition(":")
+            marks.pop((kind, name), None)
+        elif (call.method, what, len(args)) == ("PUT", "vhosts", 1):
+            vhosts.add(args[0])
+        elif (call.method, what, len(args)) == ("PUT", "users", 1):
+            users[args[0]] = UserFacts(args[0], model_hash(call.body["password"]),
+                                       MODEL_HASHING, _tags(call.body.get("tags")))
+        elif (call.method, what, len(args)) == ("DELETE", "users", 1):
+            if args[0] not in users:
+                raise ProvisionError(f"{call.method} {call.path}: no such account")
+            del users[args[0]]
+            permissions = {k: v for k, v in permissions.items() if k[1] != args[0]}
+        elif (call.method, what, len(args)) == ("PUT", "permissions", 2):
+            vhost, user = args
+            if vhost not in vhosts or user not in users:
+                raise ProvisionError(f"{call.method} {call.path}: no such vhost or account")
+            permissions[(vhost, user)] = (call.body["configure"], call.body["write"],
+                                          call.body["read"])
+        else:
+            raise ProvisionError(f"the model of the broker cannot read {call.method} "
+                                 f"{call.path}")
+    return Observed(observed.admin, users, frozenset(vhosts), permissions, marks)
 
 
 def auth_refused(error: Exception) -> bool:
@@ -417,7 +495,94 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         result.orphaned.append(f"{provider}/{vhost}")
 
 
-def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
-              dry_run: bool = False) -> ProvisionResult:
-    """This kind's grants of the declaration, via provisioners.provision_grants."""
-    return provision_grants(declaration, secret_source, report, kinds=(KIND,), dry_run=dry_run)
+# --------------------------------------------------------------------------- verify
+
+
+def check_binding(binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+    """Log in as the binding's account to its vhost and declare a reply queue of its own."""
+    import pika  # imported here: only `mesh verify` speaks AMQP itself
+    from pika import exceptions
+
+    host, port = binding_address(binding)
+    user, vhost = binding.values.get("user", ""), binding.values.get("vhost", "")
+    name = credential_name(binding.secret)
+    provider = binding.provider
+    parameters = pika.ConnectionParameters(
+        host=host, port=port, virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
+        connection_attempts=1, socket_timeout=timeout, stack_timeout=timeout * 2,
+        blocked_connection_timeout=timeout)
+    try:
+        connection = pika.BlockingConnection(parameters)
+    except (exceptions.ProbableAuthenticationError, exceptions.AuthenticationError):
+        return BindingCheck(AUTH_FAILED,
+                            f"{provider} refused account {user} with {name}: the broker holds "
+                            f"another password for it or the account does not exist. Run "
+                            f"`mesh apply` on {provider}'s node so its provisioner sets it")
+    except exceptions.ProbableAccessDeniedError:
+        return BindingCheck(MISSING,
+                            f"account {user} was accepted but vhost {vhost} on {provider} "
+                            f"does not exist or grants it nothing: run `mesh apply` on "
+                            f"{provider}'s node")
+    except (exceptions.AMQPError, OSError) as error:
+        return BindingCheck(UNREACHABLE, _one_line(error))
+    try:
+        channel = connection.channel()
+        # what a tool call needs: a reply queue of its own (seed 004)
+        channel.queue_declare("", exclusive=True, auto_delete=True)
+    except exceptions.AMQPError as error:
+        return BindingCheck(MISSING,
+                            f"account {user} may not declare a reply queue on vhost {vhost} of "
+                            f"{provider} ({_one_line(error)}): its permissions are not the "
+                            f"grant's; run `mesh apply` on {provider}'s node")
+    finally:
+        try:
+            connection.close()
+        except exceptions.AMQPError:
+            pass
+    return BindingCheck(OK, f"vhost {vhost} as {user} at {host}:{port}, reply queue declared "
+                            f"({name})")
+
+
+# --------------------------------------------------------------------------- the provisioner
+
+
+class Amqp:
+    """The Provisioner of vhost+account grants (extensions.Provisioner), this module's
+    functions bound together for the registry."""
+
+    kind = KIND
+    description = DESCRIPTION
+    connect_timeout = CONNECT_TIMEOUT
+
+    def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
+        return login(endpoint, password, timeout)
+
+    def auth_refused(self, error: Exception) -> bool:
+        return auth_refused(error)
+
+    def set_admin_password(self, endpoint: Endpoint, password: str, new_password: str) -> None:
+        set_admin_password(endpoint, password, new_password)
+
+    def parse(self, rows: Mapping[str, Any]) -> Observed:
+        return parse(rows)
+
+    def diff(self, mesh: str, provider: str, desired: Sequence[DesiredAccount],
+             observed: Observed) -> Plan:
+        return diff(mesh, provider, desired, observed)
+
+    def after(self, observed: Observed, plan: Plan) -> Observed:
+        return after(observed, plan)
+
+    def provision_provider(self, mesh: str, provider: str, endpoint: Endpoint,
+                           admin_password: str, grants: Sequence[GrantDecl],
+                           secret_source: SecretSource, report: Report,
+                           result: ProvisionResult, *, dry_run: bool = False) -> None:
+        provision_provider(mesh, provider, endpoint, admin_password, grants, secret_source,
+                           report, result, dry_run=dry_run)
+
+    def check_binding(self, binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+        return check_binding(binding, password, timeout)
+
+
+PROVISIONER = Amqp()
