@@ -295,7 +295,7 @@ def test_the_renderer_and_the_reader_are_pure():
                  "ctypes", "importlib", "docker", "requests"}
     found = []
     for name in ("firewall_render.py", "firewall_readback.py", "firewall_meaning.py"):
-        source = Path(__file__).resolve().parent.parent / "executors" / name
+        source = Path(__file__).resolve().parent.parent / "executors" / "node" / name
         for node in ast.walk(ast.parse(source.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
