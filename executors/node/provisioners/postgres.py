@@ -11,6 +11,8 @@ Invariants:
   emits no statement at all. `after` is what the server holds once a plan's statements ran,
   read from each statement's SQL text: a statement it cannot read is an error, so the model
   and the diff cannot drift apart unnoticed (tests/diff_cases/postgres).
+- A grant any of whose objects another mesh or provider marked is refused and none of its
+  objects is touched: not made, not changed, not swept as an orphan.
 - Managed roles and databases carry the comment `mesh:<mesh>:<provider>`. When a grant is
   gone its logins are dropped (their objects reassigned to the group role first) and its
   database is kept and reported orphaned: data is never dropped by the mesh. The group role
@@ -337,9 +339,10 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredGrant], observed: Ob
                              + [db.comment if db is not None else None] if _foreign(c, mark)})
             refusals.append((g.group, f"{', '.join(foreign)} already managed as "
                                       f"{', '.join(owners)}, not {mark}: not touched"))
-            continue
-        wanted_roles.update(names)
+        wanted_roles.update(names)  # a refused grant's objects are not orphans either
         wanted_dbs.add(g.database)
+        if foreign:
+            continue
         statements += _group_statements(g, observed, mark)
         for slot in SLOTS:
             statements += _slot_statements(g, slot, observed, mark)
