@@ -288,3 +288,17 @@ def test_the_digest_recorded_is_the_contents_not_the_digest_a_file_claims(
     assert report["digest"] == actual
     record = json.loads((tmp_path / "state" / ".mesh" / "applied.json").read_text())
     assert record["digest"] == actual
+
+
+def test_one_declaration_is_a_file_or_the_newest_of_a_spool(tmp_path):
+    """`mesh verify` and `mesh firewall` read one declaration: a file, or of a spool
+    directory the newest by serial (the one `mesh apply` applies), whatever the names."""
+    from executors.node.runner import load_declaration
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    newer = attrs.evolve(declaration("m", containers=[]), serial=7)
+    write_declaration(spool / "a-newer.json", newer)
+    write_declaration(spool / "b-older.json", attrs.evolve(newer, serial=3))
+    assert load_declaration(str(spool)).serial == 7
+    assert load_declaration(str(spool / "b-older.json")).serial == 3

@@ -189,6 +189,20 @@ def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
     return box["result"]
 
 
+def engine_locator(docker_host: Optional[str]) -> Locate:
+    """container name → (pid, state), asked of the Docker Engine when first needed."""
+    api: list = []
+
+    def locate(name: str) -> tuple[Optional[int], str]:
+        from . import docker_engine
+
+        if not api:
+            api.append(docker_engine.connect(docker_host, timeout=30))
+        return docker_engine.container_pid(api[0], name)
+
+    return locate
+
+
 def _consumer_containers(declaration: Declaration, consumer: str) -> list[str]:
     return [c.name for c in declaration.containers if c.instance == consumer and not c.run_once]
 
