@@ -33,7 +33,7 @@ import hashlib
 import hmac
 import json
 import shlex
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 from urllib.parse import quote, unquote
 
 import attrs
@@ -42,6 +42,9 @@ import requests
 from resolver import BindingDecl, GrantDecl
 
 from executors.common.report import Report
+
+if TYPE_CHECKING:
+    from executors.node.extensions import Provisioner
 
 from .base import (
     AMQP_KIND,
@@ -553,7 +556,7 @@ class Amqp:
 
     kind = KIND
     description = DESCRIPTION
-    connect_timeout = CONNECT_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
 
     def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
         return login(endpoint, password, timeout)
@@ -585,4 +588,4 @@ class Amqp:
         return check_binding(binding, password, timeout)
 
 
-PROVISIONER = Amqp()
+PROVISIONER: Provisioner = Amqp()

@@ -32,7 +32,7 @@ import base64
 import hashlib
 import hmac
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import attrs
 import psycopg
@@ -41,6 +41,9 @@ from psycopg import sql
 from resolver import BindingDecl, GrantDecl
 
 from executors.common.report import Report
+
+if TYPE_CHECKING:
+    from executors.node.extensions import Provisioner
 
 from .base import (
     AUTH_FAILED,
@@ -705,7 +708,7 @@ class Postgres:
 
     kind = KIND
     description = DESCRIPTION
-    connect_timeout = CONNECT_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
 
     def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
         return login(endpoint, password, timeout)
@@ -737,4 +740,4 @@ class Postgres:
         return check_binding(binding, password, timeout)
 
 
-PROVISIONER = Postgres()
+PROVISIONER: Provisioner = Postgres()
