@@ -189,3 +189,19 @@ def test_the_cycle_check_sees_lazy_imports_and_relative_ones_but_not_type_checki
     assert graph["pkg.c"] == set()
     assert graph["pkg.e"] == {"pkg.f"}
     assert cycles(graph) == [["pkg.a", "pkg.sub.b"], ["pkg.e", "pkg.f"]]
+
+
+def test_the_command_answers_to_each_of_its_entry_points(capsys):
+    """`executors.cli.main` is the command's module (`main.main(argv)`, what the tests and
+    `python -m executors.cli` use) and, called, the command itself (what a console script of
+    the entry point `executors.cli:main` does); pyproject's entry point names the function."""
+    import tomllib
+
+    import resolver
+    from executors.cli import main as module
+
+    assert module.main(["schema"]) == 0
+    assert module(["schema"]) == 0
+    assert capsys.readouterr().out.split() == 2 * list(resolver.document_names())
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"mesh": "executors.cli.main:main"}
