@@ -29,7 +29,8 @@ from pyrsistent import pmap
 
 from executors.node import apply_diff
 from executors.node import firewall as fw
-from executors.node.provisioners import amqp, postgres
+from executors.node.provisioners import amqp_plan as amqp
+from executors.node.provisioners import postgres_plan as postgres
 
 CASES = Path(__file__).resolve().parent / "diff_cases"
 UPDATE = os.environ.get("MESH_UPDATE_DIFF_CASES") == "1"

@@ -337,7 +337,7 @@ def test_a_providers_last_grant_gone_is_still_swept(pg):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from executors.node.provisioners.postgres import (  # noqa: E402
+from executors.node.provisioners.postgres_plan import (  # noqa: E402
     SLOTS,
     DatabaseFacts,
     DesiredGrant,

@@ -3,15 +3,16 @@
 - `registry.py`: the one table of grant kind → provisioner (extensions.Provisioner), used by
   apply and verify alike; a kind it does not list is reported as not provisioned.
 - `postgres.py` (database+login) and `amqp.py` (vhost+account, the broker's management API):
-  each a query (I/O) → `parse(rows)` → `diff` → `after` (pure) → apply, and a binding check.
+  each a query (I/O) → `parse(rows)` → `diff` → `after` → apply, and a binding check; the pure
+  half of each (desired and observed state, parse, diff, after) is its `*_plan.py`.
 - `grants.py`: `provision_grants`, what `mesh apply` runs on a provider's node.
 - `admin_login.py`: a provider's admin credential on its running server (the check before
   anything changes, a rotated admin password put in force on the running server).
 - `base.py`: what they share (endpoints, outcomes, the readiness wait).
 
-Arrows inside: grants → admin_login → registry → base; postgres and amqp → base only (the
-registry imports them by name when their kind is first asked for), so no module here imports
-another in a circle. This package re-exports the names callers use.
+Arrows inside: grants → admin_login → registry → base; postgres and amqp → their plan and
+base only (the registry imports them by name when their kind is first asked for), so no
+module here imports another in a circle. This package re-exports the names callers use.
 """
 
 from .admin_login import check_admins, read_admin, refused_message
