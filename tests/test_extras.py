@@ -148,3 +148,18 @@ def test_an_unknown_missing_module_is_a_defect_not_an_extra():
     assert extras.missing_extra("apply", error) is None
     assert extras.extra_for("plan", "nacl") == "control"
     assert extras.extra_for("apply", "nacl") == "node"
+
+
+def test_every_verb_a_command_module_registers_is_known_to_main():
+    """cli/main.ALSO names the verbs a module registers besides its own (ca: renew; rotate:
+    applied), so a module that cannot be imported still lists all of them; and every verb
+    has its extra decided in cli/extras.py, or needs none."""
+    import argparse
+
+    from executors.cli.main import ALSO, COMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    verbs = set(sub.choices)
+    assert verbs == set(COMMANDS) | {v for also in ALSO.values() for v in also}
+    assert set(extras.VERB_EXTRA) <= verbs
+    assert verbs - set(extras.VERB_EXTRA) == {"check", "schema", "stale"}
