@@ -43,7 +43,7 @@ OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-class PlaceholderSyntaxError(ValueError):
+class PlaceholderSyntaxError(MeshError, ValueError):
     """An env value whose `${…}` cannot be read."""
 
 

@@ -266,3 +266,39 @@ def test_a_malformed_declaration_is_located_and_exits_2(tmp_path, capsys):
     assert code == 2
     assert f"{bad}:4:" in err
     assert "Traceback" not in err
+
+
+def test_the_digest_recorded_is_the_contents_not_the_digest_a_file_claims(
+        api, mesh, tmp_path, capsys):
+    """A declaration edited by hand keeps the `digest` it was written with; the node records
+    the digest of what it applied (the resolver's declaration_digest), so `mesh applied`
+    cannot take the edited declaration for the one the mesh declared."""
+    import resolver
+
+    target = tmp_path / "data"
+    decl = declaration(mesh, state_dirs=[StateDirDecl(str(target), 0, 0, "0700",
+                                                      "app@n1", "data")])
+    claimed = resolver.declaration_digest(attrs.evolve(decl, state_dirs=pvector()))
+    edited = attrs.evolve(decl, digest=claimed)  # says it is the declaration without the dir
+    path = write_declaration(tmp_path / "d.json", edited)
+    code, report, _ = apply_json(capsys, path, "--state-root", tmp_path / "state")
+    assert code == 0, report
+    actual = resolver.declaration_digest(decl)
+    assert actual != claimed
+    assert report["digest"] == actual
+    record = json.loads((tmp_path / "state" / ".mesh" / "applied.json").read_text())
+    assert record["digest"] == actual
+
+
+def test_one_declaration_is_a_file_or_the_newest_of_a_spool(tmp_path):
+    """`mesh verify` and `mesh firewall` read one declaration: a file, or of a spool
+    directory the newest by serial (the one `mesh apply` applies), whatever the names."""
+    from executors.node.runner import load_declaration
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    newer = attrs.evolve(declaration("m", containers=[]), serial=7)
+    write_declaration(spool / "a-newer.json", newer)
+    write_declaration(spool / "b-older.json", attrs.evolve(newer, serial=3))
+    assert load_declaration(str(spool)).serial == 7
+    assert load_declaration(str(spool / "b-older.json")).serial == 3

@@ -11,7 +11,8 @@ import pytest
 
 import resolver
 from executors.cli import main as cli
-from executors.control.loading import load_mesh_dir, write_atomic, write_ledger
+from executors.common.atomic import write_atomic
+from executors.control.loading import load_mesh_dir, write_ledger
 from resolver import (
     EMPTY_LEDGER,
     InputError,

@@ -25,7 +25,7 @@ from resolver import (ContainerDecl, Declaration, GrantDecl, ProviderDecl, Publi
                       SecretRef)
 
 import _pg
-from executors.node import provision_postgres
+from executors.node.provisioners import postgres as provision_postgres
 from executors.node.provisioners import Endpoint, ProvisionError, provision_grants, wait_ready
 from executors.common.report import LivePrinter, Report
 
@@ -337,7 +337,7 @@ def test_a_providers_last_grant_gone_is_still_swept(pg):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from executors.node.provision_postgres import (  # noqa: E402
+from executors.node.provisioners.postgres_plan import (  # noqa: E402
     SLOTS,
     DatabaseFacts,
     DesiredGrant,

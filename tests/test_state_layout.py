@@ -148,3 +148,20 @@ def test_a_node_applied_by_an_earlier_layout_moves_in_without_recreating(
     assert json.loads((executor / "applied.json").read_text())["result"] == "applied"
     code, report, _ = apply_json(capsys, path, "--state-root", state)
     assert code == 0 and report["ops"] == []
+
+
+def test_the_node_default_state_root_is_where_the_resolver_puts_instance_state():
+    """One state root: the resolver writes a module's relative state path below it, and the
+    node (node_paths.DEFAULT_STATE_ROOT, `mesh apply --state-root`'s default) keeps its own
+    files in .mesh/ below the same root, which render refuses as an instance's state."""
+    import resolver
+    from executors.control.loading import load_mesh_dir
+    from executors.node.node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR, NodePaths
+
+    inputs = load_mesh_dir(os.path.join(os.path.dirname(__file__), "..", "fixtures", "homelab"))
+    resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                                  sources=inputs.sources)
+    paths = [d.path for decl in resolution.declarations.values() for d in decl.state_dirs]
+    assert paths and all(p.startswith(DEFAULT_STATE_ROOT + "/") for p in paths), paths
+    assert all(p.split("/")[len(DEFAULT_STATE_ROOT.split("/"))] != EXECUTOR_DIR for p in paths)
+    assert not any(NodePaths(DEFAULT_STATE_ROOT).owns(p) for p in paths)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never l
 
 
 def register(subparsers) -> None:
+    from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
+
     parser = subparsers.add_parser(
         "apply",
         help="make this node match the newest of its declarations (containers, files, dirs)",
@@ -47,8 +49,9 @@ def register(subparsers) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan of operations and change nothing")
     parser.add_argument("--json", action="store_true", help="print the final report as JSON")
-    parser.add_argument("--state-root", default=os.environ.get("MESH_STATE_ROOT", "/var/lib/mesh"),
-                        help="node-side state root (default: /var/lib/mesh): instances' state "
+    parser.add_argument("--state-root", default=default_state_root(),
+                        help=f"node-side state root (default: ${STATE_ROOT_ENV} or "
+                        f"{DEFAULT_STATE_ROOT}): instances' state "
                         "directories under <root>/<instance>/, the executor's own files (env "
                         "files, step markers, applied record) under <root>/.mesh/")
     parser.add_argument("--secrets", metavar="FILE",

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import sys
 
-import resolver
-
-from executors.control.ca import ca_cert_path, ca_key_path, init_ca, load_ca
-from executors.control.issuer import renew
+from executors.control.ca import ca_cert_path, ca_key_path, init_ca
+from executors.control.issuer import renewal
 from executors.control.loading import load_mesh_dir, write_ledger
 
 
@@ -51,16 +49,11 @@ def run_init(args, out=None) -> int:
 def run_renew(args, out=None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    ca = load_ca(inputs.mesh_dir, inputs.mesh)
-    before = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                              sources=inputs.sources)
-    ledger = renew(before.ledger, inputs.mesh, ca, args.node)
-    after = resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
-    old = inputs.ledger.certificates.get(args.node)
-    new = ledger.certificates[args.node]
+    done = renewal(inputs, args.node)
+    old, new, after = done.old, done.new, done.after
     print(f"renew {args.node}: certificate serial {old.serial if old else '(none)'} -> "
           f"{new.serial}, valid {new.not_before} .. {new.not_after}", file=out)
-    decl_before = before.declarations.get(args.node)
+    decl_before = done.before.declarations.get(args.node)
     decl_after = after.declarations.get(args.node)
     if decl_after is not None:
         was = decl_before.digest if decl_before is not None else "(none)"

@@ -12,34 +12,9 @@ from __future__ import annotations
 import os
 import sys
 
-from resolver import Declaration, Fault, InputError, load_document
-
 from executors.node.firewall import DEFAULT_STATE_DIR, apply_firewall
-from executors.node.firewall_render import DEFAULT_BRIDGES, FirewallError, render
-
-
-def load_declaration(path: str) -> Declaration:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as error:
-        raise InputError([Fault(path, 0, 0, f"cannot read the declaration: {error.strerror}")])
-    declaration, _ = load_document(text, path, Declaration)
-    return declaration
-
-
-def bridges_for(args, intent) -> tuple:
-    """--bridge as given; else, when same-node consumers are let in, the Engine's default
-    bridge (as `mesh apply` asks it), or Docker's default name when no Engine answers."""
-    if args.bridge:
-        return tuple(args.bridge)
-    if not intent.local:
-        return DEFAULT_BRIDGES
-    from executors.node.runner import runtime_bridges
-    from executors.node.docker_engine import connect
-
-    return runtime_bridges(connect(args.docker_host, timeout=10), intent,
-                           lambda line: print(line, file=sys.stderr))
+from executors.node.firewall_render import FirewallError, render
+from executors.node.runner import firewall_bridges, load_declaration
 
 
 def run(args) -> int:
@@ -48,7 +23,9 @@ def run(args) -> int:
         print(f"mesh firewall: {args.declaration}: the declaration of node {declaration.node} "
               "has no firewall intent; nothing applied", file=sys.stderr)
         return 1
-    bridges = bridges_for(args, declaration.firewall)
+    bridges = firewall_bridges(declaration.firewall, given=args.bridge,
+                               docker_host=args.docker_host,
+                               say=lambda line: print(line, file=sys.stderr))
     if args.show:
         try:
             rendered = render(declaration.firewall, bridges)

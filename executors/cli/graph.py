@@ -101,8 +101,11 @@ def render(text: str, fmt: str) -> bytes:
     try:
         import graphviz
     except ImportError:
-        raise MeshError("the Python package `graphviz` is not installed (python3 -m pip install "
-                        "graphviz); `--format dot` needs neither it nor Graphviz") from None
+        from executors.cli.extras import install_command
+
+        raise MeshError("the Python package `graphviz` is not installed; it comes with the "
+                        f"`control` extra: {install_command('control')}; `--format dot` needs "
+                        "neither it nor Graphviz") from None
     try:
         return graphviz.pipe("dot", fmt, text.encode("utf-8"), quiet=True)
     except graphviz.ExecutableNotFound:

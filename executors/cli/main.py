@@ -3,7 +3,8 @@
 Each subcommand lives in its own module `executors/cli/<name>.py` exposing
 `register(subparsers)`, which adds a parser whose `func(args) -> int` runs it. Exit codes:
 0 success, 1 refusals or failed checks, 2 bad input (every fault printed as file:line:col).
-No traceback reaches a user for bad input: InputError is caught here.
+No traceback reaches a user for bad input: InputError is caught here, and so is a missing
+optional dependency, which is said with the extra that brings it (cli/extras.py), exit 2.
 Only the chosen subcommand's module is imported when the first argument names one (a no-op
 `mesh apply` must not pay for every other command); `mesh --help`, no command or an unknown
 one build the full parser, so help and usage errors list every command.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not here
@@ -29,6 +31,8 @@ COMMANDS = [
     "node-key", "ca", "rotate",
     "verify",
 ]
+# the verbs a command module registers besides its own name
+ALSO = {"ca": ("renew",), "rotate": ("applied",)}
 
 
 def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
@@ -40,8 +44,34 @@ def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in commands:
-        importlib.import_module(f"executors.cli.{name.replace('-', '_')}").register(sub)
+        try:
+            module = importlib.import_module(f"executors.cli.{name.replace('-', '_')}")
+        except ImportError as error:  # an extra it needs is not installed: say which
+            from executors.cli.extras import missing_extra
+
+            if missing_extra(name, error) is None:
+                raise
+            for verb in (name, *ALSO.get(name, ())):
+                _unavailable(sub, verb, error)
+            continue
+        module.register(sub)
     return parser
+
+
+def _unavailable(sub, verb: str, error: ImportError) -> None:
+    """A verb whose module cannot be imported: listed, and running it says what to install."""
+    from executors.cli.extras import extra_for, missing_extra
+
+    said = missing_extra(verb, error)
+    parser = sub.add_parser(verb, help=f"(needs the {extra_for(verb, error.name or '')} extra, "
+                            "not installed)", description=said)
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(args) -> int:
+        print(said, file=sys.stderr)
+        return 2
+
+    parser.set_defaults(func=run)
 
 
 def print_faults(error: InputError, stream=None) -> None:
@@ -68,6 +98,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("mesh: interrupted", file=sys.stderr)
         return 130
+    except ImportError as error:
+        from executors.cli.extras import missing_extra
+
+        said = missing_extra(args.command, error)
+        if said is None:
+            raise
+        print(said, file=sys.stderr)
+        return 2
     except Exception as error:
         resolver = sys.modules.get("resolver")  # whoever raised these imported it
         if resolver is not None and isinstance(error, resolver.InputError):
@@ -78,6 +116,17 @@ def main(argv=None) -> int:
             return 2
         raise
 
+
+class _Command(types.ModuleType):
+    """This module, callable: `executors.cli.main(argv)` runs the command as `main(argv)` does.
+    A console script written for the entry point `executors.cli:main` (installed before the
+    verbs moved into cli/) imports this module by that name and calls it."""
+
+    def __call__(self, argv=None) -> int:
+        return main(argv)
+
+
+sys.modules[__name__].__class__ = _Command
 
 if __name__ == "__main__":
     sys.exit(main())

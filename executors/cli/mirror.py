@@ -13,18 +13,9 @@ from __future__ import annotations
 
 import sys
 
-import attrs
-
-from executors.control.loading import load_mesh_dir, write_ledger
-from executors.control.registry import RegistryClient, RegistryError
-from resolver import MeshError
-from resolver._artifacts import (
-    artifact_state,
-    artifact_store_address,
-    catalogue_artifacts,
-    pin_key,
-    used_artifacts,
-)
+from executors.control.loading import load_mesh_dir
+from executors.control.mirroring import mirror
+from executors.control.registry import RegistryClient
 
 
 def register(subparsers) -> None:
@@ -49,61 +40,15 @@ def register(subparsers) -> None:
 def run(args, out=None, client: RegistryClient | None = None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    catalogue, mesh, ledger, sources = inputs.catalogue, inputs.mesh, inputs.ledger, inputs.sources
-    target = args.registry or artifact_store_address(catalogue, mesh, ledger)
-    if target is None:
-        raise MeshError("the mesh has no registry to mirror into: assign one instance of a module "
-                        "providing artifact-store (with its port in the ledger), or pass --registry HOST:PORT")
-    every = catalogue_artifacts(catalogue)
-    wanted = sorted(every) if args.all else sorted(used_artifacts(catalogue, mesh))
-    client = client or RegistryClient(timeout=(args.timeout, args.timeout))
-    print(f"mirroring into {target}", file=out, flush=True)
-    client.ping(target)
-
-    mirrored = dict(ledger.mirrored)
-    done: set[str] = set()
-    failures = 0
-    for name in wanted:
-        artifact = every[name]
-        key = pin_key(artifact)
-        module, artifact_name = name.split("/", 1)
-        if key is None or not artifact.mirror:
-            why = "built artifact: pushed by its build" if key is None else "mirror: false"
-            print(f"  skip {name}: {why}", file=out)
-            continue
-        digest = ledger.pins.get(key)
-        if digest is None:
-            failures += 1
-            file, line, col = sources.where(f"module:{module}", "artifacts", artifact_name, "tag")
-            print(f"{file}:{line}:{col}: artifact {artifact_name} ({key}) is not pinned; run `mesh pin` first",
-                  file=out, flush=True)
-            continue
-        if (artifact.repository, digest) in done:
-            continue
-        print(f"→ {name}: {artifact.repository}@{digest}", file=out, flush=True)
-        try:
-            path = client.copy_image(artifact.repository, digest, target,
-                                     progress=lambda line: print(line, file=out, flush=True))
-        except RegistryError as error:
-            failures += 1
-            file, line, col = sources.where(f"module:{module}", "artifacts", artifact_name, "repository")
-            print(f"{file}:{line}:{col}: artifact {artifact_name} ({key}): {error}", file=out, flush=True)
-            continue
-        done.add((artifact.repository, digest))
-        mirrored[digest] = target
-        print(f"  {target}/{path}@{digest}: held", file=out, flush=True)
-
-    updated = attrs.evolve(ledger, mirrored=ledger.mirrored.update(mirrored))
-    if updated != ledger:
-        write_ledger(inputs.ledger_path, updated)
-        print(f"ledger written: {inputs.ledger_path}", file=out)
-    registry_of_mesh = artifact_store_address(catalogue, mesh, updated)
-    state = artifact_state(catalogue, mesh, updated, registry_of_mesh)
-    print(f"artifacts: {state}" + ("" if registry_of_mesh == target else
-                                   f" (the mesh's own registry is {registry_of_mesh or 'not assigned'}, "
-                                   f"not {target})"), file=out)
-    if failures:
-        print(f"{failures} artifact{'s' if failures != 1 else ''} could not be mirrored", file=out)
+    done = mirror(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+                  registry=args.registry, every_artifact=args.all,
+                  say=lambda line: print(line, file=out, flush=True))
+    print(f"artifacts: {done.state}" + ("" if done.registry_of_mesh == done.target else
+                                        f" (the mesh's own registry is "
+                                        f"{done.registry_of_mesh or 'not assigned'}, not "
+                                        f"{done.target})"), file=out)
+    if done.failures:
+        print(f"{done.failures} artifact{'s' if done.failures != 1 else ''} could not be "
+              "mirrored", file=out)
         return 1
     return 0
-

@@ -12,21 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from executors.control.loading import load_mesh_dir, write_ledger
-from executors.control.registry import RegistryClient, RegistryError
-from resolver import MeshError
-from resolver._artifacts import (
-    artifacts_changed_by_pins,
-    catalogue_artifacts,
-    containers_using,
-    pin_key,
-    pin_requests,
-    split_repository,
-    used_artifacts,
-    with_pins,
-)
-
-EVERYTHING = "*"
+from executors.control.loading import load_mesh_dir
+from executors.control.pinning import EVERYTHING, pin
+from executors.control.registry import RegistryClient
 
 
 def register(subparsers) -> None:
@@ -52,66 +40,20 @@ def register(subparsers) -> None:
 def run(args, out=None, client: RegistryClient | None = None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    catalogue, ledger, sources = inputs.catalogue, inputs.ledger, inputs.sources
-    every = catalogue_artifacts(catalogue)
-    wanted = sorted(every) if args.all else sorted(used_artifacts(catalogue, inputs.mesh))
-    refresh = None
-    if args.refresh is not None:
-        known = set(every) | {pin_key(a) for a in every.values() if pin_key(a)}
-        if args.refresh != EVERYTHING and args.refresh not in known:
-            raise MeshError(f"--refresh {args.refresh}: no such artifact; expected module/artifact or "
-                            f"repository:tag of the catalogue")
-        refresh = (args.refresh,)
-        if args.refresh != EVERYTHING:  # refreshing one artifact pins it even if the mesh runs none
-            wanted = sorted(set(wanted) | {k for k, a in every.items() if args.refresh in (k, pin_key(a))})
-    requests_ = pin_requests(catalogue, ledger, wanted, refresh)
-    if not requests_:
-        print(f"nothing to pin: every tag of {len(wanted)} artifacts is pinned "
+    pinned = pin(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+                 refresh=args.refresh, every_artifact=args.all,
+                 say=lambda line: print(line, file=out, flush=True))
+    if not pinned.asked:
+        print(f"nothing to pin: every tag of {len(pinned.wanted)} artifacts is pinned "
               "(--refresh asks the registries again)", file=out)
         return 0
-
-    client = client or RegistryClient(timeout=(args.timeout, args.timeout))
-    digests: dict[str, str] = {}
-    unreachable: dict[str, str] = {}  # registry → the tag it failed for; a registry that did not answer is not asked again
-    failures = 0
-    for request in requests_:
-        registry = split_repository(request.repository)[0]
-        print(f"→ {request.key}: asking {registry}", file=out, flush=True)
-        try:
-            if registry in unreachable:
-                raise RegistryError("unreachable", f"not asked: {registry} did not answer for "
-                                    f"{unreachable[registry]} (above)")
-            digest = client.resolve(request.repository, request.tag)
-        except RegistryError as error:
-            if error.kind == "unreachable" and registry not in unreachable:
-                unreachable[registry] = request.key
-            failures += 1
-            for name in request.artifacts:
-                module, artifact = name.split("/", 1)
-                file, line, col = sources.where(f"module:{module}", "artifacts", artifact, "tag")
-                print(f"{file}:{line}:{col}: artifact {artifact} ({request.key}): {error}", file=out, flush=True)
-            continue
-        before = ledger.pins.get(request.key)
-        digests[request.key] = digest
-        if before is None:
-            print(f"  pinned {request.key} → {digest}", file=out, flush=True)
-        elif before == digest:
-            print(f"  unchanged {request.key} = {digest}", file=out, flush=True)
-        else:
-            print(f"  refreshed {request.key}: {before} → {digest}", file=out, flush=True)
-
-    updated = with_pins(ledger, digests)
-    if updated != ledger:
-        write_ledger(inputs.ledger_path, updated)
-        print(f"ledger written: {inputs.ledger_path}", file=out)
-    moved = [k for k in artifacts_changed_by_pins(catalogue, ledger, updated) if ledger.pins.get(pin_key(every[k]))]
-    if moved:
-        changed = containers_using(catalogue, inputs.mesh, moved)
-        print(f"{len(changed)} container{'s' if len(changed) != 1 else ''} change because pins moved "
-              f"({', '.join(moved)}):", file=out)
-        for container in changed:
+    if pinned.moved:
+        print(f"{len(pinned.changed)} container{'s' if len(pinned.changed) != 1 else ''} change "
+              f"because pins moved ({', '.join(pinned.moved)}):", file=out)
+        for container in pinned.changed:
             print(f"  {container}", file=out)
-    if failures:
-        print(f"{failures} tag{'s' if failures != 1 else ''} could not be pinned", file=out)
+    if pinned.failures:
+        print(f"{pinned.failures} tag{'s' if pinned.failures != 1 else ''} could not be pinned",
+              file=out)
         return 1
     return 0

@@ -24,7 +24,8 @@ from resolver import (Declaration, Fault, InputError, NodeSerial, Resolution, st
 from resolver._convert import unstructure_full
 from resolver._plan import container_changes
 
-from executors.control.loading import load_mesh_dir, write_atomic, write_ledger
+from executors.common.atomic import write_atomic
+from executors.control.loading import load_mesh_dir, write_ledger
 from executors.common.runtime import now_iso, resolving
 
 DECLARATION_SUFFIX = ".declaration.json"

@@ -2,8 +2,8 @@
 
 A new generation for each credential addressed, sealed to the holders of the current one; the
 ledger is written atomically (unless --dry-run). A provider's own admin secret is rotated
-provider first like its credentials (resolver._rotation.server_held_credentials). The plan is
-stated in two steps, because holders only move once the provider has the new generation in
+provider first like its credentials (resolver._rotation.server_held_credentials). The plan
+(executors/control/rotation.py) is stated in two steps, because holders only move once the provider has the new generation in
 force:
   1. now: the provider's grant (a new password on the idle login, or the account's password
      replaced), and every container that changes with it;
@@ -24,23 +24,13 @@ from __future__ import annotations
 import json
 import sys
 
-import attrs
-
 import resolver
 from resolver._plan import container_changes
-from resolver._rotation import (
-    describe_rotation,
-    record_applied,
-    holder_nodes,
-    is_dual,
-    provider_applied,
-    provider_first,
-    server_held_credentials,
-)
+from resolver._rotation import describe_rotation, holder_nodes, record_applied
 
 from executors.node.applied_record import acceptance
-from executors.control.issuer import rotate, select_credentials
 from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.rotation import plan_rotation
 from resolver import MeshError
 
 
@@ -87,54 +77,29 @@ def register(subparsers) -> None:
     applied.set_defaults(func=run_applied)
 
 
-def _with_providers_applied(ledger, ids):
-    """The ledger as it will be once each provider reported its pending generation in force."""
-    credentials = ledger.credentials
-    for cred_id in ids:
-        cred = credentials[cred_id]
-        if cred.pending is not None:
-            credentials = credentials.set(cred_id,
-                                          provider_applied(cred, cred.pending.generation,
-                                                           credential_id=cred_id))
-    return attrs.evolve(ledger, credentials=credentials)
-
-
 def run(args, out=None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    ids = select_credentials(inputs.ledger, credential=args.credential,
-                             provider=args.provider, consumer=args.consumer)
-    resolve = lambda ledger: resolver.resolve(  # noqa: E731
-        inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
-    before = resolve(inputs.ledger)
-    server_held = server_held_credentials(inputs.catalogue, inputs.mesh)
-    rotated = rotate(before.ledger, ids, inputs.mesh, server_held=server_held)
-    step1 = resolve(rotated)
-    step2 = resolve(_with_providers_applied(step1.ledger, ids))
-
+    plan = plan_rotation(inputs, credential=args.credential, provider=args.provider,
+                         consumer=args.consumer)
     w = lambda line="": print(line, file=out)  # noqa: E731
-    w(f"rotate {len(ids)} credential{'s' if len(ids) != 1 else ''}:")
-    for cred_id in ids:
-        cred = rotated.credentials[cred_id]
-        kind = ("dual login, no window" if is_dual(cred)
-                else "the server's admin, changed on the running server first"
-                if cred_id in server_held
-                else "single credential, provider first: WINDOW" if provider_first(cred_id)
-                else "own secret, active at once")
+    w(f"rotate {len(plan.ids)} credential{'s' if len(plan.ids) != 1 else ''}:")
+    for cred_id in plan.ids:
+        cred = plan.rotated.credentials[cred_id]
         new = cred.pending or cred.active
-        w(f"  {cred_id}: generation {new.generation} ({kind}); holders: "
+        w(f"  {cred_id}: generation {new.generation} ({plan.kind(cred_id)}); holders: "
           f"{', '.join(holder_nodes(cred))}")
         w(f"    {describe_rotation(cred_id, cred)}")
-    first = container_changes(before.declarations, step1.declarations)
-    second = container_changes(step1.declarations, step2.declarations)
-    _print_step(w, "now", before, step1, first)
-    if any(rotated.credentials[i].pending is not None for i in ids):
-        _print_step(w, "once the provider reports the new generation applied", step1, step2,
-                    second)
+    _print_step(w, "now", plan.before, plan.now,
+                container_changes(plan.before.declarations, plan.now.declarations))
+    if plan.waits_for_providers:
+        _print_step(w, "once the provider reports the new generation applied", plan.now,
+                    plan.once_applied,
+                    container_changes(plan.now.declarations, plan.once_applied.declarations))
     if args.dry_run:
         w("dry run: ledger not written")
         return 0
-    write_ledger(inputs.ledger_path, step1.ledger)
+    write_ledger(inputs.ledger_path, plan.now.ledger)
     print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
     return 0
 

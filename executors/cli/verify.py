@@ -19,8 +19,8 @@ import json
 import os
 import sys
 
-from executors.node.runner import load_declarations, secret_source_from
-from executors.node.verify import Locate, verify_declaration
+from executors.node.runner import load_declaration, secret_source_from
+from executors.node.verify import engine_locator, verify_declaration
 
 
 def register(subparsers) -> None:
@@ -51,23 +51,9 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def engine_locator(docker_host) -> Locate:
-    """container name → (pid, state), asked of the Engine when first needed."""
-    api = []
-
-    def locate(name: str):
-        from executors.node import docker_engine
-
-        if not api:
-            api.append(docker_engine.connect(docker_host, timeout=30))
-        return docker_engine.container_pid(api[0], name)
-
-    return locate
-
-
 def run(args, out=None) -> int:
     out = out or sys.stdout
-    (_, declaration), = load_declarations([args.declaration])[:1]
+    declaration = load_declaration(args.declaration)
     secret_source = secret_source_from(args.secrets, args.key, declaration.node)
     results = verify_declaration(declaration, secret_source, timeout=args.timeout,
                                  locate=engine_locator(args.docker_host))

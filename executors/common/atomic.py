@@ -1,9 +1,14 @@
-"""Writing a file whole or not at all.
+"""Writing a file whole or not at all: the one place the executors write a file that matters.
 
-A temp file beside the target, created with its final mode (so a secret is never readable by
-others, not even for an instant), written, fsynced, renamed over the target, and the directory
-fsynced so the rename survives a crash. A failure removes the temp file and leaves the target
-as it was.
+Invariants:
+- A temp file beside the target, created with its final mode (so a secret is never readable
+  by others, not even for an instant), written, fsynced, then put in place in one step, and
+  the directory fsynced so that step survives a crash. A failure removes the temp file and
+  leaves the target as it was; a reader sees the old file or the new one, never a part.
+- `write_atomic` replaces the target (rename). `write_exclusive` never does: the temp file is
+  hard-linked to the target name, which fails when the name exists, so a key created once is
+  never overwritten and never seen half-written (an O_EXCL create written in place would be).
+- Standard library only.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Callable, Union
+
+Data = Union[bytes, str]
 
 
-def write_atomic(path, data: Union[bytes, str], mode: int = 0o644) -> None:
-    path = Path(path)
+def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None]) -> None:
+    """Write `data` to a temp file beside `path` with `mode`, fsync it, `place(temp, path)`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -26,15 +33,25 @@ def write_atomic(path, data: Union[bytes, str], mode: int = 0o644) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
+        place(temp, path)
+    finally:
         try:
-            os.unlink(temp)
+            os.unlink(temp)  # after a rename it is gone already; after a link it is the spare
         except FileNotFoundError:
             pass
-        raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def write_atomic(path, data: Data, mode: int = 0o644) -> None:
+    """Replace `path` with `data` (text is written as UTF-8), whole or not at all."""
+    _staged(Path(path), data, mode, lambda temp, target: os.replace(temp, target))
+
+
+def write_exclusive(path, data: Data, mode: int = 0o600) -> None:
+    """Create `path` holding `data`, whole or not at all; FileExistsError when it exists (the
+    file there is left as it is)."""
+    _staged(Path(path), data, mode, lambda temp, target: os.link(temp, target))

@@ -1,8 +1,9 @@
 """Node keys and sealed values (libsodium sealed boxes through PyNaCl).
 
 Invariants:
-- A node's private key file holds the X25519 key base64-encoded, is created with mode 0600 by
-  one exclusive open, and is never overwritten: a lost key is replaced by an operator's act.
+- A node's private key file holds the X25519 key base64-encoded, is created with mode 0600,
+  whole or not at all, and is never overwritten (common/atomic.write_exclusive): a lost key is
+  replaced by an operator's act.
 - A value is sealed to one node's public key; only that node's private key opens it. Opening
   with any other key fails with UnsealError, never with a wrong value.
 - Plaintext exists only in memory: nothing here writes, prints or logs a secret value.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from pathlib import Path
 from typing import Mapping
 
@@ -20,6 +20,8 @@ from nacl.exceptions import CryptoError
 from nacl.public import PrivateKey, PublicKey, SealedBox
 
 from resolver import Ledger, MeshError
+
+from executors.common.atomic import write_exclusive
 
 
 class KeyError_(MeshError):
@@ -42,20 +44,20 @@ def create_node_key(path) -> str:
     """Create a node's private key file (0600, refusing to overwrite); return its public key."""
     path = Path(path)
     private_key = PrivateKey.generate()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if path.exists() or path.is_symlink():  # said before anything is made beside it
+        raise _exists(path)
+    try:  # 0600 whatever the umask; whole or not at all; never over another file
+        write_exclusive(path, _b64(bytes(private_key)) + "\n", 0o600)
     except FileExistsError:
-        raise KeyError_(f"{path}: a key file exists already; not overwritten "
-                        f"(remove it first if you mean to replace the node's key)") from None
+        raise _exists(path) from None
     except OSError as exc:
         raise KeyError_(f"{path}: cannot create the key file: {exc.strerror}") from None
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-        os.write(fd, (_b64(bytes(private_key)) + "\n").encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     return public_key_b64(private_key)
+
+
+def _exists(path: Path) -> KeyError_:
+    return KeyError_(f"{path}: a key file exists already; not overwritten "
+                     f"(remove it first if you mean to replace the node's key)")
 
 
 def load_private_key(path) -> PrivateKey:

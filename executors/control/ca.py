@@ -1,7 +1,8 @@
 """The mesh CA: an Ed25519 key on the control node that signs one certificate per node.
 
 Invariants:
-- The CA key is created once (mode 0600, exclusive create, never overwritten) at `ca.path`
+- The CA key is created once (mode 0600, whole or not at all, never overwritten:
+  common/atomic.write_exclusive) at `ca.path`
   relative to the mesh directory; its self-signed certificate lies beside it (`.crt`).
 - A node certificate names the node (CN), its address (SubjectAltName) and certifies the
   node's own X25519 public key from mesh.yaml; it is signed only when the issuer is asked to,
@@ -14,7 +15,6 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from resolver import Certificate, Mesh, MeshError
+
+from executors.common.atomic import write_exclusive
 
 CA_VALIDITY_DAYS = 3650
 
@@ -54,16 +56,6 @@ def iso(moment: datetime.datetime) -> str:
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-
-
-def _write_exclusive(path: Path, data: bytes, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def init_ca(mesh_dir, mesh: Mesh, now: Optional[datetime.datetime] = None) -> MeshCa:
@@ -95,10 +87,13 @@ def init_ca(mesh_dir, mesh: Mesh, now: Optional[datetime.datetime] = None) -> Me
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
     try:
-        _write_exclusive(key_path, key_pem, 0o600)
+        write_exclusive(key_path, key_pem, 0o600)
     except FileExistsError:
         raise CaError(f"{key_path}: exists already; not overwritten") from None
-    _write_exclusive(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+    try:
+        write_exclusive(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+    except FileExistsError:
+        raise CaError(f"{cert_path}: exists already; not overwritten") from None
     return MeshCa(key, certificate)
 
 

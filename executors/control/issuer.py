@@ -278,6 +278,31 @@ def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str) -> Ledger:
                                                                      sign_node(ca, mesh, node)))
 
 
+@attrs.frozen
+class Renewal:
+    """`mesh renew`: the node's certificate signed anew, and the mesh before and after."""
+
+    node: str
+    before: object  # Resolution with the ledger as it was
+    after: object  # Resolution with the renewed certificate (its ledger is to be written)
+    old: Optional[object]  # the certificate replaced (None: the node had none)
+    new: object  # the certificate signed
+
+
+def renewal(inputs, node: str) -> Renewal:
+    """Sign `node`'s certificate anew with the mesh CA of the mesh directory, whatever its
+    renewal window, and resolve the mesh before and after (nothing is written)."""
+    import resolver
+
+    ca = load_ca(inputs.mesh_dir, inputs.mesh)
+    before = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                              sources=inputs.sources)
+    ledger = renew(before.ledger, inputs.mesh, ca, node)
+    after = resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+    return Renewal(node, before, after, inputs.ledger.certificates.get(node),
+                   ledger.certificates[node])
+
+
 def issue_requests(inputs, resolution, *, notes: Optional[list[str]] = None,
                    entropy: Entropy = new_secret,
                    control_key: Optional[PrivateKey] = None) -> Ledger:

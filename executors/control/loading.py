@@ -27,7 +27,7 @@ from typing import Optional
 
 import attrs
 
-from executors.common.atomic import write_atomic  # noqa: F401  (re-exported: callers import it here)
+from executors.common.atomic import write_atomic
 from resolver import (
     MAX_DOCUMENT_BYTES,
     Catalogue,

@@ -24,7 +24,8 @@ from typing import Mapping, Optional, Sequence
 
 import attrs
 
-RECORD_VERSION = 2
+from .marks import APPLIED_RECORD_VERSION as RECORD_VERSION
+
 PHASES = ("checks", "firewall", "containers", "provisioning")
 APPLIED, FAILED = "applied", "failed"
 

@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence
 
 import attrs
 
-from resolver import Declaration
+from resolver import Declaration, declaration_digest
 
 from . import applied_record
 from .apply_fast import held_facts
@@ -51,19 +51,14 @@ from .apply_exec import (  # noqa: F401  (observe: part of this module's API)
     read_record,
     write_record,
 )
-from .apply_render import (  # noqa: F401  (NodePaths, render: part of this module's API)
-    NodePaths,
-    Rendered,
-    SecretSource,
-    declaration_digest,
-    render,
-)
-from .node_paths import DEFAULT_STATE_ROOT, migrate_legacy_layout
+from .apply_render import Rendered, render  # noqa: F401  (render: part of this module's API)
+from .extensions import Firewall, SecretSource
+from .node_paths import DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
 from executors.common.report import Report
 
-Firewall = Callable[..., None]  # (intent, report, dry_run) → None; reports its own operations
+# The hooks an apply runs (extensions.py documents the firewall and the secret source):
 Check = Callable[..., None]  # (declaration, secret_source, report) → None; reports its checks
-Provisioner = Callable[..., object]  # (declaration, secret_source, report, dry_run) → result
+ProvisionHook = Callable[..., object]  # (declaration, secret_source, report, dry_run) → result
 
 
 # --------------------------------------------------------------------------- the call
@@ -177,7 +172,7 @@ def _finish(paths: NodePaths, report: Report, plan, previous: Optional[dict],
 def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE_ROOT,
                       secret_source: Optional[SecretSource] = None, dry_run: bool = False,
                       report: Optional[Report] = None, firewall: Optional[Firewall] = None,
-                      checks: Sequence[Check] = (), provisioners: Sequence[Provisioner] = (),
+                      checks: Sequence[Check] = (), provisioners: Sequence[ProvisionHook] = (),
                       stop_timeout: int = 10, noop_inputs: Optional[dict] = None) -> Report:
     """Make this node match `declaration`; returns the report (report.facts["result"]).
     With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record."""

@@ -26,6 +26,8 @@ from typing import Callable, Optional, Sequence
 import attrs
 from pyrsistent import pmap
 
+from resolver import MeshError
+
 from . import applied_record
 from . import docker_engine as engine
 from .apply_diff import (
@@ -40,17 +42,16 @@ from .apply_diff import (
     Op,
     Plan,
 )
-from .apply_render import NodePaths, Rendered
-from executors.common.atomic import write_atomic as _write_atomic
+from .apply_render import Rendered
+from .node_paths import NodePaths
+from executors.common.atomic import write_atomic
 from executors.common.report import Report
 
+# Every file written here is 0600: env files and binding files hold unsealed values, and the
+# records and markers are the executor's own.
+PRIVATE = 0o600
+
 # --------------------------------------------------------------------------- files
-
-
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace `path` whole (executors.common.atomic); files here default to 0600: they may hold
-    unsealed values."""
-    _write_atomic(path, data, mode)
 
 
 def _read_json(path: Path, default):
@@ -63,7 +64,7 @@ def _read_json(path: Path, default):
 
 
 def _write_json(path: Path, data) -> None:
-    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), 0o600)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", PRIVATE)
 
 
 def read_record(paths: NodePaths) -> Optional[dict]:
@@ -180,7 +181,7 @@ class _Executor:
 
     # files ---------------------------------------------------------------
     def write_file(self, op: Op, _) -> str:
-        write_atomic(Path(op.subject), self.rendered.contents[op.subject], 0o600)
+        write_atomic(op.subject, self.rendered.contents[op.subject], PRIVATE)
         return "written (0600)"
 
     def remove_file(self, op: Op, _) -> str:
@@ -253,7 +254,7 @@ class _Executor:
         if code != 0:
             raise _StepFailed(f"exit {code}", last_lines)
         digest = next(c.digest for c in self.rendered.desired.containers if c.name == op.subject)
-        write_atomic(self.paths.marker(op.subject), (digest + "\n").encode(), 0o600)
+        write_atomic(self.paths.marker(op.subject), digest + "\n", PRIVATE)
         engine.remove(self.api, op.subject, mesh, 0)
         return "exit 0 (completed; marker recorded)"
 
@@ -264,7 +265,9 @@ class _Executor:
             pass
         return "marker removed"
 
-class _StepFailed(Exception):
+class _StepFailed(MeshError):
+    """A run-once step that exited non-zero: the operation fails with its last log lines."""
+
     def __init__(self, message: str, last_lines: list[str]):
         super().__init__(message)
         self.last_lines = last_lines

@@ -10,8 +10,10 @@ Invariants:
   it then observes the same facts the full path observes (one container list call, the state
   directories, accessed paths, the files the mesh writes, run-once markers, applied.json).
 - A firewall intent in force is checked as the firewall executor checks it: the recorded
-  `<state root>/firewall.digest` and one `list chains` of table inet mesh (the nftables
+  `<state root>/.mesh/firewall.digest` and one `list chains` of table inet mesh (the nftables
   binding, imported only then).
+- Where files are, the labels and the names of the firewall's marks are read from node_paths
+  and marks (standard library only too), never restated here.
 - Any doubt declines (returns None) and the full path runs unchanged: an unusual argument, a
   grant, an unreadable file, an engine not on a unix socket, an answer not understood, another
   apply holding the lock. It never writes anything.
@@ -32,17 +34,19 @@ import time
 from pathlib import Path
 from typing import Optional
 
-RECORD_VERSION = 2  # 2: the executor's files under <state root>/.mesh, applied.json version 2
-APPLIED_VERSION = 2  # applied_record.RECORD_VERSION
-EXECUTOR_DIR = ".mesh"  # node_paths.EXECUTOR_DIR: the executor's own files under the state root
-NOOP_RECORD = "noop.json"
-DEFAULT_SOCKET = "/var/run/docker.sock"
-API_VERSION = "1.41"  # the full path's docker_engine.API_VERSION
-LABEL_MESH = "mesh.mesh"
-LABEL_DIGEST = "mesh.config-digest"
-FIREWALL_DIGEST_FILE = "firewall.digest"  # firewall.DIGEST_FILE
-FIREWALL_FAMILY, FIREWALL_TABLE = "inet", "mesh"  # firewall_render.FAMILY, TABLE
-FIREWALL_DIGEST_CHAIN_PREFIX = "digest_"  # firewall_render.DIGEST_CHAIN_PREFIX
+from .marks import (
+    APPLIED_RECORD_VERSION,
+    ENGINE_API_VERSION,
+    ENGINE_SOCKET,
+    FIREWALL_FAMILY,
+    FIREWALL_TABLE,
+    LABEL_DIGEST,
+    LABEL_MESH,
+    digest_from_chain_name,
+)
+from .node_paths import NodePaths
+
+RECORD_VERSION = 2  # noop.json; 2: the executor's files under <state root>/.mesh
 ENGINE_TIMEOUT = 10
 
 
@@ -89,8 +93,7 @@ def fast_path_disabled(args) -> bool:
 
 
 def _socket_path(docker_host: Optional[str]) -> str:
-    if not docker_host:
-        return DEFAULT_SOCKET
+    docker_host = docker_host or ENGINE_SOCKET
     if docker_host.startswith("unix:///"):
         return docker_host[len("unix://"):]
     raise _Decline(f"engine {docker_host} is not a unix socket")
@@ -131,7 +134,7 @@ def list_managed(docker_host: Optional[str], mesh: str) -> list[dict]:
 
     filters = quote(json.dumps({"label": [f"{LABEL_MESH}={mesh}"]}))
     status, body = _get(_socket_path(docker_host),
-                        f"/v{API_VERSION}/containers/json?all=1&filters={filters}")
+                        f"/v{ENGINE_API_VERSION}/containers/json?all=1&filters={filters}")
     if status != 200:
         raise _Decline(f"engine answered {status}")
     rows = json.loads(body)
@@ -148,9 +151,9 @@ def _read_json(path):
         return json.load(handle)
 
 
-def _check_applied(root: Path, record: dict) -> None:
-    applied = _read_json(root / "applied.json")
-    if not isinstance(applied, dict) or applied.get("version") != APPLIED_VERSION \
+def _check_applied(paths: NodePaths, record: dict) -> None:
+    applied = _read_json(paths.applied)
+    if not isinstance(applied, dict) or applied.get("version") != APPLIED_RECORD_VERSION \
             or applied.get("result") != "applied":
         raise _Decline("applied.json does not record a successful apply")
     if (applied.get("serial"), applied.get("digest", ""), applied.get("generations", {})) != \
@@ -158,8 +161,8 @@ def _check_applied(root: Path, record: dict) -> None:
         raise _Decline("applied.json differs from the no-op record")
 
 
-def _check_dirs(root: Path, record: dict) -> None:
-    recorded = set(_read_json(root / "dirs.json")) if record["dirs"] else set()
+def _check_dirs(paths: NodePaths, record: dict) -> None:
+    recorded = set(_read_json(paths.dirs_record)) if record["dirs"] else set()
     for want in record["dirs"]:
         if want["path"] not in recorded:
             raise _Decline(f"{want['path']} is not in the mesh's record of directories")
@@ -174,14 +177,14 @@ def _check_dirs(root: Path, record: dict) -> None:
             raise _Decline(f"{path} is not usable {want['mode']}")
 
 
-def _check_files(root: Path, record: dict) -> None:
+def _check_files(paths: NodePaths, record: dict) -> None:
     if set(record["files"]) != {"env", "bindings"}:
         raise _Decline("files outside env/ and bindings/")
-    for kind in ("env", "bindings"):
+    for kind, directory in (("env", paths.env_dir), ("bindings", paths.bindings_dir)):
         want = record["files"][kind]
         found = {}
         try:
-            entries = list(os.scandir(root / kind))
+            entries = list(os.scandir(directory))
         except FileNotFoundError:
             entries = []
         for entry in entries:  # the same selection as the full path's observation
@@ -192,13 +195,13 @@ def _check_files(root: Path, record: dict) -> None:
                 raise _Decline(f"{entry.path} mode changed")
             found[entry.name] = _sha256_file(entry.path)
         if found != want:
-            raise _Decline(f"files in {root / kind} differ")
+            raise _Decline(f"files in {directory} differ")
 
 
-def _check_markers(root: Path, record: dict) -> None:
+def _check_markers(paths: NodePaths, record: dict) -> None:
     want = {c["name"]: c["digest"] for c in record["containers"] if c["run_once"]}
     found = {}
-    steps = root / "steps"
+    steps = paths.steps_dir
     if steps.is_dir():
         for entry in os.scandir(steps):
             if entry.name.endswith(".digest") and not entry.name.startswith("."):
@@ -224,10 +227,10 @@ def _check_containers(rows: list[dict], record: dict) -> None:
         raise _Decline("a declared container is missing")
 
 
-def _check_firewall(root: Path, digest: str) -> None:
+def _check_firewall(paths: NodePaths, digest: str) -> None:
     """No-op exactly when the firewall executor's diff is empty: our table runs, carrying one
     digest chain, the desired digest, and the node's record says the same."""
-    with open(root / FIREWALL_DIGEST_FILE, encoding="ascii") as handle:
+    with open(paths.firewall_digest, encoding="ascii") as handle:
         if handle.read().strip() != digest:
             raise _Decline("firewall.digest differs")
     import nftables
@@ -238,8 +241,7 @@ def _check_firewall(root: Path, digest: str) -> None:
     ours = [o["chain"] for o in output.get("nftables", [])
             if o.get("chain", {}).get("family") == FIREWALL_FAMILY
             and o["chain"].get("table") == FIREWALL_TABLE]
-    running = [c["name"][len(FIREWALL_DIGEST_CHAIN_PREFIX):].replace("_", ":", 1) for c in ours
-               if c.get("name", "").startswith(FIREWALL_DIGEST_CHAIN_PREFIX)]
+    running = [d for d in (digest_from_chain_name(c.get("name", "")) for c in ours) if d]
     if running != [digest]:
         raise _Decline("the running table is not the recorded one")
 
@@ -293,9 +295,9 @@ def check(args) -> dict:
     inputs = noop_inputs(args)
     if inputs is None:
         raise _Decline("not one JSON declaration file")
-    root = Path(args.state_root) / EXECUTOR_DIR
+    paths = NodePaths(args.state_root)
     try:
-        lock = os.open(root / "lock", os.O_RDWR)
+        lock = os.open(paths.lock, os.O_RDWR)
     except FileNotFoundError:
         raise _Decline("no apply has run with this state root") from None
     try:
@@ -306,7 +308,7 @@ def check(args) -> dict:
                 raise _Decline("another apply is running") from None
             raise
         try:
-            record = _read_json(root / NOOP_RECORD)
+            record = _read_json(paths.noop_record)
         except FileNotFoundError:
             raise _Decline("no record of a successful apply") from None
         if not isinstance(record, dict) or record.get("version") != RECORD_VERSION \
@@ -318,12 +320,12 @@ def check(args) -> dict:
             firewall_digest = record.get("firewall_digest")
             if not firewall_digest:
                 raise _Decline("the firewall intent was not applied by the last apply")
-        _check_applied(root, record)
-        _check_dirs(root, record)
-        _check_files(root, record)
-        _check_markers(root, record)
+        _check_applied(paths, record)
+        _check_dirs(paths, record)
+        _check_files(paths, record)
+        _check_markers(paths, record)
         if firewall_digest:
-            _check_firewall(root, firewall_digest)
+            _check_firewall(paths, firewall_digest)
         _check_containers(list_managed(args.docker_host, record["mesh"]), record)
     finally:
         os.close(lock)

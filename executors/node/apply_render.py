@@ -11,6 +11,9 @@ Invariants:
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
+- A declaration's digest is the resolver's `declaration_digest` of its contents, never the
+  `digest` field a file claims: what the node records as applied is what it was given (a
+  declaration edited by hand is not the one the mesh declared, and `mesh applied` says so).
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ import hashlib
 import json
 import os
 import re
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap
 
-from resolver import ContainerDecl, Declaration, SecretRef, secret_token
+from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declaration_digest,
+                      secret_token)
 from resolver._rotation import server_held_secrets
-from resolver import declaration_digest as resolver_declaration_digest
 
 from . import docker_engine as engine
+from .extensions import SecretSource
 from .node_paths import NodePaths
 from .apply_diff import (
     Desired,
@@ -40,8 +44,6 @@ from .apply_diff import (
     config_digest,
     fingerprint,
 )
-
-SecretSource = Callable[[SecretRef], str]
 
 SECRET_PATTERN = re.compile(r"\$\{secret:([^}]*)\}")
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
@@ -56,12 +58,6 @@ class Rendered:
 
 
 # --------------------------------------------------------------------------- render
-
-
-def declaration_digest(declaration: Declaration) -> str:
-    """The declaration's digest as the resolver wrote it; computed the resolver's way for a
-    declaration written without one."""
-    return declaration.digest or resolver_declaration_digest(declaration)
 
 
 class _Substituter:
@@ -99,8 +95,8 @@ class _Substituter:
         return text
 
 
-class _Refused(Exception):
-    pass
+class _Refused(MeshError):
+    """A value that cannot be rendered honestly: becomes a Refusal, never leaves render."""
 
 
 def _env_text(pairs: Iterable[tuple[str, str]]) -> str:

@@ -21,17 +21,23 @@ import attrs
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
-LABEL_MESH = "mesh.mesh"
-LABEL_INSTANCE = "mesh.instance"
-LABEL_CONTAINER = "mesh.container"
-LABEL_DIGEST = "mesh.config-digest"
-LABEL_SUMMARY = "mesh.config"  # the config summary (env values as fingerprints): says what changed
-LABEL_RUN_ONCE = "mesh.run-once"
-API_VERSION = "1.41"  # fixed, so connecting costs no /version round trip (Debian 12: 20.10 → 1.41)
+from resolver import MeshError
+
+from .marks import (  # noqa: F401  (the labels are part of this module's API)
+    ENGINE_API_VERSION as API_VERSION,
+    ENGINE_SOCKET,
+    LABEL_CONTAINER,
+    LABEL_DIGEST,
+    LABEL_INSTANCE,
+    LABEL_MESH,
+    LABEL_RUN_ONCE,
+    LABEL_SUMMARY,
+)
+
 TICK_SECONDS = 5
 
 
-class EngineError(Exception):
+class EngineError(MeshError):
     """A Docker Engine call failed in a way the operator must hear about."""
 
 
@@ -57,7 +63,7 @@ class Listed:
 
 
 def connect(base_url: Optional[str] = None, timeout: int = 120) -> docker.APIClient:
-    return docker.APIClient(base_url=base_url or "unix:///var/run/docker.sock",
+    return docker.APIClient(base_url=base_url or ENGINE_SOCKET,
                             version=API_VERSION, timeout=timeout)
 
 

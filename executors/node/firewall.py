@@ -5,6 +5,9 @@ Invariants:
 - A change is one transaction (add, delete, re-add our table with its full contents), checked
   first as a dry run; a batch the kernel refuses changes nothing and the report says why.
 - No document without the ssh floor is applied, whatever the caller passes.
+- observe is a query of the kernel's listings and the recorded digest (I/O) and a pure
+  parse(rows); diff and `after` (what the machine holds once the ops ran) are pure
+  (tests/diff_cases/firewall).
 - The digest of the applied document is kept twice on the node: as the name of an empty chain
   in our table (so the running table says what it is) and in `<state_dir>/firewall.digest`
   (written atomically). When both say the desired digest and the table exists, nothing is done.
@@ -14,14 +17,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import attrs
 
 from resolver import FirewallIntent, MeshError
 
 from executors.common.atomic import write_atomic
-from .node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR
+from .node_paths import DEFAULT_STATE_ROOT, FIREWALL_DIGEST_FILE, NodePaths
 
 from .firewall_readback import keeps_ssh_floor
 from .firewall_render import (
@@ -35,8 +38,8 @@ from .firewall_render import (
     render,
 )
 
-DEFAULT_STATE_DIR = os.path.join(DEFAULT_STATE_ROOT, EXECUTOR_DIR)  # `mesh apply`'s own files
-DIGEST_FILE = "firewall.digest"
+DEFAULT_STATE_DIR = str(NodePaths(DEFAULT_STATE_ROOT).root)  # `mesh apply`'s own files
+DIGEST_FILE = FIREWALL_DIGEST_FILE
 TABLE_NAME = f"{FAMILY} {TABLE}"
 
 REPLACE_TABLE = "replace-table"
@@ -148,30 +151,58 @@ def write_recorded_digest(state_dir: str, digest: str) -> None:
     write_atomic(digest_path(state_dir), digest + "\n", mode=0o644)
 
 
-def _running_table(nft) -> tuple[bool, Optional[str]]:
-    """Whether our table exists and the digest its chains carry.
+def _our_chains(chains: Mapping[str, Any]) -> list:
+    return [o["chain"] for o in chains.get("nftables", [])
+            if o.get("chain", {}).get("family") == FAMILY and o["chain"].get("table") == TABLE]
+
+
+def _query_table(nft) -> dict[str, Any]:
+    """The kernel's listings that say whether our table runs and what it carries (I/O).
 
     One `list chains` (no rules, no set elements: the cheapest listing there is); other
-    tables' chains are listed by the kernel but never read here."""
-    rc, output, error = nft.json_cmd({"nftables": [{"list": {"chains": {}}}]})
+    tables' chains are listed by the kernel but never read here. Only when none of the chains
+    is ours, one `list tables` (an empty table of our name); `tables` is None otherwise, or
+    when the kernel answers that listing with an error."""
+    rc, chains, error = nft.json_cmd({"nftables": [{"list": {"chains": {}}}]})
     if rc != 0:
         raise FirewallError(f"cannot list nftables chains: {error.strip()}")
-    ours = [o["chain"] for o in output.get("nftables", [])
-            if o.get("chain", {}).get("family") == FAMILY and o["chain"].get("table") == TABLE]
-    if not ours:
+    tables = None
+    if not _our_chains(chains):
         rc, output, _ = nft.json_cmd({"nftables": [{"list": {"tables": {}}}]})
-        exists = rc == 0 and any(
+        tables = output if rc == 0 else None
+    return {"chains": chains, "tables": tables}
+
+
+def _parse_table(rows: Mapping[str, Any]) -> tuple[bool, Optional[str]]:
+    """Whether our table exists and the one digest its chains carry (pure)."""
+    ours = _our_chains(rows["chains"])
+    if not ours:
+        exists = rows.get("tables") is not None and any(
             o.get("table", {}).get("family") == FAMILY and o["table"].get("name") == TABLE
-            for o in output.get("nftables", []))
+            for o in rows["tables"].get("nftables", []))
         return exists, None  # an empty table of our name: replace it
     digests = [d for d in (digest_from_chain_name(c["name"]) for c in ours) if d]
     return True, digests[0] if len(digests) == 1 else None
 
 
-def observe(nft, state_dir: str) -> Observed:
-    exists, running = _running_table(nft)
+def _running_table(nft) -> tuple[bool, Optional[str]]:
+    return _parse_table(_query_table(nft))
+
+
+def query(nft, state_dir: str) -> dict[str, Any]:
+    """What observing the machine reads (I/O): the kernel's listings and the recorded digest."""
+    return {**_query_table(nft), "recorded": read_recorded_digest(state_dir)}
+
+
+def parse(rows: Mapping[str, Any]) -> Observed:
+    """The observed firewall from `query`'s rows (pure)."""
+    exists, running = _parse_table(rows)
     return Observed(table_exists=exists, running_digest=running,
-                    recorded_digest=read_recorded_digest(state_dir))
+                    recorded_digest=rows.get("recorded"))
+
+
+def observe(nft, state_dir: str) -> Observed:
+    return parse(query(nft, state_dir))
 
 
 # ---------------------------------------------------------------------------- diff (pure)
@@ -193,6 +224,20 @@ def diff(desired_digest: str, observed: Observed) -> tuple:
                    f"running table is {desired_digest}, "
                    f"recorded {observed.recorded_digest or 'nothing'}"),)
     return ()
+
+
+def after(observed: Observed, ops: Iterable[Op]) -> Observed:
+    """What the machine holds once `ops` succeeded (pure): a replaced table runs and carries
+    the op's digest, which `apply` then records; a recorded digest is recorded."""
+    for op in ops:
+        if op.kind == REPLACE_TABLE:
+            observed = Observed(table_exists=True, running_digest=op.digest,
+                                recorded_digest=op.digest)
+        elif op.kind == RECORD_DIGEST:
+            observed = attrs.evolve(observed, recorded_digest=op.digest)
+        else:
+            raise FirewallError(f"the model of the firewall cannot read {op.kind!r}")
+    return observed
 
 
 # ---------------------------------------------------------------------------- apply

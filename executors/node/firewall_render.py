@@ -40,16 +40,19 @@ import attrs
 
 from resolver import FirewallIntent, MeshError
 
-FAMILY = "inet"
-TABLE = "mesh"
+from .marks import (  # noqa: F401  (part of this module's API)
+    DIGEST_CHAIN_PREFIX,
+    FIREWALL_FAMILY as FAMILY,
+    FIREWALL_TABLE as TABLE,
+    digest_chain_name,
+    digest_from_chain_name,
+)
+
 INPUT_CHAIN = "input"
 FORWARD_CHAIN = "forward"
 # Before the filter-priority forward chains of the container runtime (iptables-nft's
 # `ip filter FORWARD`, priority 0), so a drop here is final whatever they accept.
 FORWARD_PRIORITY = -10
-# The digest names an empty regular chain (never jumped to, so it matches nothing): listing
-# chains is the cheapest question libnftables answers, it needs no set elements.
-DIGEST_CHAIN_PREFIX = "digest_"
 ANYWHERE = "any"  # the source of an opening from anywhere, in intents and read-back triples
 PROTOCOLS = ("tcp", "udp")
 COMMENT_MAX = 120  # libnftables aborts on rule comments longer than 128 bytes
@@ -162,16 +165,6 @@ def _bridge(name: str) -> str:
             or not name.isprintable() or any(c.isspace() or c in '"\\*' for c in name):
         raise FirewallError(f"bridge {name!r} is not an interface name")
     return name
-
-
-def digest_chain_name(digest: str) -> str:
-    return DIGEST_CHAIN_PREFIX + digest.replace(":", "_", 1)
-
-
-def digest_from_chain_name(name: str) -> Optional[str]:
-    if not name.startswith(DIGEST_CHAIN_PREFIX):
-        return None
-    return name[len(DIGEST_CHAIN_PREFIX):].replace("_", ":", 1)
 
 
 def _check_port(port: int, protocol: str, where: str) -> None:

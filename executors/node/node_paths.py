@@ -7,6 +7,10 @@ Invariants:
   mesh writes, 0600), steps/ (run-once markers), dirs.json, applied.json, noop.json,
   firewall.digest and the apply lock. An instance name never starts with a dot, and a declared
   state or accessed path inside `.mesh/` is refused at render, so neither can reach the other.
+- This module is the one place that names the state root's default (`DEFAULT_STATE_ROOT`, the
+  same root the resolver puts instances' relative state paths under) and every file of the
+  executor's own directory. It imports the standard library only: the no-op check of
+  `mesh apply` (apply_fast) and the verb's argument defaults read it without paying for attrs.
 - Nodes applied by an earlier version kept the executor's files directly under the state root.
   `migrate_legacy_layout` moves exactly those files (by name and suffix: `*.env` in env/ and
   bindings/, `*.digest` in steps/, the four records) into `.mesh/`, one rename each, so an apply
@@ -20,19 +24,43 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import attrs
-
 EXECUTOR_DIR = ".mesh"
 DEFAULT_STATE_ROOT = "/var/lib/mesh"
-RECORDS = ("applied.json", "noop.json", "dirs.json", "firewall.digest")
+STATE_ROOT_ENV = "MESH_STATE_ROOT"  # overrides the default of `mesh apply --state-root`
+APPLIED_FILE, NOOP_FILE, DIRS_FILE = "applied.json", "noop.json", "dirs.json"
+FIREWALL_DIGEST_FILE = "firewall.digest"
+LOCK_FILE = "lock"
+RECORDS = (APPLIED_FILE, NOOP_FILE, DIRS_FILE, FIREWALL_DIGEST_FILE)
 FILE_DIRS = {"env": ".env", "bindings": ".env", "steps": ".digest"}
 
 
-@attrs.frozen
-class NodePaths:
-    """The paths of one node's state root (`state_root`); `root` is the executor's own."""
+def default_state_root() -> str:
+    """The state root a command uses when none is given: $MESH_STATE_ROOT, else the default."""
+    return os.environ.get(STATE_ROOT_ENV) or DEFAULT_STATE_ROOT
 
-    state_root: Path = attrs.field(converter=Path)
+
+class NodePaths:
+    """The paths of one node's state root (`state_root`); `root` is the executor's own.
+
+    A plain immutable value (equal, hashable) without attrs, so the no-op
+    check can use it for the cost of pathlib alone."""
+
+    __slots__ = ("state_root",)
+
+    def __init__(self, state_root) -> None:
+        object.__setattr__(self, "state_root", Path(state_root))
+
+    def __setattr__(self, name, value) -> None:
+        raise AttributeError(f"NodePaths is immutable ({name})")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, NodePaths) and other.state_root == self.state_root
+
+    def __hash__(self) -> int:
+        return hash(("NodePaths", self.state_root))
+
+    def __repr__(self) -> str:
+        return f"NodePaths(state_root={str(self.state_root)!r})"
 
     @property
     def root(self) -> Path:
@@ -52,19 +80,23 @@ class NodePaths:
 
     @property
     def dirs_record(self) -> Path:
-        return self.root / "dirs.json"
+        return self.root / DIRS_FILE
 
     @property
     def applied(self) -> Path:
-        return self.root / "applied.json"
+        return self.root / APPLIED_FILE
 
     @property
     def noop_record(self) -> Path:
-        return self.root / "noop.json"
+        return self.root / NOOP_FILE
+
+    @property
+    def firewall_digest(self) -> Path:
+        return self.root / FIREWALL_DIGEST_FILE
 
     @property
     def lock(self) -> Path:
-        return self.root / "lock"
+        return self.root / LOCK_FILE
 
     def marker(self, step: str) -> Path:
         return self.steps_dir / f"{step}.digest"
@@ -116,7 +148,7 @@ def migrate_legacy_layout(paths: NodePaths) -> list[str]:
             old.rmdir()  # only when nothing else (an instance's state) is in it
         except OSError:
             pass
-    lock = legacy / "lock"
+    lock = legacy / LOCK_FILE
     if lock.is_file() and not lock.is_symlink() and lock.stat().st_size == 0:
         os.unlink(lock)
     return moved

@@ -99,6 +99,12 @@ def load_declarations(arguments) -> list[tuple[str, Declaration]]:
     return loaded
 
 
+def load_declaration(path: str) -> Declaration:
+    """The declaration in a file, or the newest by serial of a spool directory (the one an
+    apply would take); InputError naming every fault (file:line:col)."""
+    return max((d for _, d in load_declarations([path])), key=lambda d: d.serial)
+
+
 def _fast_json(text: str):
     """A well-formed JSON declaration without the YAML loader's position bookkeeping (the
     common case, and most of a no-op apply's time); None sends anything else to the loader."""
@@ -162,6 +168,21 @@ def runtime_bridges(api, intent, say) -> tuple:
         return DEFAULT_BRIDGES
 
 
+def firewall_bridges(intent, *, given=None, docker_host=None, say=lambda line: None) -> tuple:
+    """The bridges `mesh firewall` renders same-node openings for: those `given` (--bridge);
+    else, when same-node consumers are let in, the Engine's default bridge (as `mesh apply`
+    asks it), or Docker's default name when no Engine answers."""
+    from executors.node.firewall_render import DEFAULT_BRIDGES
+
+    if given:
+        return tuple(given)
+    if not intent.local:
+        return DEFAULT_BRIDGES
+    from executors.node import docker_engine
+
+    return runtime_bridges(docker_engine.connect(docker_host, timeout=10), intent, say)
+
+
 def firewall_hook(state_root: str, api=None):
     """The firewall executor as an apply hook, or None when it is not installed. Its digest
     file lives with the executor's own files (`<state root>/.mesh/firewall.digest`)."""
@@ -197,8 +218,8 @@ def firewall_hook(state_root: str, api=None):
 
 def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
     """(checks, provisioners) for an apply of `declaration`: the admin check before anything
-    changes and the provisioning of every grant of every kind (executors/node/provisioners.py, which
-    finds each kind's executors/node/provision_*.py and reports kinds none provisions). None for a
+    changes and the provisioning of every grant of every kind (executors/node/provisioners/,
+    whose registry names each kind's provisioner and reports kinds it has none for). None for a
     declaration with no grant and no provider holding an admin credential: nothing to do, and
     its kinds' modules (psycopg, requests) are not even imported."""
     from executors.node import provisioners

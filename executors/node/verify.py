@@ -16,6 +16,9 @@ Invariants:
   "not provisioned". `not-provisioned` is a binding of a grant kind the mesh has no
   provisioner for (bucket+key, client+secret): reachable, but its credential is the operator's
   to create; it is a warning, not a failure (as it is for `mesh apply`).
+- Which grant kinds are checked, and how, is the provisioner registry's to say
+  (provisioners/registry.py): each kind's provisioner checks its own bindings
+  (`check_binding`) and its providers' admins (`login`), the same registry `mesh apply` uses.
 - One result per provider on this node holding an admin credential: its running server is
   logged into as the admin with the generation in force, then a rotation's pending one; ok
   names the generation accepted, auth-failed names the credential and every generation tried.
@@ -34,18 +37,28 @@ from typing import Callable, Optional
 
 import attrs
 
-from resolver import BindingDecl, Declaration, SecretRef
+from resolver import BindingDecl, Declaration
 
-OK = "ok"
-UNREACHABLE = "unreachable"
-AUTH_FAILED = "auth-failed"
-MISSING = "missing-resource"
+from executors.node.extensions import SecretSource
+from executors.node.provisioners.admin_login import read_admin, refused_message
+from executors.node.provisioners.base import (
+    AUTH_FAILED,
+    MISSING,
+    OK,
+    UNREACHABLE,
+    Admin,
+    _one_line,
+    binding_address as _where,
+    credential_name as _credential_name,
+    derive_endpoint,
+)
+from executors.node.provisioners.registry import no_provisioner, provisioner_for
+
 NOT_PROVISIONED = "not-yet-provisioned"
 NO_PROVISIONER = "not-provisioned"  # a grant kind the mesh does not provision: a warning
 REQUIRES_NOTHING = "requires-nothing"
 STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED, NO_PROVISIONER)
 
-SecretSource = Callable[[SecretRef], str]
 # container name → (pid of its first process, state); pid None unless it runs
 Locate = Callable[[str], tuple[Optional[int], str]]
 CLONE_NEWNET = 0x40000000
@@ -75,10 +88,6 @@ class Result:
         return attrs.asdict(self)
 
 
-def _where(binding: BindingDecl) -> tuple[str, int]:
-    return binding.values.get("host", ""), int(binding.values.get("port", "0") or 0)
-
-
 def _result(binding: BindingDecl, status: str, message: str) -> Result:
     host, port = _where(binding)
     secret = binding.secret
@@ -86,14 +95,6 @@ def _result(binding: BindingDecl, status: str, message: str) -> Result:
                   provider=binding.provider, kind=binding.kind, status=status, message=message,
                   credential=secret.credential if secret else None,
                   generation=secret.generation if secret else None, address=f"{host}:{port}")
-
-
-def _credential_name(secret: SecretRef) -> str:
-    return f"credential {secret.credential} generation {secret.generation}"
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300] or type(error).__name__
 
 
 def _tcp(host: str, port: int, timeout: float) -> Optional[str]:
@@ -114,98 +115,7 @@ def _unreachable(binding: BindingDecl, why: str, where: str = "") -> Result:
                    f"its node's firewall lets {binding.consumer} in")
 
 
-# --------------------------------------------------------------------------- postgres
-
-
-def check_postgres(binding: BindingDecl, password: str, timeout: float, where: str = "") -> Result:
-    import psycopg
-
-    host, port = _where(binding)
-    user, database = binding.values.get("user", ""), binding.values.get("database", "")
-    name = _credential_name(binding.secret)
-    try:
-        with psycopg.connect(host=host, port=port, user=user, password=password,
-                             dbname=database, connect_timeout=max(1, int(timeout)),
-                             application_name="mesh-verify") as conn:
-            conn.execute("SELECT 1").fetchone()
-    except psycopg.OperationalError as error:
-        text = _one_line(error)
-        if "password authentication failed" in text or "authentication failed" in text:
-            return _result(binding, AUTH_FAILED,
-                           f"{binding.provider} refused login {user} with {name}: the server "
-                           f"holds another password for it (a data directory initialised earlier "
-                           f"with another password, or the provisioner has not run since this "
-                           f"generation) or the login does not exist. Run `mesh apply` on "
-                           f"{binding.provider}'s node so its provisioner sets it")
-        if "does not exist" in text and "database" in text:
-            return _result(binding, MISSING,
-                           f"database {database} does not exist on {binding.provider} (login "
-                           f"{user} was accepted): the grant was removed or provisioning did not "
-                           f"finish. Run `mesh apply` on {binding.provider}'s node")
-        if "permission denied for database" in text:
-            return _result(binding, MISSING,
-                           f"login {user} may not connect to database {database} on "
-                           f"{binding.provider}: the grant's privileges are missing. Run "
-                           f"`mesh apply` on {binding.provider}'s node")
-        if "no pg_hba.conf entry" in text:
-            return _result(binding, AUTH_FAILED,
-                           f"{binding.provider} has no pg_hba.conf rule admitting {user} from this "
-                           f"node ({name}): allow the mesh network in pg_hba.conf")
-        return _unreachable(binding, text, where)
-    return _result(binding, OK, f"database {database} as {user} at {host}:{port} ({name})")
-
-
-# --------------------------------------------------------------------------- amqp
-
-
-def check_amqp(binding: BindingDecl, password: str, timeout: float, where: str = "") -> Result:
-    import pika
-    from pika import exceptions
-
-    host, port = _where(binding)
-    user, vhost = binding.values.get("user", ""), binding.values.get("vhost", "")
-    name = _credential_name(binding.secret)
-    parameters = pika.ConnectionParameters(
-        host=host, port=port, virtual_host=vhost,
-        credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
-        connection_attempts=1, socket_timeout=timeout, stack_timeout=timeout * 2,
-        blocked_connection_timeout=timeout)
-    try:
-        connection = pika.BlockingConnection(parameters)
-    except (exceptions.ProbableAuthenticationError, exceptions.AuthenticationError):
-        return _result(binding, AUTH_FAILED,
-                       f"{binding.provider} refused account {user} with {name}: the broker holds "
-                       f"another password for it or the account does not exist. Run `mesh apply` "
-                       f"on {binding.provider}'s node so its provisioner sets it")
-    except exceptions.ProbableAccessDeniedError:
-        return _result(binding, MISSING,
-                       f"account {user} was accepted but vhost {vhost} on {binding.provider} does "
-                       f"not exist or grants it nothing: run `mesh apply` on "
-                       f"{binding.provider}'s node")
-    except (exceptions.AMQPError, OSError) as error:
-        return _unreachable(binding, _one_line(error) or type(error).__name__, where)
-    try:
-        channel = connection.channel()
-        # what a tool call needs: a reply queue of its own (seed 004)
-        channel.queue_declare("", exclusive=True, auto_delete=True)
-    except exceptions.AMQPError as error:
-        return _result(binding, MISSING,
-                       f"account {user} may not declare a reply queue on vhost {vhost} of "
-                       f"{binding.provider} ({_one_line(error)}): its permissions are not the "
-                       f"grant's; run `mesh apply` on {binding.provider}'s node")
-    finally:
-        try:
-            connection.close()
-        except exceptions.AMQPError:
-            pass
-    return _result(binding, OK, f"vhost {vhost} as {user} at {host}:{port}, reply queue "
-                                f"declared ({name})")
-
-
 # --------------------------------------------------------------------------- the whole
-
-
-CHECKS = {"database+login": check_postgres, "vhost+account": check_amqp}
 
 
 def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
@@ -220,16 +130,17 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
     why = _tcp(host, port, timeout)
     if why is not None:
         return _unreachable(binding, why, where)
-    check = CHECKS.get(binding.kind)
-    if check is None and binding.kind != "none":
+    provisioner = provisioner_for(binding.kind) if binding.kind != "none" else None
+    if provisioner is None and binding.kind != "none":
         resource = next((binding.values[k] for k in ("client", "bucket", "resource")
                          if k in binding.values), "its resource")
         name = _credential_name(secret) if secret is not None else "its credential"
         return _result(binding, NO_PROVISIONER,
                        f"reachable at {host}:{port}, but grant kind {binding.kind} is not "
-                       f"provisioned by the mesh (no provisioner for it): create {resource} on "
+                       f"provisioned by the mesh ({no_provisioner(binding.kind)}): create "
+                       f"{resource} on "
                        f"{binding.provider} by hand with {name}; not checked")
-    if check is None or secret is None:
+    if provisioner is None or secret is None:
         return _result(binding, OK, f"reachable at {host}:{port}")
     if secret_source is None:
         return _result(binding, NOT_PROVISIONED,
@@ -241,7 +152,10 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
         return _result(binding, NOT_PROVISIONED,
                        f"{_credential_name(secret)} is not sealed to this node in the secrets "
                        f"given: run `mesh plan --issue` so the issuer seals it here")
-    return check(binding, password, timeout, where)
+    checked = provisioner.check_binding(binding, password, timeout)
+    if checked.status == UNREACHABLE:
+        return _unreachable(binding, checked.message, where)
+    return _result(binding, checked.status, checked.message)
 
 
 # --------------------------------------------------------------------------- where it runs
@@ -273,6 +187,20 @@ def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+def engine_locator(docker_host: Optional[str]) -> Locate:
+    """container name → (pid, state), asked of the Docker Engine when first needed."""
+    api: list = []
+
+    def locate(name: str) -> tuple[Optional[int], str]:
+        from . import docker_engine
+
+        if not api:
+            api.append(docker_engine.connect(docker_host, timeout=30))
+        return docker_engine.container_pid(api[0], name)
+
+    return locate
 
 
 def _consumer_containers(declaration: Declaration, consumer: str) -> list[str]:
@@ -312,14 +240,10 @@ def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource
                   timeout: float = 5.0) -> list[Result]:
     """A result per provider on this node holding an admin credential: does its running
     server accept it (the generation in force, or a rotation's pending one)?"""
-    from .admin_login import read_admin, refused_message
-    from .provisioner_base import Admin, derive_endpoint, provisioner_modules
-
-    modules = provisioner_modules()
     results = []
     for p in declaration.providers:
-        module = modules.get(p.kind)
-        if p.admin is None or module is None:
+        provisioner = provisioner_for(p.kind) if p.admin is not None else None
+        if provisioner is None:
             continue
         admin = Admin(p.admin, p.admin_pending)
         endpoint = derive_endpoint(declaration, p.instance, p.kind)
@@ -337,7 +261,7 @@ def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource
                                      else f"no published port of {p.instance}")))
             continue
         address = f"{endpoint.host}:{endpoint.port}"
-        reading = read_admin(module, endpoint, admin, secret_source, timeout)
+        reading = read_admin(provisioner, endpoint, admin, secret_source, timeout)
         if reading.status == "accepted":
             results.append(Result(status=OK, generation=reading.generation, address=address,
                                   message=f"{p.instance}'s server accepts its admin "

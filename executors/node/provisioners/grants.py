@@ -1,13 +1,13 @@
-"""Provisioners: make every grant in a node's declaration true on its provider, and say so.
+"""Provisioning a node's grants: make every grant in its declaration true on its provider.
 
 Invariants:
 - `provision_grants` is the one entry `mesh apply` calls on the provider's node (through
   `provision`). It groups the declaration's grants by provider instance and hands each group to
-  the provisioner module of its kind (provisioner_base.provisioner_modules: database+login →
+  the provisioner of its kind, as the registry lists it (registry.py: database+login →
   PostgreSQL, vhost+account → the AMQP management API).
-- A grant whose kind no module provisions (bucket+key, client+secret today) is reported on
-  every run as a notice naming its kind, the login and resource to create by hand and the
-  credential generation, and its outcome is `not-provisioned`: never silently passed, never
+- A grant of a kind the registry lists no provisioner for (bucket+key, client+secret today) is
+  reported on every run as a notice naming its kind, the login and resource to create by hand
+  and the credential generation, and its outcome is `not-provisioned`: never silently passed, never
   counted as in force. It is a warning: the apply's result is not failed by it.
 - Before any grant, the provider's readiness is awaited logged in as its admin, and a rotated
   admin password is put in force on the running server (admin_login); the generation accepted
@@ -26,16 +26,10 @@ from typing import Iterable, Mapping, Optional
 
 from resolver import Declaration, GrantDecl, MeshError, SecretRef
 
-from .admin_login import check_admins, put_admin_in_force, wait_for_admin
-from .provisioner_base import (  # noqa: F401  (re-exported: the provisioners' shared API)
-    ADMIN_USER_ENV,
-    AMQP_KIND,
-    DEFAULT_ADMIN_LISTEN,
-    DEFAULT_ADMIN_PORT,
-    DEFAULT_ADMIN_USER,
-    POSTGRES_KIND,
-    Admin,
-    AdminReading,
+from executors.common.report import Report
+
+from .admin_login import put_admin_in_force, wait_for_admin
+from .base import (
     Endpoint,
     GrantOutcome,
     ProvisionError,
@@ -45,12 +39,8 @@ from .provisioner_base import (  # noqa: F401  (re-exported: the provisioners' s
     admin_of,
     derive_endpoint,
     idle_providers,
-    needs_provisioning,
-    provisioner_modules,
-    wait_ready,
 )
-from .admin_login import read_admin, refused_message  # noqa: F401,E402  (re-exported)
-from executors.common.report import Report
+from .registry import no_provisioner, provisioner_for
 
 
 def _providers(declaration: Declaration,
@@ -69,13 +59,13 @@ def _not_provisioned(report: Report, result: ProvisionResult, provider: str, kin
     for grant in grants:
         generation = grant.credential.generation
         report.notice(f"grant {grant.consumer} on {provider}",
-                      f"not provisioned: the mesh has no provisioner for grant kind {kind}; "
+                      f"not provisioned: the mesh has {no_provisioner(kind)}; "
                       f"create {grant.resource} for {grant.login} on {provider} by hand with "
                       f"credential {grant.credential.credential} generation "
                       f"{generation if generation is not None else '(not issued yet)'}")
         result.outcomes.append(GrantOutcome(
             grant.credential.credential, provider, grant.consumer, "not-provisioned",
-            message=f"no provisioner for grant kind {kind}", kind=kind))
+            message=no_provisioner(kind), kind=kind))
 
 
 
@@ -100,15 +90,14 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
     admin_refs = {**{p: ref for p, (_, ref) in idle.items()}, **(admin_refs or {})}
     provider_kinds = {**{p: kind for p, (kind, _) in idle.items()}, **(provider_kinds or {})}
     result = ProvisionResult()
-    modules = provisioner_modules()
     wanted_kinds = set(kinds) if kinds is not None else None
     if dry_run:
         ready_timeout = min(ready_timeout, 5.0)
     for (provider, kind), grants in _providers(declaration, provider_kinds).items():
         if wanted_kinds is not None and kind not in wanted_kinds:
             continue
-        module = modules.get(kind)
-        if module is None:
+        provisioner = provisioner_for(kind)
+        if provisioner is None:
             _not_provisioned(report, result, provider, kind, grants)
             continue
         if secret_source is None:
@@ -152,8 +141,8 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
             continue
         ops_before = len(report.ops)
         try:
-            generation = wait_for_admin(module, provider, endpoint, admin, secret_source,
-                                         report, ready_timeout)
+            generation = wait_for_admin(provisioner, provider, endpoint, admin, secret_source,
+                                        report, ready_timeout)
             in_use = next(r for r in admin.refs() if r.generation == generation)
             if admin.pending is not None and generation != admin.pending.generation:
                 if dry_run:
@@ -162,14 +151,14 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
                                   f"{admin.pending.generation} on the running server",
                                   "planned")
                 else:
-                    put_admin_in_force(module, provider, endpoint, admin, secret_source,
-                                        report, ready_timeout)
+                    put_admin_in_force(provisioner, provider, endpoint, admin, secret_source,
+                                       report, ready_timeout)
                     generation, in_use = admin.pending.generation, admin.pending
             if not dry_run:
                 result.admins[admin.credential] = generation
-            module.provision_provider(declaration.mesh, provider, endpoint,
-                                      secret_source(in_use), issued, secret_source, report,
-                                      result, dry_run=dry_run)
+            provisioner.provision_provider(declaration.mesh, provider, endpoint,
+                                           secret_source(in_use), issued, secret_source,
+                                           report, result, dry_run=dry_run)
         except (ProvisionError, MeshError, KeyError) as error:  # KeyError: a missing value
             if all(op.ok for op in report.ops[ops_before:]) and \
                     all(c.ok for c in report.checks):  # not said yet: say it
@@ -206,9 +195,3 @@ def provision(declaration: Declaration, secret_source: Optional[SecretSource], r
               dry_run: bool = False) -> ProvisionResult:
     """`mesh apply`'s provisioner hook: every grant of the declaration, of every kind."""
     return provision_grants(declaration, secret_source, report, dry_run=dry_run)
-
-
-__all__ = ["Admin", "AdminReading", "Endpoint", "GrantOutcome", "ProvisionError",
-           "ProvisionResult", "SecretSource", "admin_of", "check_admins", "derive_endpoint",
-           "needs_provisioning", "provision", "provision_grants", "provisioner_modules",
-           "read_admin", "refused_message", "wait_ready", "summarise"]

@@ -1,4 +1,5 @@
-"""PostgreSQL grants: per consumer a NOLOGIN group role owning its database, and two logins.
+"""PostgreSQL grants, the pure half: what the server must hold, what it holds, the statements
+between, and what it holds once they ran.
 
 Invariants:
 - For a grant with login L: role L (NOLOGIN) owns database `resource`; L_a and L_b are LOGIN
@@ -6,8 +7,13 @@ Invariants:
   grant names holds the credential's value, the retiring slot the retiring value while the
   grant has one; an idle slot is NOLOGIN with no password, so a retired password never works.
 - CONNECT on a granted database is revoked from PUBLIC: a consumer reaches its own database only.
-- observe (catalog reads) → diff (pure) → apply. Passwords are compared against the stored
-  verifier (SCRAM-SHA-256 via scramp, or md5), so a second run emits no statement at all.
+- parse(rows) → diff → after, all pure (postgres.py does the reading and the running).
+  Passwords are compared against the stored verifier (SCRAM-SHA-256 via scramp, or md5), so a
+  second run emits no statement at all. `after` is what the server holds once a plan's
+  statements ran, read from each statement's SQL text: a statement it cannot read is an
+  error, so the model and the diff cannot drift apart unnoticed (tests/diff_cases/postgres).
+- A grant any of whose objects another mesh or provider marked is refused and none of its
+  objects is touched: not made, not changed, not swept as an orphan.
 - Managed roles and databases carry the comment `mesh:<mesh>:<provider>`. When a grant is
   gone its logins are dropped (their objects reassigned to the group role first) and its
   database is kept and reported orphaned: data is never dropped by the mesh. The group role
@@ -15,10 +21,7 @@ Invariants:
   it and ownership of the database and of every object in it never changes: granting it again
   gives its logins back the database with every table usable. A managed role that owns no kept
   database is dropped after its objects are reassigned to the admin.
-- A password is only ever a statement parameter: never in a description, report or error.
-- The admin's own password (a rotation of the provider's admin secret) is changed on the
-  running server with ALTER ROLE, sent as a SCRAM verifier, by `set_admin_password`, logged in
-  with the generation in force; the server's data directory and container are left alone.
+- A password is only ever a statement parameter: never in a description, a cause or an error.
 """
 
 from __future__ import annotations
@@ -26,30 +29,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Mapping, Optional, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 import attrs
-import psycopg
 from psycopg import sql
 
-from resolver import Declaration, GrantDecl
+from resolver import GrantDecl
 
-from .provisioners import (
-    POSTGRES_KIND,
-    Endpoint,
-    GrantOutcome,
-    ProvisionError,
-    ProvisionResult,
-    SecretSource,
-    provision_grants,
-    wait_ready,
-)
-from executors.common.report import Report
+from .base import ProvisionError, SecretSource
 
-KIND = POSTGRES_KIND
-DESCRIPTION = "postgres"
 SLOTS = ("a", "b")
-CONNECT_TIMEOUT = 5
 
 
 # --------------------------------------------------------------------------- desired state
@@ -111,40 +101,15 @@ class Observed:
     databases: Mapping[str, DatabaseFacts]
 
 
-ROLES_QUERY = """
-SELECT r.rolname, r.rolcanlogin, a.rolpassword,
-       shobj_description(r.oid, 'pg_authid'),
-       ARRAY(SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
-             WHERE m.member = r.oid),
-       coalesce(r.rolconfig, '{}')
-FROM pg_roles r LEFT JOIN pg_authid a ON a.oid = r.oid
-"""
-ROLES_QUERY_UNPRIVILEGED = ROLES_QUERY.replace("a.rolpassword", "NULL").replace(
-    "LEFT JOIN pg_authid a ON a.oid = r.oid", "")
-DATABASES_QUERY = """
-SELECT d.datname, pg_get_userbyid(d.datdba), shobj_description(d.oid, 'pg_database'),
-       EXISTS (SELECT 1 FROM aclexplode(coalesce(d.datacl, acldefault('d', d.datdba))) x
-               WHERE x.grantee = 0 AND x.privilege_type = 'CONNECT')
-FROM pg_database d WHERE NOT d.datistemplate
-"""
-
-
-def observe(conn: psycopg.Connection) -> Observed:
-    """Read roles (with password verifiers when the admin may read pg_authid) and databases."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT current_user")
-        admin = cur.fetchone()[0]
-        try:
-            cur.execute(ROLES_QUERY)
-        except psycopg.errors.InsufficientPrivilege:
-            cur.execute(ROLES_QUERY_UNPRIVILEGED)
-        roles = {name: RoleFacts(name, can_login, verifier, comment, frozenset(groups),
-                                 tuple(config))
-                 for name, can_login, verifier, comment, groups, config in cur.fetchall()}
-        cur.execute(DATABASES_QUERY)
-        databases = {name: DatabaseFacts(name, owner, comment, public)
-                     for name, owner, comment, public in cur.fetchall()}
-    return Observed(admin, roles, databases)
+def parse(rows: Mapping[str, Any]) -> Observed:
+    """The observed server from `query`'s rows (pure): roles as [name, can login, verifier,
+    comment, [groups], [config]], databases as [name, owner, comment, PUBLIC may connect]."""
+    roles = {name: RoleFacts(name, bool(can_login), verifier, comment,
+                             frozenset(groups or ()), tuple(config or ()))
+             for name, can_login, verifier, comment, groups, config in rows["roles"]}
+    databases = {name: DatabaseFacts(name, owner, comment, bool(public))
+                 for name, owner, comment, public in rows["databases"]}
+    return Observed(rows["admin"], roles, databases)
 
 
 def verifier_matches(verifier: Optional[str], password: str, role: str) -> bool:
@@ -311,9 +276,10 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredGrant], observed: Ob
                              + [db.comment if db is not None else None] if _foreign(c, mark)})
             refusals.append((g.group, f"{', '.join(foreign)} already managed as "
                                       f"{', '.join(owners)}, not {mark}: not touched"))
-            continue
-        wanted_roles.update(names)
+        wanted_roles.update(names)  # a refused grant's objects are not orphans either
         wanted_dbs.add(g.database)
+        if foreign:
+            continue
         statements += _group_statements(g, observed, mark)
         for slot in SLOTS:
             statements += _slot_statements(g, slot, observed, mark)
@@ -365,145 +331,124 @@ def _drop_statements(observed: Observed, orphan_roles: list[str],
     return out
 
 
-# --------------------------------------------------------------------------- apply (shell)
+# --------------------------------------------------------------------------- the model (pure)
+
+_IDENT = r'"(?:[^"]|"")*"'
+_LITERAL = r"'(?:[^']|'')*'"
+_IDENTS = rf"{_IDENT}(?:, {_IDENT})*"
+_SHAPES = [(kind, re.compile(pattern)) for kind, pattern in [
+    ("create-group", rf"CREATE ROLE ({_IDENT}) NOLOGIN"),
+    ("create-login", rf"CREATE ROLE ({_IDENT}) LOGIN PASSWORD %s IN ROLE ({_IDENT})"),
+    ("create-idle", rf"CREATE ROLE ({_IDENT}) NOLOGIN IN ROLE ({_IDENT})"),
+    ("no-login", rf"ALTER ROLE ({_IDENT}) NOLOGIN"),
+    ("set-password", rf"ALTER ROLE ({_IDENT}) LOGIN PASSWORD %s"),
+    ("disable", rf"ALTER ROLE ({_IDENT}) NOLOGIN PASSWORD NULL"),
+    ("grant-role", rf"GRANT ({_IDENT}) TO ({_IDENT})"),
+    ("set-role", rf"ALTER ROLE ({_IDENT}) SET role = ({_LITERAL})"),
+    ("comment", rf"COMMENT ON (ROLE|DATABASE) ({_IDENT}) IS ({_LITERAL})"),
+    ("create-database", rf"CREATE DATABASE ({_IDENT}) OWNER ({_IDENT})"),
+    ("owner", rf"ALTER DATABASE ({_IDENT}) OWNER TO ({_IDENT})"),
+    ("revoke", rf"REVOKE CONNECT ON DATABASE ({_IDENT}) FROM PUBLIC"),
+    ("reassign", rf"REASSIGN OWNED BY ({_IDENTS}) TO ({_IDENT}|CURRENT_USER)"),
+    ("drop-owned", rf"DROP OWNED BY ({_IDENTS})"),
+    ("drop-role", rf"DROP ROLE ({_IDENT})"),
+]]
 
 
-def connect(endpoint: Endpoint, password: str, database: Optional[str] = None,
-            user: Optional[str] = None, timeout: float = CONNECT_TIMEOUT) -> psycopg.Connection:
-    return psycopg.connect(host=endpoint.host, port=endpoint.port, user=user or endpoint.user,
-                           password=password, dbname=database or endpoint.database,
-                           connect_timeout=max(1, int(timeout)), autocommit=True,
-                           application_name="mesh-provisioner")
+def _unquote(text: str) -> str:
+    quote = text[0]
+    return text[1:-1].replace(quote * 2, quote)
 
 
-def _auth_refused(error: Exception) -> bool:
-    text = str(error)
-    return "authentication failed" in text or "no pg_hba.conf entry" in text or (
-        "role" in text and "does not exist" in text)
+def _names(text: str) -> list[str]:
+    return [_unquote(n) for n in re.findall(_IDENT, text)]
 
 
-def auth_refused(error: Exception) -> bool:
-    """Whether a failed login is the server refusing the credential (not a server starting)."""
-    return _auth_refused(error)
+def model_verifier(password: str, role: str) -> str:
+    """A verifier of `password` for `role` as the model stores it (the md5 form, which
+    verifier_matches reads like the SCRAM one the server is sent)."""
+    return "md5" + hashlib.md5((password + role).encode("utf-8")).hexdigest()
 
 
-def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """Log in as the admin; the server's self-description. Raises on any failure."""
-    with connect(endpoint, password, timeout=timeout) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
-    return f"PostgreSQL {version} at {endpoint.host}:{endpoint.port}"
+def after(observed: Observed, plan: Plan) -> Observed:
+    """What the server holds once every statement of `plan` ran (pure): each statement is
+    read from its SQL text, as the server reads it. A statement of a shape this model does
+    not know raises ProvisionError, so a new statement cannot go unmodelled."""
+    roles, databases = dict(observed.roles), dict(observed.databases)
 
+    def role(name: str) -> RoleFacts:
+        if name not in roles:
+            raise ProvisionError(f"role {name} does not exist")
+        return roles[name]
 
-def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
-    """ALTER ROLE <admin> PASSWORD, logged in as the admin with its password in force; the
-    server receives a SCRAM verifier made here by libpq, never the password itself."""
-    with connect(endpoint, password) as conn:
-        role = conn.execute("SELECT current_user").fetchone()[0]
-        verifier = _verifier(conn, new_password, role)
-        with psycopg.ClientCursor(conn) as cursor:
-            try:
-                cursor.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(_ident(role)),
-                               (verifier,))
-            except psycopg.Error as error:  # the server's message names the role, not a value
-                raise ProvisionError(f"ALTER ROLE {role}: {' '.join(str(error).split())[:300]}"
-                                     ) from None
+    def database(name: str) -> DatabaseFacts:
+        if name not in databases:
+            raise ProvisionError(f"database {name} does not exist")
+        return databases[name]
 
-
-def wait_for_server(endpoint: Endpoint, admin_password: str, report: Report, subject: str,
-                    timeout: float) -> None:
-    wait_ready(report, subject, lambda: login(endpoint, admin_password), timeout=timeout,
-               fatal=_auth_refused)
-
-
-def _verifier(conn: psycopg.Connection, password: str, role: str) -> str:
-    return conn.pgconn.encrypt_password(password.encode("utf-8"), role.encode("utf-8")).decode()
-
-
-def run_statements(endpoint: Endpoint, admin_password: str, statements: Sequence[Statement],
-                   report: Report, conn: psycopg.Connection) -> int:
-    """Execute in order, stopping at the first failure (a REASSIGN that failed must not be
-    followed by its DROP OWNED). Returns how many ran."""
-    others: dict[str, psycopg.Connection] = {}
-    ran = 0
-    try:
-        for statement in statements:
-            op = report.begin(statement.op, statement.subject, statement.cause)
-            try:
-                target = conn
-                if statement.database is not None:
-                    if statement.database not in others:
-                        others[statement.database] = connect(endpoint, admin_password,
-                                                             statement.database)
-                    target = others[statement.database]
-                params = None
-                if statement.params:
-                    # the server receives a verifier made by libpq, never the password itself,
-                    # so not even a server's statement log can hold it (what psql's \password does)
-                    params = tuple(_verifier(target, p, statement.subject) for p in statement.params)
-                with psycopg.ClientCursor(target) as cursor:  # utility statements take no $1
-                    cursor.execute(statement.query, params)
-            except psycopg.Error as error:
-                # the server's message names objects, never a parameter's value
-                message = " ".join(str(error).split())[:300]
-                report.end(op, f"failed: {message}", ok=False, detail=[statement.text])
-                raise ProvisionError(f"{statement.op} {statement.subject}: {message}") from None
-            report.end(op, "done")
-            ran += 1
-    finally:
-        for other in others.values():
-            other.close()
-    return ran
-
-
-def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
-                       grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
-                       result: ProvisionResult, *, dry_run: bool = False) -> None:
-    """Make `grants` true on the PostgreSQL server of `provider` (answering, its admin
-    accepted: provisioners waited for it), drop the logins of managed grants that are gone,
-    and record the outcome of each grant in `result`."""
-    desired = [desired_grant(g, secret_source) for g in grants]
-    with connect(endpoint, admin_password) as conn:
-        plan = diff(mesh, provider, desired, observe(conn))
-        for group, reason in plan.refusals:
-            report.record("grant", group, "refused", f"failed: {reason}", ok=False)
-        if dry_run:
-            for statement in plan.statements:
-                report.record(statement.op, statement.subject, statement.cause, "planned")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "planned", kind=KIND) for g in grants)
-            return
-        try:
-            result.statements += run_statements(endpoint, admin_password, plan.statements,
-                                                report, conn)
-        except ProvisionError as error:
-            failed = str(error)
-        else:
-            failed = None
-    refused = {group for group, _ in plan.refusals}
-    for grant, want in zip(grants, desired):
-        if grant.login in refused or failed:
-            reason = next((r for g, r in plan.refusals if g == grant.login), failed)
-            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=reason,
-                                                kind=KIND))
-        else:
-            result.outcomes.append(GrantOutcome(
-                grant.credential.credential, provider, grant.consumer, "in-force",
-                generation=grant.credential.generation, kind=KIND,
-                message=f"database {grant.resource}, login {want.login(grant.slot or 'a')}"))
-    for database in plan.orphaned:
-        group = plan.owners.get(database)  # the kept group role, when it owns the database
-        owner = (f"its role {group}, which nobody can log in as; granting it again restores "
-                 f"it" if group else "not a role of this grant")
-        drop = f"DROP DATABASE \"{database}\"" + (f"; DROP ROLE \"{group}\"" if group else "")
-        report.notice(f"database {database} on {provider}",
-                      "orphaned: its grant is gone, its logins are dropped and the database is "
-                      f"kept with its data (owner: {owner}). Drop it yourself when you are "
-                      f"sure: {drop}")
-        result.orphaned.append(f"{provider}/{database}")
-
-
-def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
-              dry_run: bool = False) -> ProvisionResult:
-    """This kind's grants of the declaration, via provisioners.provision_grants."""
-    return provision_grants(declaration, secret_source, report, kinds=(KIND,), dry_run=dry_run)
+    for statement in plan.statements:
+        text = statement.text
+        kind, found = next(((k, m) for k, m in ((k, p.fullmatch(text)) for k, p in _SHAPES)
+                            if m), (None, None))
+        if found is None:
+            raise ProvisionError(f"the model of the server cannot read {text!r}")
+        groups = found.groups()
+        name = _unquote(groups[0]) if kind not in ("comment", "reassign", "drop-owned") else ""
+        password = statement.params[0] if statement.params else None
+        if kind in ("create-group", "create-login", "create-idle", "create-database") and \
+                (name in roles if kind != "create-database" else name in databases):
+            raise ProvisionError(f"{text}: it exists already")
+        if kind == "create-group":
+            roles[name] = RoleFacts(name, False)
+        elif kind == "create-login":
+            roles[name] = RoleFacts(name, True, model_verifier(password, name),
+                                    member_of=frozenset({_unquote(groups[1])}))
+        elif kind == "create-idle":
+            roles[name] = RoleFacts(name, False, member_of=frozenset({_unquote(groups[1])}))
+        elif kind == "no-login":
+            roles[name] = attrs.evolve(role(name), can_login=False)
+        elif kind == "set-password":
+            roles[name] = attrs.evolve(role(name), can_login=True,
+                                       verifier=model_verifier(password, name))
+        elif kind == "disable":
+            roles[name] = attrs.evolve(role(name), can_login=False, verifier=None)
+        elif kind == "grant-role":
+            member = _unquote(groups[1])
+            role(name)
+            roles[member] = attrs.evolve(role(member), member_of=role(member).member_of | {name})
+        elif kind == "set-role":
+            kept = tuple(c for c in role(name).config if not c.startswith("role="))
+            roles[name] = attrs.evolve(role(name),
+                                       config=kept + (f"role={_unquote(groups[1])}",))
+        elif kind == "comment":
+            target, comment = _unquote(groups[1]), _unquote(groups[2])
+            if groups[0] == "ROLE":
+                roles[target] = attrs.evolve(role(target), comment=comment)
+            else:
+                databases[target] = attrs.evolve(database(target), comment=comment)
+        elif kind == "create-database":
+            owner = _unquote(groups[1])
+            role(owner)
+            databases[name] = DatabaseFacts(name, owner)
+        elif kind == "owner":
+            owner = _unquote(groups[1])
+            role(owner)
+            databases[name] = attrs.evolve(database(name), owner=owner)
+        elif kind == "revoke":
+            databases[name] = attrs.evolve(database(name), public_connect=False)
+        elif kind == "reassign":  # databases are shared objects: reassigned from anywhere
+            old = set(_names(groups[0]))
+            heir = observed.admin if groups[1] == "CURRENT_USER" else _unquote(groups[1])
+            databases = {n: attrs.evolve(d, owner=heir) if d.owner in old else d
+                         for n, d in databases.items()}
+        elif kind == "drop-owned":  # privileges only: what they owned went to an heir first
+            pass
+        elif kind == "drop-role":
+            owned = sorted(n for n, d in databases.items() if d.owner == name)
+            if owned:
+                raise ProvisionError(f"{text}: the role owns database {', '.join(owned)}")
+            role(name)
+            del roles[name]
+            roles = {n: attrs.evolve(r, member_of=r.member_of - {name}) if name in r.member_of
+                     else r for n, r in roles.items()}
+    return Observed(observed.admin, roles, databases)

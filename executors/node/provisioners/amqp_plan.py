@@ -1,4 +1,5 @@
-"""AMQP grants through the broker's management HTTP API (RabbitMQ; LavinMQ serves the same).
+"""AMQP grants, the pure half: what the broker must hold, what it holds, the requests between,
+and what it holds once they succeeded.
 
 Invariants:
 - One vhost per consumer login, named by the grant's `resource`; one account, named by its
@@ -14,14 +15,13 @@ Invariants:
   queues and messages and reported orphaned on every run, with the command that deletes it.
   An object marked by another mesh or provider is never touched; the admin account, the `/`
   vhost and unmarked administrator accounts are never managed.
-- observe (GET) → diff (pure) → apply: a second run issues no PUT or DELETE. A password is
-  compared against the broker's salted hash (sha256/sha512/md5 of salt+password, the broker's
-  own scheme), never by logging in. One password per account: the grant's generation
-  replaces the old one on the broker first; holders follow (the rotation rules state that window).
-- A password is only ever a request body: never in a report, a cause or an error message.
-- The admin's own password (a rotation of the provider's admin secret) is changed on the
-  running broker through the same API, authenticated with the generation in force, keeping the
-  account's tags (`set_admin_password`); the broker's data directory is left alone.
+- parse(rows) → diff → after, all pure (amqp.py does the requests): a second run issues no
+  PUT or DELETE; `after` is what the broker holds once a plan's requests succeeded, read from
+  each request's method, path and body (tests/diff_cases/amqp). A password is compared
+  against the broker's salted hash (sha256/sha512/md5 of salt+password, the broker's own
+  scheme), never by logging in. One password per account: the grant's generation replaces the
+  old one on the broker first; holders follow (the rotation rules state that window).
+- A password is only ever a request body: never in a cause or an error message.
 """
 
 from __future__ import annotations
@@ -31,31 +31,16 @@ import hashlib
 import hmac
 import json
 import shlex
-from typing import Mapping, Optional, Sequence
-from urllib.parse import quote
+from typing import Any, Mapping, Optional, Sequence
+from urllib.parse import quote, unquote
 
 import attrs
-import requests
 
-from resolver import Declaration, GrantDecl
+from resolver import GrantDecl
 
-from .provisioners import (
-    AMQP_KIND,
-    Endpoint,
-    GrantOutcome,
-    ProvisionError,
-    ProvisionResult,
-    SecretSource,
-    provision_grants,
-    wait_ready,
-)
-from executors.common.report import Report
+from .base import ProvisionError, SecretSource
 
-KIND = AMQP_KIND
-DESCRIPTION = "amqp management"
-CONNECT_TIMEOUT = 5
 FULL = ".*"
-HTTP_TIMEOUT = 10
 DEFAULT_VHOST = "/"
 MARK_PREFIX = "mesh-mark:"
 USER, VHOST = "user", "vhost"
@@ -236,119 +221,78 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
     return Plan(tuple(calls), tuple(refusals), tuple(orphaned), tuple(untouched))
 
 
-class Api:
-    """The management API as the admin (one HTTP session; never logs a body)."""
-
-    def __init__(self, endpoint: Endpoint, admin_password: str, timeout: float = HTTP_TIMEOUT):
-        self.timeout = timeout
-        self.base = f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}"
-        self.session = requests.Session()
-        self.session.auth = (endpoint.user, admin_password)
-        self.session.headers["content-type"] = "application/json"
-
-    def get(self, api_path: str) -> Optional[dict]:
-        response = self.session.get(self.base + api_path, timeout=self.timeout)
-        if response.status_code == 404:
-            return None
-        _raise_for(response, "GET", api_path)
-        return response.json()
-
-    def send(self, method: str, api_path: str, body: Mapping) -> None:
-        payload = dict(body) if method != "DELETE" else None
-        response = self.session.request(method, self.base + api_path, json=payload,
-                                        timeout=self.timeout)
-        _raise_for(response, method, api_path)
-
-    def close(self) -> None:
-        self.session.close()
-
-
-class ApiError(ProvisionError):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
-    if response.status_code < 300:
-        return
-    try:
-        reason = response.json().get("reason", "")
-    except ValueError:
-        reason = response.text[:200]
-    raise ApiError(response.status_code,
-                   f"{method} {api_path} answered {response.status_code}: {reason}".strip())
-
-
 def _tags(value) -> tuple[str, ...]:
     if isinstance(value, str):  # older brokers answer a comma-separated string
         value = value.split(",")
     return tuple(sorted(t for t in (value or []) if t))
 
 
-def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed:
-    """Every account, vhost and mark on the broker (three list GETs), and the permissions of
-    each granted account on its vhost."""
+def parse(rows: Mapping[str, Any]) -> Observed:
+    """The observed broker from `query`'s answers (pure)."""
     users = {u["name"]: UserFacts(u["name"], u.get("password_hash"),
                                   u.get("hashing_algorithm", ""), _tags(u.get("tags")))
-             for u in api.get("/api/users") or []}
-    vhosts = frozenset(v["name"] for v in api.get("/api/vhosts") or [])
+             for u in rows["users"]}
+    vhosts = frozenset(v["name"] for v in rows["vhosts"])
     marks: dict[tuple[str, str], str] = {}
-    for parameter in api.get("/api/global-parameters") or []:
+    for parameter in rows["global-parameters"]:
         name, value = parameter.get("name", ""), parameter.get("value")
         kind, _, subject = name[len(MARK_PREFIX):].partition(":")
         if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
             marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
-    permissions = {}
-    for want in desired:
-        if want.vhost in vhosts and want.user in users:
-            perms = api.get(path("permissions", want.vhost, want.user))
-            if perms:
-                permissions[(want.vhost, want.user)] = (perms["configure"], perms["write"],
-                                                        perms["read"])
-    return Observed(admin, users, vhosts, permissions, marks)
+    permissions = {(p["vhost"], p["user"]): (p["configure"], p["write"], p["read"])
+                   for p in rows["permissions"]}
+    return Observed(rows["admin"], users, vhosts, permissions, marks)
 
 
-def auth_refused(error: Exception) -> bool:
-    """Whether a failed request is the broker refusing the credential (not one starting)."""
-    return isinstance(error, ApiError) and error.status in (401, 403)
+# --------------------------------------------------------------------------- the model (pure)
+
+MODEL_HASHING = "rabbit_password_hashing_sha256"
+MODEL_SALT = b"mesh"
 
 
-def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """Ask the management API for its overview as the admin; the broker's self-description."""
-    api = Api(endpoint, password, timeout=timeout)
-    try:
-        overview = api.get("/api/overview") or {}
-    finally:
-        api.close()
-    return (f"{overview.get('product_name', 'broker')} "
-            f"{overview.get('product_version', overview.get('rabbitmq_version', ''))}").strip()
+def model_hash(password: str) -> str:
+    """The broker's stored hash of `password` as the model makes it: base64(salt + sha256(salt
+    + password)), the scheme hash_matches reads (a fixed salt: the model is deterministic)."""
+    return base64.b64encode(MODEL_SALT + hashlib.sha256(MODEL_SALT + password.encode("utf-8"))
+                            .digest()).decode("ascii")
 
 
-def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
-    """PUT the admin account with its new password and the tags it has (a PUT replaces them),
-    authenticated with its password in force."""
-    api = Api(endpoint, password)
-    try:
-        account = api.get(path("users", endpoint.user))
-        if account is None:
-            raise ProvisionError(f"the broker has no account {endpoint.user}")
-        api.send("PUT", path("users", endpoint.user),
-                 {"password": new_password, "tags": ",".join(_tags(account.get("tags")))})
-    finally:
-        api.close()
-
-
-def wait_for_broker(api: Api, report: Report, subject: str, timeout: float) -> None:
-    def probe() -> str:
-        overview = api.get("/api/overview") or {}
-        return (f"{overview.get('product_name', 'broker')} "
-                f"{overview.get('product_version', overview.get('rabbitmq_version', ''))}").strip()
-
-    def fatal(error: Exception) -> bool:
-        return isinstance(error, ApiError) and error.status in (401, 403)
-
-    wait_ready(report, subject, probe, timeout=timeout, fatal=fatal)
+def after(observed: Observed, plan: Plan) -> Observed:
+    """What the broker holds once every request of `plan` succeeded (pure), read from each
+    request's method, path and body as the management API reads them. A request this model
+    does not know raises ProvisionError."""
+    users, vhosts = dict(observed.users), set(observed.vhosts)
+    permissions, marks = dict(observed.permissions), dict(observed.marks)
+    for call in plan.calls:
+        parts = [unquote(p) for p in call.path.split("/")[2:]]  # "/api/<what>/…"
+        what, args = (parts[0], parts[1:]) if parts else ("", [])
+        if (call.method, what, len(args)) == ("PUT", "global-parameters", 1) and \
+                args[0].startswith(MARK_PREFIX):
+            kind, _, name = args[0][len(MARK_PREFIX):].partition(":")
+            marks[(kind, name)] = call.body["value"]
+        elif (call.method, what, len(args)) == ("DELETE", "global-parameters", 1):
+            kind, _, name = args[0][len(MARK_PREFIX):].partition(":")
+            marks.pop((kind, name), None)
+        elif (call.method, what, len(args)) == ("PUT", "vhosts", 1):
+            vhosts.add(args[0])
+        elif (call.method, what, len(args)) == ("PUT", "users", 1):
+            users[args[0]] = UserFacts(args[0], model_hash(call.body["password"]),
+                                       MODEL_HASHING, _tags(call.body.get("tags")))
+        elif (call.method, what, len(args)) == ("DELETE", "users", 1):
+            if args[0] not in users:
+                raise ProvisionError(f"{call.method} {call.path}: no such account")
+            del users[args[0]]
+            permissions = {k: v for k, v in permissions.items() if k[1] != args[0]}
+        elif (call.method, what, len(args)) == ("PUT", "permissions", 2):
+            vhost, user = args
+            if vhost not in vhosts or user not in users:
+                raise ProvisionError(f"{call.method} {call.path}: no such vhost or account")
+            permissions[(vhost, user)] = (call.body["configure"], call.body["write"],
+                                          call.body["read"])
+        else:
+            raise ProvisionError(f"the model of the broker cannot read {call.method} "
+                                 f"{call.path}")
+    return Observed(observed.admin, users, frozenset(vhosts), permissions, marks)
 
 
 def desired_account(grant: GrantDecl, secret_source: SecretSource) -> DesiredAccount:
@@ -356,68 +300,3 @@ def desired_account(grant: GrantDecl, secret_source: SecretSource) -> DesiredAcc
                           credential=grant.credential.credential,
                           generation=grant.credential.generation or 0,
                           password=secret_source(grant.credential))
-
-
-def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
-                       grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
-                       result: ProvisionResult, *, dry_run: bool = False) -> None:
-    """Make each grant's vhost, account and permissions exist on the broker of `provider`
-    (answering, its admin accepted: provisioners waited for it), delete the accounts of its
-    grants that are gone and report their vhosts orphaned."""
-    subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
-    api = Api(endpoint, admin_password)
-    failed: Optional[str] = None
-    try:
-        desired = [desired_account(g, secret_source) for g in grants]
-        try:
-            plan = diff(mesh, provider, desired, observe(api, endpoint.user, desired))
-        except (ApiError, requests.RequestException) as error:
-            raise ProvisionError(f"{subject}: observing failed: {error}") from None
-        for account, reason in plan.refusals:
-            report.record("grant", account, "refused", f"failed: {reason}", ok=False)
-        for what, why in plan.untouched:
-            report.notice(f"{what} on {provider}", f"not touched: {why}")
-        if dry_run:
-            for call in plan.calls:
-                report.record(call.op, call.subject, call.cause, "planned")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "planned", kind=KIND) for g in grants)
-            return
-        for call in plan.calls:
-            op = report.begin(call.op, call.subject, call.cause)
-            try:
-                api.send(call.method, call.path, call.body)
-            except (ApiError, requests.RequestException) as error:
-                failed = f"{call.op} {call.subject}: {error}"
-                report.end(op, f"failed: {error}", ok=False)
-                break
-            report.end(op, "done")
-            result.statements += 1
-    finally:
-        api.close()
-    refused = dict(plan.refusals)
-    for grant in grants:
-        reason = refused.get(grant.login) or failed
-        if reason:
-            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=reason,
-                                                kind=KIND))
-        else:
-            result.outcomes.append(GrantOutcome(
-                grant.credential.credential, provider, grant.consumer, "in-force",
-                generation=grant.credential.generation, kind=KIND,
-                message=f"vhost {grant.resource}, account {grant.login}"))
-    api_delete = f"DELETE {endpoint.scheme}://{endpoint.host}:{endpoint.port}"
-    for vhost in plan.orphaned:
-        report.notice(f"vhost {vhost} on {provider}",
-                      "orphaned: its grant is gone, its account is deleted and the vhost is "
-                      "kept with its queues and messages. Delete it yourself when you are "
-                      f"sure: {delete_vhost_command(vhost)} (or {api_delete}"
-                      f"{path('vhosts', vhost)} as the admin); the mesh then drops its mark")
-        result.orphaned.append(f"{provider}/{vhost}")
-
-
-def provision(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
-              dry_run: bool = False) -> ProvisionResult:
-    """This kind's grants of the declaration, via provisioners.provision_grants."""
-    return provision_grants(declaration, secret_source, report, kinds=(KIND,), dry_run=dry_run)

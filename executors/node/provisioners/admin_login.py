@@ -21,9 +21,12 @@ from __future__ import annotations
 import time
 from typing import Mapping, Optional
 
-from resolver import Declaration
+from resolver import Declaration, MeshError
 
-from .provisioner_base import (
+from executors.common.report import Report
+from executors.node.extensions import Provisioner
+
+from .base import (
     Admin,
     AdminReading,
     Endpoint,
@@ -32,14 +35,13 @@ from .provisioner_base import (
     _one_line,
     admin_of,
     derive_endpoint,
-    provisioner_modules,
     wait_ready,
 )
-from executors.common.report import Report
+from .registry import provisioner_for
 
 
-def read_admin(module, endpoint: Endpoint, admin: Admin, secret_source: SecretSource,
-               timeout: float) -> AdminReading:
+def read_admin(provisioner: Provisioner, endpoint: Endpoint, admin: Admin,
+               secret_source: SecretSource, timeout: float) -> AdminReading:
     """Log in as the admin with each generation in turn (the one in force first)."""
     tried: list[int] = []
     for ref in admin.refs():
@@ -50,9 +52,9 @@ def read_admin(module, endpoint: Endpoint, admin: Admin, secret_source: SecretSo
                                 f"{ref.generation} cannot be unsealed here: {_one_line(error)}",
                                 tuple(tried))
         try:
-            said = module.login(endpoint, password, timeout)
+            said = provisioner.login(endpoint, password, timeout)
         except Exception as error:  # noqa: BLE001 - the reading is the failure
-            if module.auth_refused(error):
+            if provisioner.auth_refused(error):
                 tried.append(ref.generation)
                 continue
             return AdminReading("unreachable", None, _one_line(error), tuple(tried))
@@ -73,15 +75,15 @@ def refused_message(provider: str, endpoint: Endpoint, admin: Admin, tried) -> s
 
 
 
-def wait_for_admin(module, provider: str, endpoint: Endpoint, admin: Admin,
-                    secret_source: SecretSource, report: Report, timeout: float) -> int:
+def wait_for_admin(provisioner: Provisioner, provider: str, endpoint: Endpoint, admin: Admin,
+                   secret_source: SecretSource, report: Report, timeout: float) -> int:
     """Wait until the server answers and accepts one admin generation; that generation."""
-    subject = f"{provider} ({module.DESCRIPTION} {endpoint.host}:{endpoint.port})"
+    subject = f"{provider} ({provisioner.description} {endpoint.host}:{endpoint.port})"
     accepted: list[int] = []
 
     def probe() -> str:
-        reading = read_admin(module, endpoint, admin, secret_source,
-                             min(module.CONNECT_TIMEOUT, max(1.0, timeout)))
+        reading = read_admin(provisioner, endpoint, admin, secret_source,
+                             min(provisioner.connect_timeout, max(1.0, timeout)))
         if reading.status == "accepted":
             accepted.append(reading.generation)
             return f"{reading.detail}; admin {admin.credential} generation {reading.generation}"
@@ -89,19 +91,24 @@ def wait_for_admin(module, provider: str, endpoint: Endpoint, admin: Admin,
             raise _AdminRefused(refused_message(provider, endpoint, admin, reading.tried))
         if reading.status == "unsealed":
             raise _AdminRefused(reading.detail)
-        raise ConnectionError(reading.detail)
+        raise _NotAnswering(reading.detail)
 
     wait_ready(report, subject, probe, timeout=timeout,
                fatal=lambda error: isinstance(error, _AdminRefused))
     return accepted[-1]
 
 
-class _AdminRefused(Exception):
-    pass
+class _AdminRefused(MeshError):
+    """The server refused every admin generation: ends a readiness wait at once."""
 
 
-def put_admin_in_force(module, provider: str, endpoint: Endpoint, admin: Admin,
-                        secret_source: SecretSource, report: Report, timeout: float) -> None:
+class _NotAnswering(MeshError):
+    """The server does not answer yet: the readiness wait tries again."""
+
+
+def put_admin_in_force(provisioner: Provisioner, provider: str, endpoint: Endpoint,
+                       admin: Admin, secret_source: SecretSource, report: Report,
+                       timeout: float) -> None:
     """Change the admin password on the running server from the generation in force to the
     pending one, then wait until the server accepts the new one."""
     old, new = admin.current, admin.pending
@@ -111,14 +118,15 @@ def put_admin_in_force(module, provider: str, endpoint: Endpoint, admin: Admin,
                       f"generation {old.generation}")
     started = time.monotonic()
     try:
-        module.set_admin_password(endpoint, secret_source(old), secret_source(new))
+        provisioner.set_admin_password(endpoint, secret_source(old), secret_source(new))
     except Exception as error:  # noqa: BLE001 - said, then the provider fails
         report.end(op, f"failed: {_one_line(error)}", ok=False)
         raise ProvisionError(f"{provider}: changing its admin password failed: "
                              f"{_one_line(error)}") from None
     deadline = started + timeout
     while True:
-        reading = read_admin(module, endpoint, Admin(new), secret_source, module.CONNECT_TIMEOUT)
+        reading = read_admin(provisioner, endpoint, Admin(new), secret_source,
+                             provisioner.connect_timeout)
         if reading.status == "accepted":
             report.end(op, f"done: the server accepts generation {new.generation} "
                            f"({time.monotonic() - started:.1f}s)")
@@ -141,13 +149,12 @@ def check_admins(declaration: Declaration, secret_source: Optional[SecretSource]
     that does not answer yet passes (it is waited for after the containers are up)."""
     if secret_source is None:
         return
-    modules = provisioner_modules()
     seen = set()
     kinds = {(g.provider, g.kind) for g in declaration.grants}
     kinds |= {(p.instance, p.kind) for p in declaration.providers if p.admin is not None}
     for provider, kind in sorted(kinds):
-        module = modules.get(kind)
-        if module is None or provider in seen:
+        provisioner = provisioner_for(kind)
+        if provisioner is None or provider in seen:
             continue
         endpoint = (endpoints or {}).get(provider) or derive_endpoint(declaration, provider, kind)
         grants = [g for g in declaration.grants if g.provider == provider and g.kind == kind]
@@ -155,11 +162,11 @@ def check_admins(declaration: Declaration, secret_source: Optional[SecretSource]
         if endpoint is None or admin is None or admin.current.generation is None:
             continue
         seen.add(provider)
-        check = report.begin("check-admin", f"{provider} ({module.DESCRIPTION} "
+        check = report.begin("check-admin", f"{provider} ({provisioner.description} "
                              f"{endpoint.host}:{endpoint.port})",
                              f"its running server accepts {admin.credential} before anything "
                              "changes", check=True)
-        reading = read_admin(module, endpoint, admin, secret_source, timeout)
+        reading = read_admin(provisioner, endpoint, admin, secret_source, timeout)
         if reading.status == "accepted":
             report.end(check, f"accepted: generation {reading.generation}")
         elif reading.status == "refused":

@@ -1,14 +1,13 @@
 """What the provisioners share: a provider's admin endpoint and credential, the outcome types,
-the bounded readiness wait, and which module provisions which grant kind.
+the verdict of a binding check, and the bounded readiness wait.
 
 Invariants:
 - A provider is reached at the host side of its published ports on this node
   (`derive_endpoint`); its admin credential is what its declaration says it provides with
   (`admin`, and `admin_pending` while a rotation of it is in progress: `admin_of`), or failing
   that what its grants name.
-- `provisioner_modules` maps each grant kind to the executors/node/provision_<name>.py module that
-  declares it as `KIND` and offers login, auth_refused, set_admin_password and
-  provision_provider; a kind no module declares has no provisioner.
+- Which provisioner makes which grant kind true is the registry's to say (registry.py); this
+  module knows the kinds only to find a provider's admin interface in its declaration.
 - A wait is an observation, never an operation (`Report.begin(..., check=True)`): bounded,
   with a progress line at least every few seconds, ended at once by an answer that is not
   about starting up (a refused password).
@@ -18,18 +17,15 @@ Invariants:
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
 from typing import Callable, Iterable, Optional
 
 import attrs
 
-from resolver import Declaration, GrantDecl, MeshError, SecretRef
+from resolver import BindingDecl, Declaration, GrantDecl, MeshError, SecretRef
 
 from executors.common.report import Report
-
-SecretSource = Callable[[SecretRef], str]
+from executors.node.extensions import SecretSource  # noqa: F401  (part of this module's API)
 
 POSTGRES_KIND = "database+login"
 AMQP_KIND = "vhost+account"
@@ -127,19 +123,31 @@ class AdminReading:
     tried: tuple[int, ...] = ()
 
 
-def provisioner_modules() -> dict:
-    """KIND → the module that provisions it: each executors/node/provision_*.py declaring KIND."""
-    import executors.node
+# What a provisioner's check of one binding found (Provisioner.check_binding): the statuses
+# `mesh verify` reports for a binding of a kind the mesh provisions.
+OK = "ok"
+UNREACHABLE = "unreachable"
+AUTH_FAILED = "auth-failed"
+MISSING = "missing-resource"
 
-    found = {}
-    for info in sorted(pkgutil.iter_modules(executors.node.__path__), key=lambda m: m.name):
-        if info.name.startswith("provision_"):
-            module = importlib.import_module(f"executors.node.{info.name}")
-            kind = getattr(module, "KIND", None)
-            if kind is not None:
-                found[kind] = module
-    return found
 
+@attrs.frozen
+class BindingCheck:
+    """One binding checked by its kind's provisioner: `status` (ok | unreachable |
+    auth-failed | missing-resource) and what to do about it (for unreachable: why not)."""
+
+    status: str
+    message: str
+
+
+def binding_address(binding: BindingDecl) -> tuple[str, int]:
+    """The host and port a binding's values announce to its consumer."""
+    return binding.values.get("host", ""), int(binding.values.get("port", "0") or 0)
+
+
+def credential_name(secret: SecretRef) -> str:
+    """How a credential generation is named in a message (never its value)."""
+    return f"credential {secret.credential} generation {secret.generation}"
 
 
 def _loopback(host_ip: str) -> str:
