@@ -23,7 +23,8 @@ MERGE_TEXT = "<<"
 _PATTERNS = {
     "null": re.compile(r"^(?:~|null|Null|NULL|)$"),
     "bool": re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    "int": re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+|[-+]?0x[0-9a-fA-F_]+)$"),
+    # ruamel tries the int pattern only on a scalar starting with a sign or a digit: `_0` is text
+    "int": re.compile(r"^(?=[-+0-9])(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+|[-+]?0x[0-9a-fA-F_]+)$"),
     "float": re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                          |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                          |[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?

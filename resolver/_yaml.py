@@ -33,7 +33,7 @@ from ruamel.yaml.events import (
     SequenceStartEvent,
 )
 
-from ._errors import Fault, InputError
+from ._errors import Fault, InputError, MeshError
 from ._scalars import CORE, CORE_TAGS, KINDS, MERGE, MERGE_TEXT, convert, plain_kind, shown_tag
 
 MAX_DOCUMENT_BYTES = 2 * 1024 * 1024  # 2 MiB: the ledger of a fleet of fifty nodes is below it
@@ -104,7 +104,7 @@ def decode_document(data: Union[bytes, str], file: str) -> str:
 # --------------------------------------------------------------------------- text → events → data
 
 
-class _Refusal(Exception):
+class _Refusal(MeshError):
     """A fault that ends reading the document (a limit, a structure that cannot be read)."""
 
     def __init__(self, line: int, col: int, message: str, expected: str):

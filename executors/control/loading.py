@@ -75,7 +75,7 @@ def _shown(path) -> str:
     return text if len(text) <= 200 else f"{text[:120]}…{text[-60:]} ({len(text):,} characters)"
 
 
-class _FileFault(Exception):
+class _FileFault(MeshError):
     """What is wrong with a path (`is missing`, `is a directory`, ...); the caller says where
     the path was named and what was expected there."""
 
