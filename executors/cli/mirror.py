@@ -15,7 +15,7 @@ import sys
 
 import attrs
 
-from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
 from executors.control.registry import RegistryClient, RegistryError
 from resolver import MeshError
 from resolver._artifacts import (
@@ -95,7 +95,10 @@ def run(args, out=None, client: RegistryClient | None = None) -> int:
 
     updated = attrs.evolve(ledger, mirrored=ledger.mirrored.update(mirrored))
     if updated != ledger:
-        write_ledger(inputs.ledger_path, updated)
+        with mesh_lock(args.directory):  # copied outside the lock: merge into the ledger as it is
+            now = load_mesh_dir(args.directory).ledger
+            write_ledger(inputs.ledger_path,
+                         attrs.evolve(now, mirrored=now.mirrored.update(mirrored)))
         print(f"ledger written: {inputs.ledger_path}", file=out)
     registry_of_mesh = artifact_store_address(catalogue, mesh, updated)
     state = artifact_state(catalogue, mesh, updated, registry_of_mesh)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
 from executors.control.registry import RegistryClient, RegistryError
 from resolver import MeshError
 from resolver._artifacts import (
@@ -102,7 +102,9 @@ def run(args, out=None, client: RegistryClient | None = None) -> int:
 
     updated = with_pins(ledger, digests)
     if updated != ledger:
-        write_ledger(inputs.ledger_path, updated)
+        with mesh_lock(args.directory):  # the registries were asked outside the lock: merge
+            now = load_mesh_dir(args.directory).ledger  # into the ledger as it is now
+            write_ledger(inputs.ledger_path, with_pins(now, digests))
         print(f"ledger written: {inputs.ledger_path}", file=out)
     moved = [k for k in artifacts_changed_by_pins(catalogue, ledger, updated) if ledger.pins.get(pin_key(every[k]))]
     if moved:

@@ -8,16 +8,20 @@ Invariants:
   paste them into an editor.
 - Files are written whole or not at all: a temp file in the same directory, fsync, rename,
   fsync of the directory. A ledger on disk is never replaced by one that does not load.
+- The ledger is written only under its lock (control/ledger_lock.py): `mesh_lock(DIR)` around a
+  whole load → compute → write, or `write_ledger` takes it for the one write.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import attrs
 
 from executors.common.atomic import write_atomic  # noqa: F401  (re-exported: callers import it here)
+from executors.control import ledger_lock
 from resolver import (
     Catalogue,
     Fault,
@@ -133,10 +137,29 @@ def load_mesh_dir(path) -> MeshInputs:
                       sources=inputs.sources, mesh_dir=mesh_dir, ledger_path=ledger_path)
 
 
+def ledger_path_of(path) -> Path:
+    """Where DIR's ledger lives (mesh.yaml `ledger:`, else ledger.yaml), read without loading
+    anything else; an unreadable mesh.yaml means the default."""
+    mesh_dir = Path(path)
+    try:
+        text = (mesh_dir / MESH_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return mesh_dir / DEFAULT_LEDGER
+    return mesh_dir / _declared_paths(text, str(mesh_dir / MESH_FILE))[1]
+
+
+@contextlib.contextmanager
+def mesh_lock(path, say=None) -> Iterator[None]:
+    """Hold DIR's ledger lock around a whole load → compute → write (re-entrant)."""
+    with ledger_lock.locked(ledger_path_of(path), say=say):
+        yield
+
+
 def write_ledger(path, ledger: Ledger) -> None:
-    """Write the ledger, after proving the text reads back as the same ledger."""
+    """Write the ledger under its lock, after proving the text reads back as the same ledger."""
     text = dump_ledger(ledger)
     reread, _ = load_ledger(text, str(path))
     if reread != ledger:  # never replace a good ledger with one that reads differently
         raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
-    write_atomic(path, text, mode=0o600)
+    with ledger_lock.locked(path):
+        write_atomic(path, text, mode=0o600)

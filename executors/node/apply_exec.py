@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 import attrs
 from pyrsistent import pmap
 
-from . import applied_record
+from executors.common import applied_record
 from . import docker_engine as engine
 from .apply_diff import (
     AccessFacts,
