@@ -6,10 +6,12 @@ Invariants:
   only. The vhost is the isolation boundary, so the account may declare its own server-named
   reply queues and use `amq.rabbitmq.reply-to`: a module can ask its own question.
 - What the mesh manages is marked by a global parameter `mesh-mark:<user|vhost>:<name>` whose
-  value is `mesh:<mesh>:<provider>`, put before the object is made. Global parameters take any
-  name and JSON value on RabbitMQ and LavinMQ alike; LavinMQ keeps no unknown user tag and no
-  vhost description, so neither can be the mark (a created vhost gets the description anyway,
-  for the operator's eyes on RabbitMQ). An unmarked object of a granted name is adopted.
+  value is `mesh:<mesh>:<provider>`, put before the object is made (common/broker_api.py: the
+  API client and the marks, shared with the mesh's own delivery objects). Global parameters
+  take any name and JSON value on RabbitMQ and LavinMQ alike; LavinMQ keeps no unknown user
+  tag and no vhost description, so neither can be the mark (a created vhost gets the
+  description anyway, for the operator's eyes on RabbitMQ). An unmarked object of a granted
+  name is adopted.
 - A managed account whose grant is gone is deleted (its login goes); its vhost is kept with its
   queues and messages and reported orphaned on every run, with the command that deletes it.
   An object marked by another mesh or provider is never touched; the admin account, the `/`
@@ -26,13 +28,8 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import shlex
 from typing import Mapping, Optional, Sequence
-from urllib.parse import quote
 
 import attrs
 import requests
@@ -49,20 +46,29 @@ from .provisioners import (
     provision_grants,
     wait_ready,
 )
+from executors.common.broker_api import (  # noqa: F401  (hash_matches, path, marker: this module's API)
+    DEFAULT_VHOST,
+    HTTP_TIMEOUT,
+    USER,
+    VHOST,
+    Api,
+    ApiError,
+    Call,
+    hash_matches,
+    mark_call,
+    mark_name,
+    marker,
+    path,
+    read_marks,
+    tags_of,
+    unmark_call,
+)
 from executors.common.report import Report
 
 KIND = AMQP_KIND
 DESCRIPTION = "amqp management"
 CONNECT_TIMEOUT = 5
 FULL = ".*"
-HTTP_TIMEOUT = 10
-DEFAULT_VHOST = "/"
-MARK_PREFIX = "mesh-mark:"
-USER, VHOST = "user", "vhost"
-HASHES = {"rabbit_password_hashing_sha256": hashlib.sha256,
-          "rabbit_password_hashing_sha512": hashlib.sha512,
-          "rabbit_password_hashing_md5": hashlib.md5,
-          "SHA256": hashlib.sha256, "SHA512": hashlib.sha512, "MD5": hashlib.md5}
 
 
 @attrs.frozen
@@ -92,16 +98,6 @@ class Observed:
 
 
 @attrs.frozen
-class Call:
-    op: str
-    subject: str
-    cause: str
-    method: str
-    path: str
-    body: Mapping = attrs.field(factory=dict, repr=False, eq=False)
-
-
-@attrs.frozen
 class Plan:
     calls: tuple[Call, ...] = ()
     refusals: tuple[tuple[str, str], ...] = ()  # (account, reason): grants not provisioned
@@ -109,57 +105,22 @@ class Plan:
     untouched: tuple[tuple[str, str], ...] = ()  # (subject, why): marked ours, never touched
 
 
-def path(*parts: str) -> str:
-    return "/api/" + "/".join(quote(p, safe="") for p in parts)
-
-
-def marker(mesh: str, provider: str) -> str:
-    return f"mesh:{mesh}:{provider}"
-
-
-def mark_name(kind: str, name: str) -> str:
-    return f"{MARK_PREFIX}{kind}:{name}"
-
-
-def hash_matches(password_hash: Optional[str], hashing: str, password: str) -> bool:
-    """Whether the broker's stored hash base64(salt[4] + H(salt + password)) is `password`'s."""
-    algorithm = HASHES.get(hashing)
-    if not password_hash or algorithm is None:
-        return False
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except ValueError:
-        return False
-    salt, digest = raw[:4], raw[4:]
-    return hmac.compare_digest(algorithm(salt + password.encode("utf-8")).digest(), digest)
-
-
 def delete_vhost_command(vhost: str) -> str:
     return f"rabbitmqctl delete_vhost {shlex.quote(vhost)}"
-
-
-def _mark_call(kind: str, name: str, mark: str, cause: str) -> Call:
-    return Call("mark", f"{kind} {name}", cause, "PUT",
-                path("global-parameters", mark_name(kind, name)), {"value": mark})
-
-
-def _unmark_call(kind: str, name: str, cause: str) -> Call:
-    return Call("unmark", f"{kind} {name}", cause, "DELETE",
-                path("global-parameters", mark_name(kind, name)))
 
 
 def _account_calls(want: DesiredAccount, observed: Observed, mark: str) -> list[Call]:
     calls: list[Call] = []
     vhost_exists = want.vhost in observed.vhosts
     if observed.marks.get((VHOST, want.vhost)) != mark:
-        calls.append(_mark_call(VHOST, want.vhost, mark, "adopted: was not marked as managed"
+        calls.append(mark_call(VHOST, want.vhost, mark, "adopted: was not marked as managed"
                                 if vhost_exists else "mark as managed, before it is made"))
     if not vhost_exists:
         calls.append(Call("create-vhost", want.vhost, f"vhost of {want.credential}", "PUT",
                           path("vhosts", want.vhost), {"description": mark}))
     user = observed.users.get(want.user)
     if observed.marks.get((USER, want.user)) != mark:
-        calls.append(_mark_call(USER, want.user, mark, "adopted: was not marked as managed"
+        calls.append(mark_call(USER, want.user, mark, "adopted: was not marked as managed"
                                 if user is not None else "mark as managed, before it is made"))
     why = []
     if user is None:
@@ -227,78 +188,28 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
         elif kind == USER and name in observed.users:
             calls.append(Call("delete-user", name, "grant gone: its login goes (its vhost and "
                               "messages are kept)", "DELETE", path("users", name)))
-            calls.append(_unmark_call(USER, name, "its account is deleted"))
+            calls.append(unmark_call(USER, name, "its account is deleted"))
         elif kind == VHOST and name in observed.vhosts:
             orphaned.append(name)
         else:
-            calls.append(_unmark_call(kind, name, f"the {kind} is gone (removed by hand): "
+            calls.append(unmark_call(kind, name, f"the {kind} is gone (removed by hand): "
                                                   "its mark goes"))
     return Plan(tuple(calls), tuple(refusals), tuple(orphaned), tuple(untouched))
 
 
-class Api:
-    """The management API as the admin (one HTTP session; never logs a body)."""
-
-    def __init__(self, endpoint: Endpoint, admin_password: str, timeout: float = HTTP_TIMEOUT):
-        self.timeout = timeout
-        self.base = f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}"
-        self.session = requests.Session()
-        self.session.auth = (endpoint.user, admin_password)
-        self.session.headers["content-type"] = "application/json"
-
-    def get(self, api_path: str) -> Optional[dict]:
-        response = self.session.get(self.base + api_path, timeout=self.timeout)
-        if response.status_code == 404:
-            return None
-        _raise_for(response, "GET", api_path)
-        return response.json()
-
-    def send(self, method: str, api_path: str, body: Mapping) -> None:
-        payload = dict(body) if method != "DELETE" else None
-        response = self.session.request(method, self.base + api_path, json=payload,
-                                        timeout=self.timeout)
-        _raise_for(response, method, api_path)
-
-    def close(self) -> None:
-        self.session.close()
-
-
-class ApiError(ProvisionError):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
-    if response.status_code < 300:
-        return
-    try:
-        reason = response.json().get("reason", "")
-    except ValueError:
-        reason = response.text[:200]
-    raise ApiError(response.status_code,
-                   f"{method} {api_path} answered {response.status_code}: {reason}".strip())
-
-
-def _tags(value) -> tuple[str, ...]:
-    if isinstance(value, str):  # older brokers answer a comma-separated string
-        value = value.split(",")
-    return tuple(sorted(t for t in (value or []) if t))
+def _api(endpoint: Endpoint, password: str, timeout: float = HTTP_TIMEOUT) -> Api:
+    return Api(f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}", endpoint.user, password,
+               timeout=timeout)
 
 
 def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed:
     """Every account, vhost and mark on the broker (three list GETs), and the permissions of
     each granted account on its vhost."""
     users = {u["name"]: UserFacts(u["name"], u.get("password_hash"),
-                                  u.get("hashing_algorithm", ""), _tags(u.get("tags")))
+                                  u.get("hashing_algorithm", ""), tags_of(u.get("tags")))
              for u in api.get("/api/users") or []}
     vhosts = frozenset(v["name"] for v in api.get("/api/vhosts") or [])
-    marks: dict[tuple[str, str], str] = {}
-    for parameter in api.get("/api/global-parameters") or []:
-        name, value = parameter.get("name", ""), parameter.get("value")
-        kind, _, subject = name[len(MARK_PREFIX):].partition(":")
-        if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
-            marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
+    marks = read_marks(api)
     permissions = {}
     for want in desired:
         if want.vhost in vhosts and want.user in users:
@@ -316,7 +227,7 @@ def auth_refused(error: Exception) -> bool:
 
 def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
     """Ask the management API for its overview as the admin; the broker's self-description."""
-    api = Api(endpoint, password, timeout=timeout)
+    api = _api(endpoint, password, timeout=timeout)
     try:
         overview = api.get("/api/overview") or {}
     finally:
@@ -328,13 +239,13 @@ def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -
 def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
     """PUT the admin account with its new password and the tags it has (a PUT replaces them),
     authenticated with its password in force."""
-    api = Api(endpoint, password)
+    api = _api(endpoint, password)
     try:
         account = api.get(path("users", endpoint.user))
         if account is None:
             raise ProvisionError(f"the broker has no account {endpoint.user}")
         api.send("PUT", path("users", endpoint.user),
-                 {"password": new_password, "tags": ",".join(_tags(account.get("tags")))})
+                 {"password": new_password, "tags": ",".join(tags_of(account.get("tags")))})
     finally:
         api.close()
 
@@ -365,7 +276,7 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
     (answering, its admin accepted: provisioners waited for it), delete the accounts of its
     grants that are gone and report their vhosts orphaned."""
     subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
-    api = Api(endpoint, admin_password)
+    api = _api(endpoint, admin_password)
     failed: Optional[str] = None
     try:
         desired = [desired_account(g, secret_source) for g in grants]
