@@ -28,6 +28,7 @@ COMMANDS = [
     "apply",
     "node-key", "ca", "rotate",
     "verify",
+    "control", "publish", "collect", "status", "enrol", "agent",
 ]
 
 

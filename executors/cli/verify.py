@@ -20,7 +20,7 @@ import os
 import sys
 
 from executors.node.runner import load_declarations, secret_source_from
-from executors.node.verify import Locate, verify_declaration
+from executors.node.verify import engine_locator, verify_declaration
 
 
 def register(subparsers) -> None:
@@ -49,20 +49,6 @@ def register(subparsers) -> None:
                         help="Docker Engine running the consumers' containers (default: "
                         "$DOCKER_HOST or the local socket)")
     parser.set_defaults(func=run)
-
-
-def engine_locator(docker_host) -> Locate:
-    """container name → (pid, state), asked of the Engine when first needed."""
-    api = []
-
-    def locate(name: str):
-        from executors.node import docker_engine
-
-        if not api:
-            api.append(docker_engine.connect(docker_host, timeout=30))
-        return docker_engine.container_pid(api[0], name)
-
-    return locate
 
 
 def run(args, out=None) -> int:

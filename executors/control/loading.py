@@ -137,15 +137,21 @@ def load_mesh_dir(path) -> MeshInputs:
                       sources=inputs.sources, mesh_dir=mesh_dir, ledger_path=ledger_path)
 
 
-def ledger_path_of(path) -> Path:
-    """Where DIR's ledger lives (mesh.yaml `ledger:`, else ledger.yaml), read without loading
-    anything else; an unreadable mesh.yaml means the default."""
+def mesh_paths(path) -> tuple[Path, Path]:
+    """(catalogue directory, ledger file) of DIR as mesh.yaml names them (else the defaults),
+    read without loading anything else."""
     mesh_dir = Path(path)
     try:
         text = (mesh_dir / MESH_FILE).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return mesh_dir / DEFAULT_LEDGER
-    return mesh_dir / _declared_paths(text, str(mesh_dir / MESH_FILE))[1]
+        return mesh_dir / DEFAULT_CATALOGUE, mesh_dir / DEFAULT_LEDGER
+    catalogue, ledger = _declared_paths(text, str(mesh_dir / MESH_FILE))
+    return mesh_dir / catalogue, mesh_dir / ledger
+
+
+def ledger_path_of(path) -> Path:
+    """Where DIR's ledger lives (mesh.yaml `ledger:`, else ledger.yaml)."""
+    return mesh_paths(path)[1]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,268 @@
+"""The control plane's loop (`mesh control DIR`), and its one-shot steps (`publish`, `collect`).
+
+Invariants:
+- One cycle: when the mesh's inputs changed (mesh.yaml, the catalogue, the ledger: by an
+  operator, or by this loop recording a report), resolve, issue what can be issued, write,
+  record and publish every node whose declaration changed (control/publish.py); take every
+  report and enrolment request waiting (control/inbox.py), each acknowledged only once it is
+  kept; then again. A rotation therefore completes by itself: the provider's report makes the
+  new generation active, which changes the holders' declarations, which are published; their
+  reports retire the old generation, which changes the provider's, which is published.
+- Everything it knows is on disk (the ledger, the state directory) and in the broker's durable
+  queues, so a restarted loop picks up where the last one stopped: a digest written but not
+  published is published, a report not acknowledged is delivered again (recording it twice
+  changes nothing).
+- The broker unreachable is never fatal: the loop says so and reconnects with capped backoff.
+  Bad input (a typo in mesh.yaml) is said once per change, with its file:line faults, and
+  nothing is published until it is fixed; what runs stays as it is.
+- One line per event on stderr, never a secret.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import attrs
+
+from resolver import InputError, MeshError
+
+from executors.common import amqp, messages
+from executors.common.amqp import BrokerError
+from executors.common.keys import load_private_key
+from executors.control import enrolment, inbox, publish
+from executors.control.broker_settings import BrokerSettings
+from executors.control.control_state import ControlState
+from executors.control.delivery_key import ensure_delivery_key
+from executors.control.fleet import Fleet
+from executors.control.fleet_broker import FleetError
+from executors.control.loading import MESH_FILE, load_mesh_dir, mesh_paths
+
+HOUSEKEEPING_SECONDS = 10.0
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def inputs_fingerprint(mesh_dir) -> tuple:
+    """What a change of the mesh's inputs changes: each file's path, size and mtime."""
+    catalogue, ledger = mesh_paths(mesh_dir)
+    files = [Path(mesh_dir) / MESH_FILE, ledger]
+    for root, _, names in os.walk(catalogue):
+        files.extend(Path(root) / name for name in names if name.endswith(".yaml"))
+    entries = []
+    for path in files:
+        try:
+            stat = path.stat()
+            entries.append((str(path), stat.st_size, stat.st_mtime_ns))
+        except OSError:
+            entries.append((str(path), None, None))
+    return tuple(sorted(entries))
+
+
+@attrs.define
+class Control:
+    """One control plane for the mesh in `mesh_dir`."""
+
+    mesh_dir: Path
+    settings: BrokerSettings
+    state: ControlState
+    say: Callable[[str], None]
+    key_file: Optional[str] = None
+    issue: bool = True
+    interval: float = 5.0
+    fleet: Fleet = attrs.field(init=False)
+    mesh: str = attrs.field(init=False)
+    _control_key: object = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self):
+        inputs = load_mesh_dir(self.mesh_dir)
+        self.mesh = inputs.mesh.mesh
+        self.fleet = Fleet(self.mesh, self.settings, self.state.ensure(), self.say)
+        if self.key_file:
+            self._control_key = load_private_key(self.key_file)
+
+    # -- connecting
+
+    def connect(self, *, deadline: Optional[float] = None, stop=lambda: False):
+        """Accounts made as wanted, then the control account's connection and its channel
+        (publisher confirms on), the exchanges and queues declared."""
+        self.fleet.ensure_accounts()
+        connection = self.fleet.connect(deadline=deadline, stop=stop)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
+        self.fleet.declare(channel, nodes)
+        return connection, channel
+
+    # -- publishing
+
+    def publish(self, channel, *, force=(), only=None) -> list[publish.Published]:
+        notes: list[str] = []
+        prepared = publish.prepare(self.mesh_dir, self.state, now=now_iso(), issue=self.issue,
+                                   control_key=self._control_key, force=force, only=only,
+                                   notes=notes)
+        for note in notes:
+            self.say(note)
+        for problem in prepared.problems:
+            self.say(f"refusal (its instances are held or not declared): {problem}")
+        if not prepared.declarations:
+            return []
+        key = ensure_delivery_key(self.mesh_dir, load_mesh_dir(self.mesh_dir).mesh)
+        done: list[publish.Published] = []
+        try:
+            done = publish.send(channel, key, prepared, say=self.say)
+        finally:
+            publish.record_published(self.mesh_dir, self.state, done)
+        return done
+
+    # -- the inbox
+
+    def handle(self, queue: str, props, body: bytes) -> inbox.Outcome:
+        user_id = getattr(props, "user_id", None)
+        if queue == amqp.REPORT_QUEUE:
+            return inbox.handle_report(self.mesh_dir, self.state, self.fleet.names, user_id,
+                                       body)
+        return inbox.handle_enrolment(self.mesh_dir, self.state, self.fleet.names, user_id,
+                                      body)
+
+    def drain(self, channel, queues=(amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)) -> list:
+        """Take every message waiting (basic.get), each acknowledged once handled."""
+        outcomes = []
+        for queue in queues:
+            while True:
+                method, props, body = channel.basic_get(queue, auto_ack=False)
+                if method is None:
+                    break
+                outcomes.append(self._handle_and_ack(channel, queue, method, props, body))
+        return outcomes
+
+    def _handle_and_ack(self, channel, queue, method, props, body) -> inbox.Outcome:
+        try:
+            outcome = self.handle(queue, props, body)
+        except InputError as error:
+            outcome = inbox.Outcome(f"{queue}: kept for later, the mesh does not load: "
+                                    f"{error.faults[0] if error.faults else error}")
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            self.say(outcome.line)
+            time.sleep(1.0)
+            return outcome
+        except MeshError as error:
+            outcome = inbox.Outcome(f"{queue}: not recorded: {error}", refused=True)
+        channel.basic_ack(method.delivery_tag)
+        self.say(outcome.line)
+        return outcome
+
+    # -- the loop
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> None:
+        delay = 1.0
+        while not stop():
+            try:
+                connection, channel = self.connect(stop=stop)
+            except (BrokerError, FleetError) as error:
+                if stop():
+                    return
+                self.say(f"broker: {error}; retrying in {delay:.0f}s")
+                time.sleep(delay)
+                delay = min(delay * 2, amqp.BACKOFF_CAP)
+                continue
+            delay = 1.0
+            self.say(f"serving mesh {self.mesh} on {self.settings.amqp} (vhost "
+                     f"{self.fleet.names.vhost})")
+            try:
+                self._serve(connection, channel, stop)
+            except Exception as error:  # noqa: BLE001 - the connection broke: reconnect
+                if not _connection_error(error):
+                    raise
+                self.say(f"broker connection lost: {amqp.describe(error)}; reconnecting")
+            finally:
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+
+    def _serve(self, connection, channel, stop) -> None:
+        inbox_channel = connection.channel()
+        inbox_channel.basic_qos(prefetch_count=200)
+        waiting: list = []
+        for queue in (amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE):
+            inbox_channel.basic_consume(
+                queue, lambda ch, method, props, body, q=queue: waiting.append(
+                    (q, method, props, body)))
+        seen = None
+        last_housekeeping = 0.0
+        while not stop():
+            fingerprint = inputs_fingerprint(self.mesh_dir)
+            if fingerprint != seen:
+                try:
+                    self.publish(channel)
+                    seen = inputs_fingerprint(self.mesh_dir)  # what this publish wrote included
+                except InputError as error:
+                    seen = fingerprint
+                    self.say(f"the mesh does not load; nothing published until it is fixed "
+                             f"({len(error.faults)} fault(s)):")
+                    for fault in error.faults:
+                        self.say(f"  {fault}")
+                except (MeshError, messages.MessageRefused) as error:
+                    if isinstance(error, BrokerError):
+                        raise
+                    seen = fingerprint
+                    self.say(f"not published: {error}")
+            connection.process_data_events(time_limit=0 if waiting else min(self.interval, 1.0))
+            while waiting:
+                queue, method, props, body = waiting.pop(0)
+                self._handle_and_ack(inbox_channel, queue, method, props, body)
+            if time.monotonic() - last_housekeeping >= HOUSEKEEPING_SECONDS:
+                last_housekeeping = time.monotonic()
+                try:
+                    enrolment.close_answered(self.mesh_dir, self.fleet, channel, say=self.say)
+                except FleetError as error:
+                    self.say(f"enrolment housekeeping: {error}")
+
+
+def _connection_error(error: Exception) -> bool:
+    import pika.exceptions
+
+    return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))
+
+
+def standing(control: Control) -> dict[str, tuple[bool, str]]:
+    """Per enrolled node with something published: (applied what was published?, one line)."""
+    published, accounts = control.state.published(), control.state.accounts()
+    result = {}
+    for node, sent in sorted(published.items()):
+        if node not in accounts:
+            continue
+        kept = control.state.report(node) or {}
+        last, applied = kept.get("last") or {}, kept.get("last_applied") or {}
+        serial = sent.get("serial")
+        in_force = last.get("serial_applied")
+        if in_force is None:
+            in_force = applied.get("serial")
+        if in_force is not None and serial is not None and in_force >= serial:
+            result[node] = (True, f"serial {in_force} in force (published {serial})")
+        elif last.get("serial") == serial and last.get("result") not in (None, "applied"):
+            why = f": {last.get('reason')}" if last.get("reason") else ""
+            result[node] = (False, f"serial {serial} {last.get('result')}{why}")
+        else:
+            result[node] = (False, f"serial {serial} published, not reported applied yet"
+                            + (f" (in force: {in_force})" if in_force is not None else ""))
+    return result
+
+
+def settle(control: Control, connection, channel, wait: float):
+    """Take what is waiting; with `wait`, keep taking until every enrolled node applied what
+    was published to it or `wait` seconds passed."""
+    outcomes = control.drain(channel)
+    deadline = time.monotonic() + wait
+    while wait and time.monotonic() < deadline:
+        if all(ok for ok, _ in standing(control).values()):
+            break
+        connection.process_data_events(time_limit=0.5)
+        outcomes += control.drain(channel)
+    return outcomes, standing(control)

@@ -1,0 +1,155 @@
+"""What the nodes say to the control plane: reports, and enrolment requests.
+
+Invariants:
+- A report speaks for the node whose account published it: the broker validated the message's
+  `user_id` against the account that sent it, and a report whose body names another node, or
+  whose `user_id` is no node account of this mesh, is refused and only logged.
+- Every report is kept (`reports/<node>.json`: the last one, a short history, the drift
+  repaired); an `applied` one is recorded in the ledger exactly as `mesh applied` records a
+  node's applied.json (control/applied.record_report), under the ledger lock, and only when
+  the rules accept it (succeeded in every phase, the declaration the mesh declares now). A
+  report recorded twice changes nothing (generations only move forward).
+- An enrolment request is kept only when it comes from the account of an open token (the
+  broker authenticated it with the token's secret, `user_id` validated), names the token's node
+  and carries a valid X25519 public key and an address; anything else is refused and logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import ipaddress
+from typing import Callable, Optional
+
+import attrs
+
+from executors.common import messages
+from executors.common.amqp import FleetNames
+from executors.control.applied import record_report, resolve_current
+from executors.control.control_state import ControlState
+from executors.control.fleet import token_open
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+
+HISTORY = 20
+
+
+@attrs.frozen
+class Outcome:
+    line: str  # what happened, one line for the log
+    recorded: bool = False  # the ledger changed
+    refused: bool = False
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summary(report: dict) -> dict:
+    return {k: report.get(k) for k in ("at", "trigger", "message_id", "serial", "result",
+                                       "superseded_by", "reason", "serial_applied")}
+
+
+def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Optional[str],
+                  body: bytes) -> Outcome:
+    node = names.node_of(user_id)
+    if node is None:
+        who = user_id or "an account that did not say who it is (no user_id)"
+        return Outcome(f"report refused: published by {who}, which is no node account of "
+                       f"mesh {names.mesh}", refused=True)
+    try:
+        report = messages.open_plain(body, messages.REPORT_FORMAT)
+    except messages.MessageRefused as refusal:
+        return Outcome(f"report from {node} refused: {refusal.reason}", refused=True)
+    if report.get("node") != node or report.get("mesh") != names.mesh:
+        return Outcome(f"report refused: it speaks for node {report.get('node')} of mesh "
+                       f"{report.get('mesh')}, but account {user_id} published it",
+                       refused=True)
+    with mesh_lock(mesh_dir):
+        kept = state.report(node) or {}
+        history = ([summary(report)] + list(kept.get("history") or []))[:HISTORY]
+        drift = list(report.get("drift") or [])
+        document = {"node": node, "received": _now(), "last": report, "history": history,
+                    "drift_repaired": int(kept.get("drift_repaired") or 0) + (1 if drift else 0),
+                    "last_drift": ({"at": report.get("at"), "operations": drift} if drift
+                                   else kept.get("last_drift")),
+                    "last_verify": report.get("verify") or kept.get("last_verify")}
+        if report.get("result") == "applied":
+            document["last_applied"] = summary(report)
+        else:
+            document["last_applied"] = kept.get("last_applied")
+        state.write_report(node, document)
+        line = (f"report from {node}: serial {report.get('serial')} {report.get('result')}"
+                + (f" (superseded by {report.get('superseded_by')})"
+                   if report.get("result") == "superseded" else "")
+                + (f": {report.get('reason')}" if report.get("reason") else "")
+                + (f"; drift repaired: {len(drift)} operation(s)" if drift else ""))
+        if report.get("result") != "applied" or not isinstance(report.get("record"), dict):
+            return Outcome(line)
+        inputs = load_mesh_dir(mesh_dir)
+        recorded = record_report(inputs, node, report["record"])
+        if not recorded.accepted:
+            return Outcome(f"{line}; not recorded: {recorded.why}")
+        after = resolve_current(inputs, recorded.ledger)
+        if after.ledger == inputs.ledger:
+            return Outcome(f"{line}; nothing new to record")
+        write_ledger(inputs.ledger_path, after.ledger)
+        moved = f": {', '.join(recorded.moved)}" if recorded.moved else ""
+        return Outcome(f"{line}; recorded in the ledger{moved}", recorded=True)
+
+
+def _valid_key(text) -> bool:
+    try:
+        return isinstance(text, str) and len(base64.b64decode(text, validate=True)) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _valid_address(text) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except (ValueError, TypeError):
+        return False
+
+
+def handle_enrolment(mesh_dir, state: ControlState, names: FleetNames,
+                     user_id: Optional[str], body: bytes,
+                     say: Callable[[str], None] = lambda line: None) -> Outcome:
+    token_id = names.token_of(user_id)
+    if token_id is None:
+        who = user_id or "an unnamed account"
+        return Outcome(f"enrolment request refused: published by {who}, which is no "
+                       f"enrolment account of mesh {names.mesh}", refused=True)
+    try:
+        request = messages.open_plain(body, messages.ENROLMENT_REQUEST_FORMAT)
+    except messages.MessageRefused as refusal:
+        return Outcome(f"enrolment request with token {token_id} refused: {refusal.reason}",
+                       refused=True)
+    with mesh_lock(mesh_dir):
+        token = state.tokens().get(token_id)
+        if token is None or not token_open(token):
+            return Outcome(f"enrolment request with token {token_id} refused: the token is "
+                           f"{'unknown' if token is None else token.get('state')} or expired",
+                           refused=True)
+        problems = []
+        if request.get("node") != token["node"] or request.get("mesh") != names.mesh:
+            problems.append(f"it asks for node {request.get('node')} of mesh "
+                            f"{request.get('mesh')}, the token is for {token['node']}")
+        if request.get("token") != token_id:
+            problems.append("it names another token")
+        if not _valid_key(request.get("public_key")):
+            problems.append("public_key is not a base64 X25519 public key")
+        if not _valid_address(request.get("address")):
+            problems.append(f"address {request.get('address')!r} is not an IP address")
+        if problems:
+            return Outcome(f"enrolment request with token {token_id} refused: "
+                           + "; ".join(problems), refused=True)
+        token = dict(token, state="requested",
+                     request={"public_key": request["public_key"],
+                              "address": request["address"],
+                              "hostname": str(request.get("hostname") or ""),
+                              "received": _now()})
+        state.write_token(token)
+    return Outcome(f"enrolment request from {token['node']} ({request['address']}) with token "
+                   f"{token_id}: `mesh enrol list` shows it; `mesh enrol accept` or `reject`")
