@@ -77,10 +77,16 @@ def certificate_fingerprint(certificate: x509.Certificate) -> str:
 
 def load_certificate(pem: Union[str, bytes], what: str = "certificate") -> x509.Certificate:
     try:
-        return x509.load_pem_x509_certificate(pem.encode("ascii") if isinstance(pem, str)
-                                              else pem)
+        certificate = x509.load_pem_x509_certificate(pem.encode("ascii") if isinstance(pem, str)
+                                                     else pem)
+        # parsed lazily by `cryptography`: read every part now, so a damaged one is refused
+        # here and never raises later
+        certificate.subject.rfc4514_string(), certificate.issuer.rfc4514_string()
+        certificate.extensions, certificate.public_key()
+        certificate.not_valid_before_utc, certificate.not_valid_after_utc
     except (ValueError, TypeError, UnicodeEncodeError):
-        raise MessageRefused(f"the {what} is not a PEM certificate") from None
+        raise MessageRefused(f"the {what} is not a readable PEM certificate") from None
+    return certificate
 
 
 def sign(kind: str, body: dict, key: ed25519.Ed25519PrivateKey, certificate_pem: str) -> bytes:
