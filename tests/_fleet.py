@@ -84,24 +84,25 @@ class Broker:
         return reply.json() if reply.status_code == 200 else {}
 
 
-MODULE = """\
-name: {name}
+APP = """\
+name: app
 artifacts:
   image: {{repository: {repository}, tag: "{tag}"}}
-{extra}containers:
+containers:
   - name: main
     artifact: image
-    env: {env}
+    env: {{GREETING: hello}}
 """
 
 
 class FleetMesh:
     def __init__(self, tmp: Path, instances: dict[str, tuple[str, str]],
                  nodes: tuple[str, ...] = ("solo",), broker: Optional[Broker] = None,
-                 modules: Optional[dict[str, str]] = None, provisions: str = "{}\n",
-                 for_nodes: Optional[str] = None):
-        """instances: name → (module, node); modules: name → extra manifest lines (listens,
-        provides, requires) and env, as MODULE formats them."""
+                 modules: Optional[dict[str, tuple[str, object]]] = None,
+                 provisions: str = "{}\n", for_nodes: Optional[str] = None):
+        """instances: name → (module, node); modules: name → (module.yaml template naming
+        `{repository}`, `{tag}` and `{tmp}`, the local image to push for it: None for the
+        env-echoing busybox image)."""
         self.api = engine()
         self.name = unique_mesh("fl")
         self.dir = tmp / "mesh"
@@ -113,25 +114,24 @@ class FleetMesh:
         self.printed: list[str] = []
         self.agents: dict[str, subprocess.Popen] = {}
         self.nodes = nodes
-        image = env_image(self.api)
-        repository = f"{REGISTRY}/mesh-test-fleet/app"
-        push(self.api, image, repository, self.name)
         catalogue = self.dir / "catalogue"
         catalogue.mkdir()
         (catalogue / "provisions.yaml").write_text(provisions)
-        self.modules = modules or {"app": ("", "{GREETING: hello}")}
-        self.repository = repository
-        for module, (extra, env) in self.modules.items():
-            self.write_module(module, extra, env)
+        self.repositories: dict[str, str] = {}
+        for module, (template, image) in (modules or {"app": (APP, None)}).items():
+            repository = f"{REGISTRY}/mesh-test-fleet/{module}"
+            push(self.api, image or env_image(self.api), repository, self.name)
+            self.repositories[module] = repository
+            self.write_module(module, template)
         self.instances = dict(instances)
         self.write_mesh()
 
     # -- files
 
-    def write_module(self, module: str, extra: str, env: str) -> None:
+    def write_module(self, module: str, template: str) -> None:
         (self.dir / "catalogue" / module).mkdir(exist_ok=True)
-        (self.dir / "catalogue" / module / "module.yaml").write_text(MODULE.format(
-            name=module, repository=self.repository, tag=self.name, extra=extra, env=env))
+        (self.dir / "catalogue" / module / "module.yaml").write_text(template.format(
+            repository=self.repositories[module], tag=self.name, tmp=self.dir.parent))
 
     def write_mesh(self, keys: Optional[dict[str, str]] = None) -> None:
         """mesh.yaml, keeping the keys `mesh enrol accept` wrote (read back from it)."""
@@ -142,7 +142,7 @@ class FleetMesh:
             control = ", control: true" if index == 0 else ""
             key = f', public-key: "{keys[node]}"' if node in keys else ""
             lines.append(f"  {node}: {{address: {self.address}{control}{key}}}  # node {node}")
-        lines.append("instances:")
+        lines.append("instances:" if self.instances else "instances: {}")
         for name, (module, node) in self.instances.items():
             lines.append(f"  {name}: {{module: {module}, node: {node}}}")
         lines.append(f"host-ports: {{first: {self.first_port}, last: {self.first_port + 7}}}")
