@@ -128,9 +128,11 @@ def handle_enrolment(mesh_dir, state: ControlState, names: FleetNames,
                        refused=True)
     with mesh_lock(mesh_dir):
         token = state.tokens().get(token_id)
-        if token is None or not token_open(token):
+        if token is None or token.get("state") != "issued" or not token_open(token):
+            why = ("unknown" if token is None else "used already" if token.get("state")
+                   != "issued" else "expired")
             return Outcome(f"enrolment request with token {token_id} refused: the token is "
-                           f"{'unknown' if token is None else token.get('state')} or expired",
+                           f"{why} (one request per token; `mesh enrol token` makes another)",
                            refused=True)
         problems = []
         if request.get("node") != token["node"] or request.get("mesh") != names.mesh:

@@ -19,7 +19,9 @@ Invariants:
   applies.
 - The last declaration applied successfully is kept (`<state root>/.mesh/agent/current/`) and
   re-applied every `drift-minutes` and at start (a reboot loses the firewall table), whether the
-  broker is reachable or not; a re-apply that changed something is reported as drift repaired.
+  broker is reachable or not, then verified again; a re-apply that changed something is
+  reported as drift repaired, and a verify whose verdict changed (a provider elsewhere that
+  came up since) is reported too.
 - The broker unreachable is never fatal and never silent: capped exponential backoff, a line
   per attempt. One line per event on stderr; never a secret.
 """
@@ -140,6 +142,7 @@ class Agent:
                                           f"pinned fingerprint {config.ca_fingerprint}")
         self.waiting: list[Delivery] = []
         self.unsent: list[dict] = []  # reports made while the broker was away (drift)
+        self.verdict: Optional[bool] = None  # verify's last reported verdict (all ok?)
         self.stopping = False
         interval = config.drift_minutes * 60
         self.drift_interval = interval if interval > 0 else None
@@ -261,6 +264,8 @@ class Agent:
         return result.get("value")
 
     def _publish_report(self, channel, report: dict) -> None:
+        if report.get("verify") is not None:
+            self.verdict = bool(report["verify"].get("ok"))
         amqp.publish(channel, amqp.REPORTS, amqp.REPORTS, messages.plain(report),
                      amqp.properties(message_id=f"report/{self.config.node}/{report['at']}/"
                                      f"{report.get('message_id') or report['trigger']}",
@@ -396,7 +401,8 @@ class Agent:
                 self.unsent.append(report)
 
     def _drift(self) -> Optional[dict]:
-        """Re-apply the last good declaration; a report when it changed something or failed."""
+        """Re-apply the last good declaration and verify again; a report when the re-apply
+        changed something or failed, or when verify's verdict changed since last reported."""
         self.next_drift = (self.clock() + self.drift_interval) if self.drift_interval else None
         current = self.files.current_files()
         if current is None:
@@ -410,12 +416,20 @@ class Agent:
             return self._report("drift", result="failed", reason=str(error))
         facts = report.facts
         changed = [op.to_json() for op in report.ops if op.op != "record-applied"]
-        if facts.get("result") == "applied" and not changed:
+        verify = None
+        if facts.get("result") == "applied":
+            import resolver
+
+            declaration = resolver.structure(json.loads(declaration_file.read_text()),
+                                             resolver.Declaration)
+            verify = self._run_verify(declaration, secrets_file)
+        verdict = None if verify is None else bool(verify.get("ok"))
+        if facts.get("result") == "applied" and not changed and verdict == self.verdict:
             self.say("drift check: nothing to repair")
             return None
         self.say(f"drift check: {len(changed)} operation(s) to restore the declaration in force;"
                  f" result {facts.get('result')}")
-        document = self._apply_report("drift", report, None, None)
+        document = self._apply_report("drift", report, None, verify)
         document["drift"] = changed
         return document
 
