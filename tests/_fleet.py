@@ -270,8 +270,8 @@ class FleetMesh:
         return json.loads(path.read_text()) if path.exists() else {}
 
     def reports(self, node: str) -> dict:
-        path = self.dir / ".control" / "reports" / f"{node}.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        path = self.dir / ".control" / "reports.json"
+        return (json.loads(path.read_text()).get(node) or {}) if path.exists() else {}
 
     def container(self, instance: str, short: str = "main") -> str:
         return f"{self.name}-{instance.replace('@', '-')}-{short}"

@@ -420,7 +420,7 @@ def test_enrol_publish_converge_rotate_and_latest_wins_across_three_namespaces(f
             "serial_published"]
     fleet.start_agent("n3")
     fleet.wait(lambda: fleet.converged(), "n3 applies the newest")
-    history = json.loads((fleet.dir / ".control" / "reports" / "n3.json").read_text())[
+    history = json.loads((fleet.dir / ".control" / "reports.json").read_text())["n3"][
         "history"]
     newest = [h for h in history if h["trigger"] == "message"][:2]
     assert (newest[0]["serial"], newest[0]["result"]) == (before, "applied"), history[:3]

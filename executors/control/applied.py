@@ -64,19 +64,22 @@ def by_hand_generations(node: str, declaration, record: Optional[Mapping],
 
 
 def record_report(inputs: MeshInputs, node: str, record: object,
-                  by_hand: Sequence[str] = (), current: Optional[Resolution] = None) -> Recorded:
+                  by_hand: Sequence[str] = (), current: Optional[Resolution] = None,
+                  onto: Optional[Ledger] = None) -> Recorded:
     """The ledger once `node`'s applied record (its `<state root>/.mesh/applied.json`) is
-    recorded, or why it is refused."""
+    recorded, or why it is refused. Judged against the mesh as `current` declares it; recorded
+    onto `onto` (default: current's ledger), so a batch of reports is recorded one after the
+    other against the declarations the nodes were handed."""
     current = current or resolve_current(inputs)
+    base = current.ledger if onto is None else onto
     declaration = _declared(current, node)
     why, granted = acceptance(record, node, declaration.digest)
     digest = record.get("digest", "") if isinstance(record, Mapping) else ""
     if why is not None:
         return Recorded(node, str(digest), current, why=why)
     granted.update(by_hand_generations(node, declaration, record, by_hand))
-    ledger = record_applied(current.ledger, node, declaration, granted=granted)
-    return Recorded(node, str(digest), current, ledger=ledger,
-                    moved=_moved(current.ledger, ledger))
+    ledger = record_applied(base, node, declaration, granted=granted)
+    return Recorded(node, str(digest), current, ledger=ledger, moved=_moved(base, ledger))
 
 
 def record_digest(inputs: MeshInputs, node: str, digest: str,

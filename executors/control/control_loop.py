@@ -24,7 +24,7 @@ import datetime
 import os
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import attrs
 
@@ -122,40 +122,60 @@ class Control:
 
     # -- the inbox
 
-    def handle(self, queue: str, props, body: bytes) -> inbox.Outcome:
-        user_id = getattr(props, "user_id", None)
-        if queue == amqp.REPORT_QUEUE:
-            return inbox.handle_report(self.mesh_dir, self.state, self.fleet.names, user_id,
-                                       body)
-        return inbox.handle_enrolment(self.mesh_dir, self.state, self.fleet.names, user_id,
-                                      body)
-
-    def drain(self, channel, queues=(amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)) -> list:
-        """Take every message waiting (basic.get), each acknowledged once handled."""
-        outcomes = []
-        for queue in queues:
-            while True:
-                method, props, body = channel.basic_get(queue, auto_ack=False)
-                if method is None:
-                    break
-                outcomes.append(self._handle_and_ack(channel, queue, method, props, body))
+    def handle_batch(self, channel, deliveries: Sequence[tuple]) -> list[inbox.Outcome]:
+        """Handle (queue, method, props, body) deliveries: the reports as one batch, each
+        enrolment request alone; each acknowledged once kept. A mesh that does not load
+        leaves them unacknowledged, for later."""
+        reports = [d for d in deliveries if d[0] == amqp.REPORT_QUEUE]
+        outcomes: list[inbox.Outcome] = []
+        try:
+            if reports:
+                outcomes += inbox.handle_reports(
+                    self.mesh_dir, self.state, self.fleet.names,
+                    [(getattr(props, "user_id", None), body) for _, _, props, body in reports])
+            for queue, method, props, body in deliveries:
+                if queue != amqp.REPORT_QUEUE:
+                    try:
+                        outcomes.append(inbox.handle_enrolment(
+                            self.mesh_dir, self.state, self.fleet.names,
+                            getattr(props, "user_id", None), body))
+                    except MeshError as error:
+                        if isinstance(error, InputError):
+                            raise
+                        outcomes.append(inbox.Outcome(f"enrolment: {error}", refused=True))
+        except InputError as error:
+            for _, method, _, _ in deliveries:
+                channel.basic_nack(method.delivery_tag, requeue=True)
+            self.say(f"{len(deliveries)} message(s) kept for later: the mesh does not load "
+                     f"({error.faults[0] if error.faults else error})")
+            time.sleep(1.0)
+            return []
+        for _, method, _, _ in deliveries:
+            channel.basic_ack(method.delivery_tag)
+        for outcome in outcomes:
+            self.say(outcome.line)
         return outcomes
 
-    def _handle_and_ack(self, channel, queue, method, props, body) -> inbox.Outcome:
-        try:
-            outcome = self.handle(queue, props, body)
-        except InputError as error:
-            outcome = inbox.Outcome(f"{queue}: kept for later, the mesh does not load: "
-                                    f"{error.faults[0] if error.faults else error}")
-            channel.basic_nack(method.delivery_tag, requeue=True)
-            self.say(outcome.line)
-            time.sleep(1.0)
-            return outcome
-        except MeshError as error:
-            outcome = inbox.Outcome(f"{queue}: not recorded: {error}", refused=True)
-        channel.basic_ack(method.delivery_tag)
-        self.say(outcome.line)
-        return outcome
+    def drain(self, channel, queues=(amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)) -> list:
+        """Take every message waiting in `queues` and handle them as one batch."""
+        deliveries: list = []
+        tags = []
+        for queue in queues:
+            tags.append(channel.basic_consume(
+                queue, lambda ch, method, props, body, q=queue: deliveries.append(
+                    (q, method, props, body))))
+        connection = channel.connection
+        while True:
+            before = len(deliveries)
+            connection.process_data_events(time_limit=0.2)
+            waiting = sum(channel.queue_declare(q, passive=True).method.message_count
+                          for q in queues)
+            if not waiting and len(deliveries) == before:
+                break
+        for tag in tags:
+            channel.basic_cancel(tag)
+        connection.process_data_events(time_limit=0)
+        return self.handle_batch(channel, deliveries) if deliveries else []
 
     # -- the loop
 
@@ -214,9 +234,9 @@ class Control:
                     seen = fingerprint
                     self.say(f"not published: {error}")
             connection.process_data_events(time_limit=0 if waiting else min(self.interval, 1.0))
-            while waiting:
-                queue, method, props, body = waiting.pop(0)
-                self._handle_and_ack(inbox_channel, queue, method, props, body)
+            if waiting:
+                batch, waiting[:] = list(waiting), []
+                self.handle_batch(inbox_channel, batch)
             if time.monotonic() - last_housekeeping >= HOUSEKEEPING_SECONDS:
                 last_housekeeping = time.monotonic()
                 try:
@@ -234,11 +254,12 @@ def _connection_error(error: Exception) -> bool:
 def standing(control: Control) -> dict[str, tuple[bool, str]]:
     """Per enrolled node with something published: (applied what was published?, one line)."""
     published, accounts = control.state.published(), control.state.accounts()
+    reports = control.state.reports()
     result = {}
     for node, sent in sorted(published.items()):
         if node not in accounts:
             continue
-        kept = control.state.report(node) or {}
+        kept = reports.get(node) or {}
         last, applied = kept.get("last") or {}, kept.get("last_applied") or {}
         serial = sent.get("serial")
         in_force = last.get("serial_applied")

@@ -1,6 +1,7 @@
 """What the control plane keeps besides the ledger, in its state directory (`DIR/.control` by
-default): the declarations it published, what it published when, each node's last report,
-enrolment tokens and requests, node accounts, the control account's password.
+default): the declarations it published, what it published when, each node's last reports
+(`reports.json`), enrolment tokens and requests, node accounts, the control account's
+password.
 
 Invariants:
 - Every file is written whole or not at all (write_atomic); the directory is 0700, files
@@ -9,7 +10,7 @@ Invariants:
   passwords are kept only sealed to their node, tokens only as a SHA-256 of their secret.
 - Readers tolerate absence (nothing published yet, no report yet) and say nothing is known;
   an unreadable file is treated as absent and is rewritten by the next writer.
-- Only writers under the ledger lock change `published.json` and `reports/`; tokens are
+- Only writers under the ledger lock change `published.json` and `reports.json`; tokens are
   written by `mesh enrol` and the control loop under the same lock.
 """
 
@@ -41,8 +42,8 @@ class ControlState:
         return self.root / "published.json"
 
     @property
-    def reports_dir(self) -> Path:
-        return self.root / "reports"
+    def reports_file(self) -> Path:
+        return self.root / "reports.json"
 
     @property
     def enrolment_dir(self) -> Path:
@@ -81,12 +82,17 @@ class ControlState:
         self.ensure()
         self._write(self.published_file, published)
 
-    def report(self, node: str) -> Optional[dict]:
-        return self._read(self.reports_dir / f"{node}.json", None)
+    def reports(self) -> dict[str, dict]:
+        """Each node's kept reports (one file: a batch of reports is one write)."""
+        found = self._read(self.reports_file, {})
+        return found if isinstance(found, dict) else {}
 
-    def write_report(self, node: str, document: dict) -> None:
+    def report(self, node: str) -> Optional[dict]:
+        return self.reports().get(node)
+
+    def write_reports(self, documents: dict[str, dict]) -> None:
         self.ensure()
-        self._write(self.reports_dir / f"{node}.json", document)
+        self._write(self.reports_file, documents)
 
     def tokens(self) -> dict[str, dict]:
         found = {}

@@ -4,11 +4,13 @@ Invariants:
 - A report speaks for the node whose account published it: the broker validated the message's
   `user_id` against the account that sent it, and a report whose body names another node, or
   whose `user_id` is no node account of this mesh, is refused and only logged.
-- Every report is kept (`reports/<node>.json`: the last one, a short history, the drift
-  repaired); an `applied` one is recorded in the ledger exactly as `mesh applied` records a
+- Every report is kept (`reports.json`, per node: the last one, a short history, the drift
+  repaired, the last verify); an `applied` one is recorded in the ledger exactly as `mesh applied` records a
   node's applied.json (control/applied.record_report), under the ledger lock, and only when
   the rules accept it (succeeded in every phase, the declaration the mesh declares now). A
-  report recorded twice changes nothing (generations only move forward).
+  report recorded twice changes nothing (generations only move forward). A batch of reports is
+  judged against one resolution and recorded one after the other: each node is judged by the
+  declaration it was handed, and the ledger is written once.
 - An enrolment request is kept only when it comes from the account of an open token (the
   broker authenticated it with the token's secret, `user_id` validated), names the token's node
   and carries a valid X25519 public key and an address; anything else is refused and logged.
@@ -20,7 +22,7 @@ import base64
 import binascii
 import datetime
 import ipaddress
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import attrs
 
@@ -50,8 +52,8 @@ def summary(report: dict) -> dict:
                                        "superseded_by", "reason", "serial_applied")}
 
 
-def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Optional[str],
-                  body: bytes) -> Outcome:
+def _parse_report(names: FleetNames, user_id: Optional[str], body: bytes):
+    """(node, report) or the Outcome refusing it."""
     node = names.node_of(user_id)
     if node is None:
         who = user_id or "an account that did not say who it is (no user_id)"
@@ -65,37 +67,81 @@ def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Opt
         return Outcome(f"report refused: it speaks for node {report.get('node')} of mesh "
                        f"{report.get('mesh')}, but account {user_id} published it",
                        refused=True)
-    with mesh_lock(mesh_dir):
-        kept = state.report(node) or {}
-        history = ([summary(report)] + list(kept.get("history") or []))[:HISTORY]
-        drift = list(report.get("drift") or [])
-        document = {"node": node, "received": _now(), "last": report, "history": history,
-                    "drift_repaired": int(kept.get("drift_repaired") or 0) + (1 if drift else 0),
-                    "last_drift": ({"at": report.get("at"), "operations": drift} if drift
-                                   else kept.get("last_drift")),
-                    "last_verify": report.get("verify") or kept.get("last_verify")}
-        if report.get("result") == "applied":
-            document["last_applied"] = summary(report)
+    return node, report
+
+
+def _kept(kept: dict, node: str, report: dict) -> dict:
+    history = ([summary(report)] + list(kept.get("history") or []))[:HISTORY]
+    drift = list(report.get("drift") or [])
+    return {"node": node, "received": _now(), "last": report, "history": history,
+            "drift_repaired": int(kept.get("drift_repaired") or 0) + (1 if drift else 0),
+            "last_drift": ({"at": report.get("at"), "operations": drift} if drift
+                           else kept.get("last_drift")),
+            "last_verify": report.get("verify") or kept.get("last_verify"),
+            "last_applied": (summary(report) if report.get("result") == "applied"
+                             else kept.get("last_applied"))}
+
+
+def _line(node: str, report: dict) -> str:
+    drift = report.get("drift") or []
+    return (f"report from {node}: serial {report.get('serial')} {report.get('result')}"
+            + (f" (superseded by {report.get('superseded_by')})"
+               if report.get("result") == "superseded" else "")
+            + (f": {report.get('reason')}" if report.get("reason") else "")
+            + (f"; drift repaired: {len(drift)} operation(s)" if drift else ""))
+
+
+def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
+                   items: Sequence[tuple[Optional[str], bytes]]) -> list[Outcome]:
+    """Keep a batch of reports and record the applied ones in the ledger: one lock, one load,
+    one resolution, one write of each file for the whole batch."""
+    outcomes: list[Optional[Outcome]] = [None] * len(items)
+    parsed = []
+    for index, (user_id, body) in enumerate(items):
+        found = _parse_report(names, user_id, body)
+        if isinstance(found, Outcome):
+            outcomes[index] = found
         else:
-            document["last_applied"] = kept.get("last_applied")
-        state.write_report(node, document)
-        line = (f"report from {node}: serial {report.get('serial')} {report.get('result')}"
-                + (f" (superseded by {report.get('superseded_by')})"
-                   if report.get("result") == "superseded" else "")
-                + (f": {report.get('reason')}" if report.get("reason") else "")
-                + (f"; drift repaired: {len(drift)} operation(s)" if drift else ""))
-        if report.get("result") != "applied" or not isinstance(report.get("record"), dict):
-            return Outcome(line)
-        inputs = load_mesh_dir(mesh_dir)
-        recorded = record_report(inputs, node, report["record"])
-        if not recorded.accepted:
-            return Outcome(f"{line}; not recorded: {recorded.why}")
-        after = resolve_current(inputs, recorded.ledger)
-        if after.ledger == inputs.ledger:
-            return Outcome(f"{line}; nothing new to record")
-        write_ledger(inputs.ledger_path, after.ledger)
-        moved = f": {', '.join(recorded.moved)}" if recorded.moved else ""
-        return Outcome(f"{line}; recorded in the ledger{moved}", recorded=True)
+            parsed.append((index, *found))
+    if not parsed:
+        return outcomes
+    with mesh_lock(mesh_dir):
+        kept = state.reports()
+        inputs = current = ledger = None
+        recorded_any = []
+        for index, node, report in parsed:
+            kept[node] = _kept(kept.get(node) or {}, node, report)
+            line = _line(node, report)
+            if report.get("result") != "applied" or not isinstance(report.get("record"), dict):
+                outcomes[index] = Outcome(line)
+                continue
+            if inputs is None:
+                inputs = load_mesh_dir(mesh_dir)
+                current = resolve_current(inputs)
+                ledger = current.ledger
+            recorded = record_report(inputs, node, report["record"], current=current,
+                                     onto=ledger)
+            if not recorded.accepted:
+                outcomes[index] = Outcome(f"{line}; not recorded: {recorded.why}")
+                continue
+            ledger = recorded.ledger
+            if recorded.moved:
+                recorded_any.append(index)
+                outcomes[index] = Outcome(f"{line}; recorded in the ledger: "
+                                          f"{', '.join(recorded.moved)}", recorded=True)
+            else:
+                outcomes[index] = Outcome(f"{line}; nothing new to record")
+        state.write_reports(kept)
+        if inputs is not None and ledger != current.ledger:
+            after = resolve_current(inputs, ledger)
+            if after.ledger != inputs.ledger:
+                write_ledger(inputs.ledger_path, after.ledger)
+    return outcomes
+
+
+def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Optional[str],
+                  body: bytes) -> Outcome:
+    return handle_reports(mesh_dir, state, names, [(user_id, body)])[0]
 
 
 def _valid_key(text) -> bool:

@@ -33,11 +33,11 @@ def _provider_node(mesh, credential_id: str) -> Optional[str]:
 def status(mesh_dir, state: ControlState) -> dict:
     inputs = load_mesh_dir(mesh_dir)
     mesh, ledger = inputs.mesh, inputs.ledger
-    published, accounts = state.published(), state.accounts()
+    published, accounts, reports = state.published(), state.accounts(), state.reports()
     nodes = []
     for node in sorted(mesh.nodes):
         sent = published.get(node) or {}
-        kept = state.report(node) or {}
+        kept = reports.get(node) or {}
         last = kept.get("last") or {}
         applied = kept.get("last_applied") or {}
         in_force = last.get("serial_applied")
