@@ -117,8 +117,7 @@ def open_signed(data: bytes, *, kind: str, ca: x509.Certificate, mesh: str,
                                envelope.get("signer"))
     if not all(isinstance(v, str) for v in (body, signature, signer)):
         raise MessageRefused("the envelope lacks its body, signature or signer")
-    certificate = load_certificate(signer, "signer's certificate")
-    check_signer(certificate, ca, mesh, now)
+    certificate = _checked_signer(signer, ca, mesh, now)
     try:
         raw = base64.b64decode(signature, validate=True)
         certificate.public_key().verify(raw, _signed_bytes(kind, body))
@@ -132,6 +131,25 @@ def open_signed(data: bytes, *, kind: str, ca: x509.Certificate, mesh: str,
     if not isinstance(document, dict):
         raise MessageRefused("the signed body is not a JSON object")
     return document
+
+
+_SIGNERS: dict = {}  # (signer PEM, CA fingerprint, mesh) → certificate issued by that CA
+
+
+def _checked_signer(pem: str, ca: x509.Certificate, mesh: str, now) -> x509.Certificate:
+    """The signer's certificate, checked; the CA's signature over a PEM already seen is not
+    checked again (every message carries the same one), its validity always is."""
+    key = (pem, certificate_fingerprint(ca), mesh)
+    certificate = _SIGNERS.get(key)
+    if certificate is None:
+        certificate = load_certificate(pem, "signer's certificate")
+        check_signer(certificate, ca, mesh, now)
+        if len(_SIGNERS) > 16:
+            _SIGNERS.clear()
+        _SIGNERS[key] = certificate
+    else:
+        _check_validity(certificate, now)
+    return certificate
 
 
 def check_signer(certificate: x509.Certificate, ca: x509.Certificate, mesh: str,
@@ -157,6 +175,10 @@ def check_signer(certificate: x509.Certificate, ca: x509.Certificate, mesh: str,
     if [n.value for n in names] != [expected]:
         raise MessageRefused(f"the signer's certificate names {names[0].value if names else '?'}"
                              f", not {expected!r}")
+    _check_validity(certificate, now)
+
+
+def _check_validity(certificate: x509.Certificate, now) -> None:
     now = now or datetime.datetime.now(datetime.timezone.utc)
     if not (certificate.not_valid_before_utc - CLOCK_SKEW <= now
             <= certificate.not_valid_after_utc + CLOCK_SKEW):

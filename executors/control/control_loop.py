@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-import os
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -39,29 +38,13 @@ from executors.control.control_state import ControlState
 from executors.control.delivery_key import ensure_delivery_key
 from executors.control.fleet import Fleet
 from executors.control.fleet_broker import FleetError
-from executors.control.loading import MESH_FILE, load_mesh_dir, mesh_paths
+from executors.control.loading import inputs_fingerprint, load_mesh_dir
 
 HOUSEKEEPING_SECONDS = 10.0
 
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def inputs_fingerprint(mesh_dir) -> tuple:
-    """What a change of the mesh's inputs changes: each file's path, size and mtime."""
-    catalogue, ledger = mesh_paths(mesh_dir)
-    files = [Path(mesh_dir) / MESH_FILE, ledger]
-    for root, _, names in os.walk(catalogue):
-        files.extend(Path(root) / name for name in names if name.endswith(".yaml"))
-    entries = []
-    for path in files:
-        try:
-            stat = path.stat()
-            entries.append((str(path), stat.st_size, stat.st_mtime_ns))
-        except OSError:
-            entries.append((str(path), None, None))
-    return tuple(sorted(entries))
 
 
 @attrs.define
@@ -78,6 +61,8 @@ class Control:
     fleet: Fleet = attrs.field(init=False)
     mesh: str = attrs.field(init=False)
     _control_key: object = attrs.field(init=False, default=None)
+    _resolved: tuple = attrs.field(init=False, default=(None, None))  # fingerprint, loaded
+    _queues: set = attrs.field(init=False, factory=set)  # node queues declared on this channel
 
     def __attrs_post_init__(self):
         inputs = load_mesh_dir(self.mesh_dir)
@@ -97,28 +82,50 @@ class Control:
         channel.confirm_delivery()
         nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
         self.fleet.declare(channel, nodes)
+        self._queues = set(nodes)
         return connection, channel
 
     # -- publishing
 
     def publish(self, channel, *, force=(), only=None) -> list[publish.Published]:
+        """Resolve, write, record and publish what changed (or `force`); what was confirmed."""
+        return self.send(channel, self.prepare(force=force, only=only))
+
+    def prepare(self, *, force=(), only=None) -> publish.Prepared:
         notes: list[str] = []
         prepared = publish.prepare(self.mesh_dir, self.state, now=now_iso(), issue=self.issue,
                                    control_key=self._control_key, force=force, only=only,
                                    notes=notes)
+        self._resolved = (prepared.fingerprint, (prepared.inputs, prepared.resolution))
         for note in notes:
             self.say(note)
         for problem in prepared.problems:
             self.say(f"refusal (its instances are held or not declared): {problem}")
+        return prepared
+
+    def send(self, channel, prepared: publish.Prepared) -> list[publish.Published]:
         if not prepared.declarations:
             return []
-        key = ensure_delivery_key(self.mesh_dir, load_mesh_dir(self.mesh_dir).mesh)
+        key = ensure_delivery_key(self.mesh_dir, prepared.inputs.mesh)
         done: list[publish.Published] = []
         try:
-            done = publish.send(channel, key, prepared, say=self.say)
+            done = publish.send(channel, key, prepared, say=self.say, declared=self._queues)
         finally:
             publish.record_published(self.mesh_dir, self.state, done)
         return done
+
+    # -- the mesh as it is
+
+    def current(self):
+        """(inputs, resolution) of the mesh as its files are now: loaded and resolved again
+        only when a file changed (call it under the ledger lock, as the inbox does)."""
+        fingerprint = inputs_fingerprint(self.mesh_dir)
+        seen, loaded = self._resolved
+        if seen != fingerprint or loaded is None:
+            inputs = load_mesh_dir(self.mesh_dir)
+            loaded = (inputs, inbox.resolve_current(inputs))
+            self._resolved = (fingerprint, loaded)
+        return loaded
 
     # -- the inbox
 
@@ -132,7 +139,8 @@ class Control:
             if reports:
                 outcomes += inbox.handle_reports(
                     self.mesh_dir, self.state, self.fleet.names,
-                    [(getattr(props, "user_id", None), body) for _, _, props, body in reports])
+                    [(getattr(props, "user_id", None), body) for _, _, props, body in reports],
+                    current=self.current)
             for queue, method, props, body in deliveries:
                 if queue != amqp.REPORT_QUEUE:
                     try:

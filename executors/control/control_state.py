@@ -72,8 +72,10 @@ class ControlState:
             return default
 
     @staticmethod
-    def _write(path: Path, document, mode: int = 0o600) -> None:
-        write_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n", mode=mode)
+    def _write(path: Path, document, mode: int = 0o600, compact: bool = False) -> None:
+        text = (json.dumps(document, sort_keys=True, separators=(",", ":")) if compact
+                else json.dumps(document, indent=2, sort_keys=True))  # indent: pure Python
+        write_atomic(path, text + "\n", mode=mode)
 
     def published(self) -> dict:
         return self._read(self.published_file, {})
@@ -92,7 +94,7 @@ class ControlState:
 
     def write_reports(self, documents: dict[str, dict]) -> None:
         self.ensure()
-        self._write(self.reports_file, documents)
+        self._write(self.reports_file, documents, compact=True)  # large: the C encoder
 
     def tokens(self) -> dict[str, dict]:
         found = {}

@@ -92,9 +92,12 @@ def _line(node: str, report: dict) -> str:
 
 
 def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
-                   items: Sequence[tuple[Optional[str], bytes]]) -> list[Outcome]:
+                   items: Sequence[tuple[Optional[str], bytes]],
+                   current: Optional[Callable] = None) -> list[Outcome]:
     """Keep a batch of reports and record the applied ones in the ledger: one lock, one load,
-    one resolution, one write of each file for the whole batch."""
+    one resolution, one write of each file for the whole batch. `current()`, called under the
+    lock, gives (inputs, resolution) of the mesh as it is (a cache may answer it); by default
+    the mesh directory is loaded and resolved."""
     outcomes: list[Optional[Outcome]] = [None] * len(items)
     parsed = []
     for index, (user_id, body) in enumerate(items):
@@ -107,8 +110,7 @@ def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
         return outcomes
     with mesh_lock(mesh_dir):
         kept = state.reports()
-        inputs = current = ledger = None
-        recorded_any = []
+        inputs = resolution = ledger = None
         for index, node, report in parsed:
             kept[node] = _kept(kept.get(node) or {}, node, report)
             line = _line(node, report)
@@ -116,27 +118,32 @@ def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
                 outcomes[index] = Outcome(line)
                 continue
             if inputs is None:
-                inputs = load_mesh_dir(mesh_dir)
-                current = resolve_current(inputs)
-                ledger = current.ledger
-            recorded = record_report(inputs, node, report["record"], current=current,
+                inputs, resolution = (current or _load_and_resolve(mesh_dir))()
+                ledger = resolution.ledger
+            recorded = record_report(inputs, node, report["record"], current=resolution,
                                      onto=ledger)
             if not recorded.accepted:
                 outcomes[index] = Outcome(f"{line}; not recorded: {recorded.why}")
                 continue
             ledger = recorded.ledger
             if recorded.moved:
-                recorded_any.append(index)
                 outcomes[index] = Outcome(f"{line}; recorded in the ledger: "
                                           f"{', '.join(recorded.moved)}", recorded=True)
             else:
                 outcomes[index] = Outcome(f"{line}; nothing new to record")
         state.write_reports(kept)
-        if inputs is not None and ledger != current.ledger:
+        if inputs is not None and ledger != resolution.ledger:
             after = resolve_current(inputs, ledger)
             if after.ledger != inputs.ledger:
                 write_ledger(inputs.ledger_path, after.ledger)
     return outcomes
+
+
+def _load_and_resolve(mesh_dir) -> Callable:
+    def load():
+        inputs = load_mesh_dir(mesh_dir)
+        return inputs, resolve_current(inputs)
+    return load
 
 
 def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Optional[str],

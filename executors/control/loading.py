@@ -15,6 +15,8 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -137,15 +139,29 @@ def load_mesh_dir(path) -> MeshInputs:
                       sources=inputs.sources, mesh_dir=mesh_dir, ledger_path=ledger_path)
 
 
+_TOP_LEVEL_PATH = re.compile(
+    r"^(catalogue|ledger)[ \t]*:[ \t]*(?:\"([^\"\\]*)\"|'([^']*)'|([^\s#'\"][^\s#]*))"
+    r"[ \t]*(?:#.*)?$", re.MULTILINE)
+
+
 def mesh_paths(path) -> tuple[Path, Path]:
     """(catalogue directory, ledger file) of DIR as mesh.yaml names them (else the defaults),
-    read without loading anything else."""
+    read without loading anything else: the top-level `catalogue:` and `ledger:` lines of a
+    block-style mesh.yaml are read as they are written (cheap on every call: the ledger lock
+    and the control loop ask often); anything else is parsed as YAML."""
     mesh_dir = Path(path)
     try:
         text = (mesh_dir / MESH_FILE).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return mesh_dir / DEFAULT_CATALOGUE, mesh_dir / DEFAULT_LEDGER
-    catalogue, ledger = _declared_paths(text, str(mesh_dir / MESH_FILE))
+    found = {}
+    for match in _TOP_LEVEL_PATH.finditer(text):
+        found.setdefault(match.group(1), next(g for g in match.groups()[1:] if g is not None))
+    if text.lstrip().startswith(("{", "---", "%")) or "\t" in text:
+        catalogue, ledger = _declared_paths(text, str(mesh_dir / MESH_FILE))
+    else:
+        catalogue = found.get("catalogue", DEFAULT_CATALOGUE)
+        ledger = found.get("ledger", DEFAULT_LEDGER)
     return mesh_dir / catalogue, mesh_dir / ledger
 
 
@@ -169,3 +185,20 @@ def write_ledger(path, ledger: Ledger) -> None:
         raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
     with ledger_lock.locked(path):
         write_atomic(path, text, mode=0o600)
+
+
+def inputs_fingerprint(mesh_dir) -> tuple:
+    """What a change of the mesh's inputs changes: each file's path, inode, size and mtime (a
+    write replaces the file: a new inode)."""
+    catalogue, ledger = mesh_paths(mesh_dir)
+    files = [Path(mesh_dir) / MESH_FILE, ledger]
+    for root, _, names in os.walk(catalogue):
+        files.extend(Path(root) / name for name in names if name.endswith(".yaml"))
+    entries = []
+    for path in files:
+        try:
+            stat = path.stat()
+            entries.append((str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns))
+        except OSError:
+            entries.append((str(path), None, None, None))
+    return tuple(sorted(entries))

@@ -38,7 +38,8 @@ from executors.control.declarations import (
 from executors.control.control_state import ControlState
 from executors.control.delivery_key import DeliveryKey
 from executors.control.issuer import IssueError
-from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+from executors.control.loading import (inputs_fingerprint, load_mesh_dir, mesh_lock,
+                                       write_ledger)
 
 
 @attrs.frozen
@@ -50,6 +51,10 @@ class Prepared:
     ledger: Ledger
     nodes: tuple[str, ...]  # every node of the mesh (their queues must exist)
     problems: tuple[str, ...] = ()  # refusals of the resolution, one line each
+    inputs: object = None  # the mesh as loaded, with the ledger as written
+    resolution: object = None  # its resolution, with the ledger as written
+    fingerprint: tuple = ()  # loading.inputs_fingerprint once written, under the lock
+    documents: dict = attrs.field(factory=dict)  # node → its declaration, unstructured
 
 
 @attrs.frozen
@@ -82,10 +87,11 @@ def message_id(declaration: Declaration) -> str:
     return f"{declaration.node}/{declaration.serial}/{declaration.digest.split(':')[-1][:12]}"
 
 
-def declaration_body(declaration: Declaration, ledger: Ledger, published_at: str) -> dict:
+def declaration_body(declaration: Declaration, ledger: Ledger, published_at: str,
+                     document: Optional[dict] = None) -> dict:
     return {"mesh": declaration.mesh, "node": declaration.node, "serial": declaration.serial,
             "digest": declaration.digest, "published": published_at,
-            "declaration": unstructure(declaration),
+            "declaration": unstructure(declaration) if document is None else document,
             "secrets": unstructure(sealed_extract(ledger, declaration.node))}
 
 
@@ -114,31 +120,40 @@ def prepare(mesh_dir, state: ControlState, *, now: str, issue: bool = True,
                    if (only is None or n in set(only))
                    and (n in force or (published.get(n) or {}).get("digest")
                         != resolution.declarations[n].digest)]
+        documents = {n: unstructure(resolution.declarations[n]) for n in targets}
         if targets:
-            write_declarations(state.ensure().out, resolution, targets)
+            write_declarations(state.ensure().out, resolution, targets, documents, compact=True)
         ledger = resolver.record_declared(resolution, targets)
         if ledger != inputs.ledger:
             write_ledger(inputs.ledger_path, ledger)
+        fingerprint = inputs_fingerprint(mesh_dir)
     problems = tuple(f"{p.where}: [{p.code}] {p.message}" for p in resolution.problems
                      if p.severity == "error")
+    # resolving again with the ledger as written gives the same declarations (a fixed point)
     return Prepared(inputs.mesh.mesh, tuple(resolution.declarations[n] for n in targets),
-                    ledger, tuple(sorted(resolution.declarations)), problems)
+                    ledger, tuple(sorted(resolution.declarations)), problems,
+                    inputs=attrs.evolve(inputs, ledger=ledger),
+                    resolution=attrs.evolve(resolution, ledger=ledger), fingerprint=fingerprint,
+                    documents=documents)
 
 
 def send(channel, key: DeliveryKey, prepared: Prepared,
          now: Optional[datetime.datetime] = None,
-         say: Callable[[str], None] = lambda line: None) -> list[Published]:
+         say: Callable[[str], None] = lambda line: None,
+         declared: Optional[set] = None) -> list[Published]:
     """Sign and publish each prepared declaration, each confirmed by the broker before the
-    next; returns what was confirmed (BrokerError stops at the first that was not)."""
+    next; returns what was confirmed (BrokerError stops at the first that was not). A node's
+    queue is declared first unless `declared` (kept by the caller across calls) names it."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     done: list[Published] = []
-    declared = set()
+    declared = set() if declared is None else declared
     for declaration in prepared.declarations:
         if declaration.node not in declared:
             amqp.declare_node_queue(channel, declaration.node)
             declared.add(declaration.node)
-        body = declaration_body(declaration, prepared.ledger, stamp)
+        body = declaration_body(declaration, prepared.ledger, stamp,
+                                prepared.documents.get(declaration.node))
         data = messages.sign(messages.DECLARATION, body, key.key, key.certificate_pem)
         ident = message_id(declaration)
         amqp.publish(channel, amqp.DECLARATIONS, declaration.node, data,
