@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from executors.node.applied_record import (
+from executors.common.applied_record import (
     PHASES,
     Attempt,
     acceptance,

@@ -2,9 +2,11 @@
 
 Invariants:
 - Everything runs inside named namespaces this module creates (`mfw-<pid>-…`): three nodes
-  (or `count`) wired to a bridge in a "switch" namespace, addresses 10.77.0.<i>/24 and
-  fd77::<i>/64. No command here runs nft, iptables or the executor in the root namespace:
-  each goes through `nsenter --net`.
+  (or `count`) wired to a bridge in a "switch" namespace, addresses 10.77.0.<i>/24 (or the
+  `subnet` given) and fd77::<i>/64. No command here runs nft, iptables or the executor in the
+  root namespace: each goes through `nsenter --net`. `attach_host()` gives the root namespace
+  one address on the segment (a veth into the switch), for services that run on the host side
+  (a broker); nothing else of the root namespace changes.
 - Whatever is created is removed again (listeners, dockerds, namespaces), on failure too;
   leftovers of a crashed earlier run (its pid gone) are removed before a new topology is built.
 """
@@ -66,15 +68,17 @@ class Topology:
     """Node namespaces n1..n3 (or n1..n<count>) on one bridged segment, IPv4 and IPv6; n1 is
     the provider in the tests."""
 
-    def __init__(self, tag: str = "t", count: int = 3):
+    def __init__(self, tag: str = "t", count: int = 3, subnet: str = SUBNET):
         self.tag = f"{PREFIX}-{os.getpid()}-{tag}"
         self.switch = f"{self.tag}sw"
+        self.subnet = subnet
         numbers = range(1, count + 1)
         self.nodes = {f"n{i}": f"{self.tag}n{i}" for i in numbers}
-        self.addresses = {f"n{i}": f"{SUBNET}.{i}" for i in numbers}
+        self.addresses = {f"n{i}": f"{subnet}.{i}" for i in numbers}
         self.addresses6 = {f"n{i}": f"{SUBNET6}:{i}" for i in numbers}
         self._processes: list[subprocess.Popen] = []
         self._created: list[str] = []
+        self._host_link: Optional[str] = None
 
     # -- lifecycle
 
@@ -116,6 +120,19 @@ class Topology:
                 raise RuntimeError("the test bridge did not come up within 10 s")
             time.sleep(0.2)
 
+    def attach_host(self, index: int = 254) -> str:
+        """The root namespace on the segment at <subnet>.<index>/24 (a veth into the switch);
+        returns that address."""
+        link = f"mh{os.getpid() % 100000}{self.tag[-1]}"[:15]
+        sh("ip", "link", "add", link, "type", "veth", "peer", "name", "hub", "netns",
+           self.switch)
+        self._host_link = link
+        sh("ip", "-n", self.switch, "link", "set", "hub", "master", "br0", "up")
+        address = f"{self.subnet}.{index}"
+        sh("ip", "addr", "add", f"{address}/24", "dev", link)
+        sh("ip", "link", "set", link, "up")
+        return address
+
     def reachable(self, source: str, target: str) -> bool:
         """Whether `target` answers at all (a refused connection to a closed port is an answer)."""
         code = (
@@ -136,6 +153,9 @@ class Topology:
                     process.kill()
                     process.wait()
         self._processes.clear()
+        if self._host_link is not None:
+            sh("ip", "link", "del", self._host_link, check=False)
+            self._host_link = None
         for name in reversed(self._created):
             sh("ip", "netns", "del", name, check=False)
         self._created.clear()

@@ -532,7 +532,9 @@ def test_check_subprocess_exit_codes_and_no_traceback(tmp_path):
 
 def test_schema_command(tmp_path):
     code, out, _ = run_cli("schema")
-    assert code == 0 and out.split() == ["module", "provisions", "mesh", "ledger", "declaration"]
+    assert code == 0 and out.split() == ["module", "provisions", "mesh", "ledger", "declaration",
+                                         "message-envelope", "declaration-message", "report",
+                                         "enrolment-request", "enrolment-answer"]
     code, out, _ = run_cli("schema", "mesh")
     assert code == 0 and '"$schema": "https://json-schema.org/draft/2020-12/schema"' in out
     code, _, err = run_cli("schema", "nonsense")

@@ -12,7 +12,7 @@ import sys
 
 from executors.control.ca import ca_cert_path, ca_key_path, init_ca
 from executors.control.issuer import renewal
-from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
 
 
 def register(subparsers) -> None:
@@ -47,7 +47,11 @@ def run_init(args, out=None) -> int:
 
 
 def run_renew(args, out=None) -> int:
-    out = out or sys.stdout
+    with mesh_lock(args.directory):  # read → renew → write, one writer at a time
+        return _renew(args, out or sys.stdout)
+
+
+def _renew(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
     done = renewal(inputs, args.node)
     old, new, after = done.old, done.new, done.after

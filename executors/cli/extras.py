@@ -18,7 +18,7 @@ DISTRIBUTION = "mesh-resolver"
 
 # extra → the distributions it installs (as pyproject.toml lists them, without versions)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "node": ("docker", "PyNaCl", "psycopg[binary]", "requests", "pika", "scramp"),
+    "node": ("docker", "PyNaCl", "psycopg[binary]", "requests", "pika", "scramp", "cryptography"),
     "control": ("PyNaCl", "cryptography", "requests", "pika", "graphviz"),
 }
 
@@ -43,6 +43,9 @@ VERB_EXTRA: dict[str, str] = {
     "graph": "control",  # svg and png through Graphviz
     "pin": "control", "mirror": "control",
     "ca": "control", "renew": "control", "rotate": "control", "applied": "control",
+    "agent": "node",  # the broker (pika), opening sealed values, checking signatures
+    "control": "control", "publish": "control", "collect": "control", "enrol": "control",
+    "status": "control",
 }
 
 

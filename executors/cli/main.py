@@ -30,6 +30,7 @@ COMMANDS = [
     "apply",
     "node-key", "ca", "rotate",
     "verify",
+    "control", "publish", "collect", "status", "enrol", "agent",
 ]
 # the verbs a command module registers besides its own name
 ALSO = {"ca": ("renew",), "rotate": ("applied",)}

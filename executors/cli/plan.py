@@ -14,21 +14,25 @@ Exit codes: 0 no refusal, 1 refusals, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 import resolver
-from resolver import (Declaration, Fault, InputError, NodeSerial, Resolution, structure,
-                      unstructure)
+from resolver import Fault, InputError, Resolution
 from resolver._convert import unstructure_full
 from resolver._plan import container_changes
 
-from executors.common.atomic import write_atomic
-from executors.control.loading import load_mesh_dir, write_ledger
-from executors.common.runtime import now_iso, resolving
-
-DECLARATION_SUFFIX = ".declaration.json"
+from executors.common.runtime import now_iso
+from executors.control.declarations import (
+    DECLARATION_SUFFIX,
+    read_declarations,
+    record_written,
+    resolve_for_writing,
+    write_declarations,
+)
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
 
 
 def register(subparsers) -> None:
@@ -68,27 +72,22 @@ def run(args, out=None) -> int:
     out = out or sys.stdout
     if args.key and not args.issue:
         raise resolver.MeshError("--key opens the values a move re-seals: it goes with --issue")
+    writes = bool(args.out or args.write_ledger or args.issue)
+    with mesh_lock(args.directory) if writes else contextlib.nullcontext():
+        return _run(args, out)
+
+
+def _run(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
     now = args.now or now_iso()
     previous = read_declarations(Path(args.out)) if args.out else {}
-    ledger = resolver.newest_written(inputs.ledger, {  # serials never go backwards
-        node: NodeSerial(d.serial, d.digest) for node, d in previous.items()
-        if d.mesh == inputs.mesh.mesh})
-    with resolving():
-        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, ledger,
-                                      sources=inputs.sources, now=now)
-    if args.issue:
-        from executors.control.issuer import issue_requests  # needs entropy and the CA: executors only
+    control_key = None
+    if args.key:
+        from executors.common.keys import load_private_key
 
-        control_key = None
-        if args.key:
-            from executors.common.keys import load_private_key
-
-            control_key = load_private_key(args.key)
-        issued = issue_requests(inputs, resolution, control_key=control_key)
-        with resolving():
-            resolution = resolver.resolve(inputs.catalogue, inputs.mesh, issued,
-                                          sources=inputs.sources, now=now)
+        control_key = load_private_key(args.key)
+    resolution = resolve_for_writing(inputs, previous, now=now, issue=args.issue,
+                                     control_key=control_key)
     changes = container_changes(previous, resolution.declarations) if args.out else None
     nodes = sorted(args.node) if args.node else sorted(resolution.declarations)
     unknown = [n for n in nodes if n not in resolution.declarations]
@@ -103,38 +102,12 @@ def run(args, out=None) -> int:
         print_plan(resolution, nodes, changes, out)
     if args.out:
         write_declarations(Path(args.out), resolution, nodes)
+        record_written(inputs, resolution, nodes)
+    elif args.write_ledger or args.issue:
+        write_ledger(inputs.ledger_path, resolution.ledger)
     if args.out or args.write_ledger or args.issue:
-        written = resolver.record_declared(resolution, nodes) if args.out else resolution.ledger
-        write_ledger(inputs.ledger_path, written)
         print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
     return 1 if resolution.refused else 0
-
-
-# --------------------------------------------------------------------------- declarations
-
-
-def read_declarations(directory: Path) -> dict[str, Declaration]:
-    found = {}
-    if not directory.is_dir():
-        return found
-    for path in sorted(directory.glob(f"*{DECLARATION_SUFFIX}")):
-        try:
-            decl = structure(json.loads(path.read_text(encoding="utf-8")), Declaration)
-        except Exception:  # an unreadable old declaration is simply not compared against
-            continue
-        found[decl.node] = decl
-    return found
-
-
-def declaration_json(decl: Declaration) -> str:
-    return json.dumps(unstructure(decl), indent=2, sort_keys=True) + "\n"
-
-
-def write_declarations(directory: Path, resolution: Resolution, nodes) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for node in nodes:
-        write_atomic(directory / f"{node}{DECLARATION_SUFFIX}",
-                     declaration_json(resolution.declarations[node]))
 
 
 # --------------------------------------------------------------------------- output

@@ -16,7 +16,8 @@ current declaration (the report `mesh apply` leaves on the node): as provider, t
 its provisioners put in force (grants and its providers' admin secrets); as holder, the
 generations its containers hold. That is what moves holders to a pending generation and
 retires an old one; the plan of what it changes is shown. A report of an apply that failed or
-was refused in any phase is refused, naming why (executors/applied_record.acceptance).
+was refused in any phase is refused, naming why (executors/common/applied_record.acceptance);
+the recording itself is executors/control/applied.py, which the control loop calls too.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from __future__ import annotations
 import json
 import sys
 
-import resolver
 from resolver._plan import container_changes
-from resolver._rotation import describe_rotation, holder_nodes, record_applied
+from resolver._rotation import describe_rotation, holder_nodes
 
-from executors.node.applied_record import acceptance
-from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.applied import record_digest, record_report, resolve_current
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
 from executors.control.rotation import plan_rotation
 from resolver import MeshError
 
@@ -79,6 +79,13 @@ def register(subparsers) -> None:
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
+    if args.dry_run:
+        return _run(args, out)
+    with mesh_lock(args.directory):  # read → rotate → write, one ledger writer at a time
+        return _run(args, out)
+
+
+def _run(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
     plan = plan_rotation(inputs, credential=args.credential, provider=args.provider,
                          consumer=args.consumer)
@@ -144,56 +151,31 @@ def _read_report(path: str):
         raise MeshError(f"{path}: not a readable applied report ({exc})") from None
 
 
-def _by_hand(args, declaration, record) -> dict[str, int]:
-    """--by-hand CREDENTIAL: the operator put the declared generation of a grant the mesh does
-    not provision in force by hand; only such grants may be named."""
-    unprovisioned = {g["credential"] for g in (record or {}).get("not_provisioned") or []}
-    declared = {g.credential.credential: g.credential.generation for g in declaration.grants}
-    confirmed = {}
-    for credential in args.by_hand or ():
-        if credential not in unprovisioned or declared.get(credential) is None:
-            raise MeshError(f"--by-hand {credential}: not a grant {args.node}'s report lists as "
-                            f"not provisioned by the mesh ("
-                            f"{', '.join(sorted(unprovisioned)) or 'none is'})")
-        confirmed[credential] = declared[credential]
-    return confirmed
-
-
 def run_applied(args, out=None) -> int:
-    out = out or sys.stdout
+    with mesh_lock(args.directory):  # read → record → write, one ledger writer at a time
+        return _run_applied(args, out or sys.stdout)
+
+
+def _run_applied(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
-    resolve = lambda ledger: resolver.resolve(  # noqa: E731
-        inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
-    current = resolve(inputs.ledger)
-    declaration = current.declarations.get(args.node)
-    if declaration is None:
-        raise MeshError(f"no node {args.node} in the mesh; nodes: "
-                        f"{', '.join(sorted(current.declarations))}")
     if args.report:
         record = _read_report(args.report)
-        why, granted = acceptance(record, args.node, declaration.digest)
-        if why is not None:
-            print(f"mesh applied: {args.report}: not recorded: {why}", file=out)
+        recorded = record_report(inputs, args.node, record, by_hand=args.by_hand or ())
+        if not recorded.accepted:
+            print(f"mesh applied: {args.report}: not recorded: {recorded.why}", file=out)
             return 1
-        granted.update(_by_hand(args, declaration, record))
-        digest = record["digest"]
-        ledger = record_applied(current.ledger, args.node, declaration, granted=granted)
     else:  # the operator's word that the whole declaration is in force
-        digest = args.digest
-        if declaration.digest != digest:
-            raise MeshError(f"{args.node} reported declaration {digest}, but the mesh declares "
-                            f"{declaration.digest} for it now: nothing recorded (apply the "
-                            f"newest declaration on {args.node}, then report it)")
-        ledger = record_applied(current.ledger, args.node, declaration)
-    after = resolve(ledger)
+        record = None
+        recorded = record_digest(inputs, args.node, args.digest)
+    current, ledger = recorded.current, recorded.ledger
+    after = resolve_current(inputs, ledger)
     w = lambda line="": print(line, file=out)  # noqa: E731
-    moved = sorted(c for c in ledger.credentials
-                   if ledger.credentials[c] != current.ledger.credentials.get(c))
-    w(f"{args.node} applied {digest}: {len(moved)} credential"
+    moved = recorded.moved
+    w(f"{args.node} applied {recorded.digest}: {len(moved)} credential"
       f"{'s' if len(moved) != 1 else ''} recorded")
     for cred_id in moved:
         w(f"  {describe_rotation(cred_id, ledger.credentials[cred_id])}")
-    if args.report:
+    if record is not None:
         for grant in record.get("not_provisioned") or []:
             if grant["credential"] not in (args.by_hand or ()):
                 w(f"  not provisioned by the mesh: {grant['kind']} grant of {grant['consumer']} "

@@ -16,18 +16,23 @@ Invariants:
   paste them into an editor.
 - Files are written whole or not at all: a temp file in the same directory, fsync, rename,
   fsync of the directory. A ledger on disk is never replaced by one that does not load.
+- The ledger is written only under its lock (control/ledger_lock.py): `mesh_lock(DIR)` around a
+  whole load → compute → write, or `write_ledger` takes it for the one write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import attrs
 
-from executors.common.atomic import write_atomic
+from executors.common.atomic import write_atomic  # noqa: F401  (re-exported: callers import it here)
+from executors.control import ledger_lock
 from resolver import (
     MAX_DOCUMENT_BYTES,
     Catalogue,
@@ -236,10 +241,80 @@ def load_mesh_dir(path) -> MeshInputs:
                       ledger_path=ledger.path if ledger else mesh_dir / DEFAULT_LEDGER)
 
 
+def _declared_paths(mesh_text: str, mesh_file: str) -> tuple[str, str]:
+    """Catalogue and ledger paths as a parsed mesh.yaml names them (the defaults when it does
+    not parse or gives them the wrong type: the loader reports that)."""
+    try:
+        data = parse_document(mesh_text.encode("utf-8"), mesh_file).data
+    except InputError:
+        data = None
+    if not isinstance(data, dict):
+        return DEFAULT_CATALOGUE, DEFAULT_LEDGER
+    catalogue, ledger = data.get("catalogue"), data.get("ledger")
+    return (catalogue if isinstance(catalogue, str) else DEFAULT_CATALOGUE,
+            ledger if isinstance(ledger, str) else DEFAULT_LEDGER)
+
+
+_TOP_LEVEL_PATH = re.compile(
+    r"^(catalogue|ledger)[ \t]*:[ \t]*(?:\"([^\"\\]*)\"|'([^']*)'|([^\s#'\"][^\s#]*))"
+    r"[ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def mesh_paths(path) -> tuple[Path, Path]:
+    """(catalogue directory, ledger file) of DIR as mesh.yaml names them (else the defaults),
+    read without loading anything else: the top-level `catalogue:` and `ledger:` lines of a
+    block-style mesh.yaml are read as they are written (cheap on every call: the ledger lock
+    and the control loop ask often); anything else is parsed as YAML."""
+    mesh_dir = Path(path)
+    try:
+        text = (mesh_dir / MESH_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return mesh_dir / DEFAULT_CATALOGUE, mesh_dir / DEFAULT_LEDGER
+    found = {}
+    for match in _TOP_LEVEL_PATH.finditer(text):
+        found.setdefault(match.group(1), next(g for g in match.groups()[1:] if g is not None))
+    if text.lstrip().startswith(("{", "---", "%")) or "\t" in text:
+        catalogue, ledger = _declared_paths(text, str(mesh_dir / MESH_FILE))
+    else:
+        catalogue = found.get("catalogue", DEFAULT_CATALOGUE)
+        ledger = found.get("ledger", DEFAULT_LEDGER)
+    return mesh_dir / catalogue, mesh_dir / ledger
+
+
+def ledger_path_of(path) -> Path:
+    """Where DIR's ledger lives (mesh.yaml `ledger:`, else ledger.yaml)."""
+    return mesh_paths(path)[1]
+
+
+@contextlib.contextmanager
+def mesh_lock(path, say=None) -> Iterator[None]:
+    """Hold DIR's ledger lock around a whole load → compute → write (re-entrant)."""
+    with ledger_lock.locked(ledger_path_of(path), say=say):
+        yield
+
+
 def write_ledger(path, ledger: Ledger) -> None:
-    """Write the ledger, after proving the text reads back as the same ledger."""
+    """Write the ledger under its lock, after proving the text reads back as the same ledger."""
     text = dump_ledger(ledger)
     reread, _ = load_ledger(text, str(path))
     if reread != ledger:  # never replace a good ledger with one that reads differently
         raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
-    write_atomic(path, text, mode=0o600)
+    with ledger_lock.locked(path):
+        write_atomic(path, text, mode=0o600)
+
+
+def inputs_fingerprint(mesh_dir) -> tuple:
+    """What a change of the mesh's inputs changes: each file's path, inode, size and mtime (a
+    write replaces the file: a new inode)."""
+    catalogue, ledger = mesh_paths(mesh_dir)
+    files = [Path(mesh_dir) / MESH_FILE, ledger]
+    for root, _, names in os.walk(catalogue):
+        files.extend(Path(root) / name for name in names if name.endswith(".yaml"))
+    entries = []
+    for path in files:
+        try:
+            facts = path.stat()
+            entries.append((str(path), facts.st_ino, facts.st_size, facts.st_mtime_ns))
+        except OSError:
+            entries.append((str(path), None, None, None))
+    return tuple(sorted(entries))

@@ -28,7 +28,7 @@ from resolver._artifacts import (
     used_artifacts,
 )
 
-from .loading import write_ledger
+from .loading import load_mesh_dir, mesh_lock, write_ledger
 from .registry import RegistryClient, RegistryError
 
 
@@ -95,7 +95,10 @@ def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
     updated = attrs.evolve(ledger, mirrored=ledger.mirrored.update(mirrored))
     written = updated != ledger
     if written:
-        write_ledger(inputs.ledger_path, updated)
+        with mesh_lock(inputs.mesh_dir):  # copied outside the lock: merge into the ledger as it is
+            now = load_mesh_dir(inputs.mesh_dir).ledger
+            write_ledger(inputs.ledger_path,
+                         attrs.evolve(now, mirrored=now.mirrored.update(mirrored)))
         say(f"ledger written: {inputs.ledger_path}")
     registry_of_mesh = artifact_store_address(catalogue, mesh, updated)
     state = artifact_state(catalogue, mesh, updated, registry_of_mesh)

@@ -28,7 +28,7 @@ from resolver._artifacts import (
     with_pins,
 )
 
-from .loading import write_ledger
+from .loading import load_mesh_dir, mesh_lock, write_ledger
 from .registry import RegistryClient, RegistryError
 
 EVERYTHING = "*"
@@ -101,7 +101,9 @@ def pin(inputs, *, client: RegistryClient, refresh: Optional[str] = None,
     updated = with_pins(ledger, digests)
     written = updated != ledger
     if written:
-        write_ledger(inputs.ledger_path, updated)
+        with mesh_lock(inputs.mesh_dir):  # the registries were asked outside the lock: merge
+            now = load_mesh_dir(inputs.mesh_dir).ledger  # into the ledger as it is now
+            write_ledger(inputs.ledger_path, with_pins(now, digests))
         say(f"ledger written: {inputs.ledger_path}")
     moved = tuple(k for k in artifacts_changed_by_pins(catalogue, ledger, updated)
                   if ledger.pins.get(pin_key(every[k])))

@@ -38,7 +38,7 @@ import attrs
 
 from resolver import Declaration, declaration_digest
 
-from . import applied_record
+from executors.common import applied_record
 from .apply_fast import held_facts
 from .apply_diff import Candidate, choose_latest, diff
 from .apply_exec import (  # noqa: F401  (observe: part of this module's API)

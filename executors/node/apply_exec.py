@@ -28,7 +28,7 @@ from pyrsistent import pmap
 
 from resolver import MeshError
 
-from . import applied_record
+from executors.common import applied_record
 from . import docker_engine as engine
 from .apply_diff import (
     AccessFacts,

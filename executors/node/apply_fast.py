@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .marks import (
+from executors.common.marks import (
     APPLIED_RECORD_VERSION,
     ENGINE_API_VERSION,
     ENGINE_SOCKET,

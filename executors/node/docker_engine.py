@@ -23,7 +23,7 @@ from docker.errors import APIError, ImageNotFound, NotFound
 
 from resolver import MeshError
 
-from .marks import (  # noqa: F401  (the labels are part of this module's API)
+from executors.common.marks import (  # noqa: F401  (the labels are part of this module's API)
     ENGINE_API_VERSION as API_VERSION,
     ENGINE_SOCKET,
     LABEL_CONTAINER,

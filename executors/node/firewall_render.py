@@ -40,7 +40,7 @@ import attrs
 
 from resolver import FirewallIntent, MeshError
 
-from .marks import (  # noqa: F401  (part of this module's API)
+from executors.common.marks import (  # noqa: F401  (part of this module's API)
     DIGEST_CHAIN_PREFIX,
     FIREWALL_FAMILY as FAMILY,
     FIREWALL_TABLE as TABLE,

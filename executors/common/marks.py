@@ -5,7 +5,8 @@ Invariants:
   instance, its config digest and summary, run-once), the Engine API version spoken, the
   nftables table the firewall owns and the prefix of the empty chain whose name carries the
   applied digest, and the format version of the applied record.
-- Standard library only, nothing imported: the no-op check of `mesh apply` (apply_fast), the
+- Standard library only, nothing imported (in common/: the node writes the applied record, the
+  control plane reads it): the no-op check of `mesh apply` (apply_fast), the
   Engine layer (docker_engine), the firewall and the applied record all read the same names,
   and the no-op check must stay cheaper than importing attrs.
 """
