@@ -107,7 +107,8 @@ __all__ = [
     "PlaceholderSyntaxError", "placeholders", "render_placeholders",
 ]
 
-from ._resolve import credential_id, resolve, secret_id  # noqa: E402
+from ._bound import credential_id, secret_id  # noqa: E402
+from ._resolve import resolve  # noqa: E402
 from ._render import container_name, declaration_digest  # noqa: E402
 from ._select import select_provider, Selection  # noqa: E402
 from ._records import newest_written, next_serial, record_declared  # noqa: E402

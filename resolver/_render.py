@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 from pyrsistent import pmap, pvector
 
+from ._bound import RESOURCE_KEYS, binding_record, secret_id
 from ._convert import unstructure
 from ._declaration import (
     AccessDecl,
@@ -77,8 +78,6 @@ def declaration_digest(declaration: Declaration) -> str:
 
 def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
     """Every live instance's rendering, and the bindings (as the plan lists them)."""
-    from ._resolve import RESOURCE_KEYS, binding_record, secret_id
-
     mesh, instances = r.mesh, r.instances
     address = {n: node.address for n, node in mesh.nodes.items()}
     live = r.placed()
@@ -138,7 +137,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
         if template:
             values["url"] = template.format_map(_Missing(values))
         values_of[key] = values
-        bindings.append(binding_record(r, b, values, secret))
+        bindings.append(binding_record(r.mesh.instances, b, values, secret))
         mine["bindings"].append(BindingDecl(
             consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
             provision=b.requirement.provision, values=pmap(values), secret=secret, kind=b.kind))

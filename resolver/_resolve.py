@@ -25,8 +25,8 @@ from pyrsistent import pmap, pvector
 
 from . import _codes as codes
 from ._assemble import assemble
+from ._bound import Bound, credential_id
 from ._declaration import (
-    Binding,
     Change,
     Problem,
     Request,
@@ -54,32 +54,6 @@ from ._firewall import check_exposures
 from ._render import render_instances
 from ._resolution import Resolution
 from ._select import select_provider
-
-DUAL_LOGIN_KINDS = ("database+login",)
-RESOURCE_KEYS = {"database+login": "database", "vhost+account": "vhost",
-                 "bucket+key": "bucket", "client+secret": "client"}
-
-
-def credential_id(provision: str, provider: str, consumer: str) -> str:
-    return f"{provision}/{provider}/{consumer}"
-
-
-def secret_id(instance: str, name: str) -> str:
-    return f"secret/{instance}/{name}"
-
-
-@attrs.define
-class _Bound:
-    """A binding under construction (mutable while resolving, frozen into Binding after)."""
-
-    consumer: str
-    requirement: Require
-    provider: str
-    chosen_by: str
-    listen: str
-    kind: str = "none"
-    credential: Optional[str] = None
-
 
 class _Resolver:
     def __init__(self, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources, now):
@@ -172,13 +146,13 @@ class _Resolver:
                     lst.append(name)
         return by_provision, by_module
 
-    def bind_all(self) -> dict[tuple, _Bound]:
+    def bind_all(self) -> dict[tuple, Bound]:
         held = held_candidates(self)
         by_provision, by_module = self.candidates_index(held)
         instance_nodes = {n: self.instances[n].node for n in self.names
                           if self.module_of(n) is not None}
         instance_nodes.update({n: rendering.node for n, rendering in held.items()})
-        bound: dict[tuple, _Bound] = {}
+        bound: dict[tuple, Bound] = {}
         local_index: dict[tuple, list] = {}  # (what, node) → candidates on that node
         for key, names in list(by_provision.items()) + [(("module", m), n)
                                                         for m, n in by_module.items()]:
@@ -235,7 +209,7 @@ class _Resolver:
                                  blocks=[] if optional else [name])
                     continue
                 listen = self.serving_listen(selection.provider, req)
-                bound[(name, req.as_)] = _Bound(name, req, selection.provider,
+                bound[(name, req.as_)] = Bound(name, req, selection.provider,
                                                 selection.chosen_by, listen)
         return bound
 
@@ -276,7 +250,7 @@ class _Resolver:
             self.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
                          state=state, candidates=selection.candidates, blocks=[name])
 
-    def propagate_blocks(self, bound: dict[tuple, _Bound]) -> None:
+    def propagate_blocks(self, bound: dict[tuple, Bound]) -> None:
         """A consumer of a blocked provider is blocked too (it could not start honestly)."""
         changed = True
         while changed:
@@ -446,14 +420,3 @@ def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Source
             now: Optional[str] = None) -> Resolution:
     """Resolve the whole mesh. `now` (ISO 8601, UTC) enables certificate renewal windows."""
     return _Resolver(catalogue, mesh, ledger, sources, now).run()
-
-
-def binding_record(r: "_Resolver", b: _Bound, values: dict, secret) -> Binding:
-    inst = r.mesh.instances
-    return Binding(
-        consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
-        provision=b.requirement.provision, module=b.requirement.module,
-        consumer_node=inst[b.consumer].node, provider_node=inst[b.provider].node,
-        chosen_by=b.chosen_by, host=values["host"], port=int(values["port"]),
-        login=values.get("user"), resource=values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
-        url=values.get("url"), secret=secret)
