@@ -38,7 +38,13 @@ from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
 from ._ledger import Ledger
 from ._model import Mesh, Module, Require
-from ._artifacts import artifact_key, image_reference
+from ._artifacts import (
+    ARTIFACT_STORE,
+    artifact_key,
+    artifact_state,
+    choose_artifact_store,
+    image_reference,
+)
 from ._certs import certificate_requests
 from ._refusals import (
     check_claims,
@@ -54,6 +60,8 @@ from ._firewall import check_exposures
 from ._render import render_instances
 from ._resolution import Resolution
 from ._select import select_provider
+_UNSET = object()
+
 
 class _Resolver:
     def __init__(self, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources, now):
@@ -77,7 +85,7 @@ class _Resolver:
         self.assigned_ports: Optional[dict] = None
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
-        self._mirrorable = self._mirrored = 0
+        self._registry: object = _UNSET
         self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
@@ -364,6 +372,7 @@ class _Resolver:
             changes=pvector(sorted(set(self.changes))),
             ledger=ledger,
             artifacts=self.artifact_state,
+            registry=self.mesh_registry(),
             renderings=pmap(renderings),
         )
 
@@ -374,42 +383,34 @@ class _Resolver:
     # ------------------------------------------------------------------ artifacts
 
     def mesh_registry(self) -> Optional[str]:
-        """host:port of the mesh's own artifact store, when one is live (self-hosting possible)."""
-        if not hasattr(self, "_registry"):
-            self._registry = None
-            stores = []
+        """host:port of the mesh's own artifact store (choose_artifact_store decides which),
+        when one serves: declared live with an assigned port, or held (it still serves)."""
+        if self._registry is _UNSET:
+            stores: dict[str, str] = {}
             for name in self.placed():
                 for provide in self.module_of(name).provides:
-                    if provide.provision == "artifact-store" and self.assigned_ports is not None:
+                    if provide.provision == ARTIFACT_STORE and self.assigned_ports is not None:
                         port = self.assigned_ports.get((name, provide.listen))
                         if port is not None:
-                            stores.append((name, self.instances[name].node, port))
+                            node = self.instances[name].node
+                            stores[name] = f"{self.mesh.nodes[node].address}:{port}"
             for name, rendering in held_candidates(self).items():  # held, it still serves
                 for provide in rendering.providers:
-                    if provide.provision == "artifact-store":
-                        stores.append((name, rendering.node, provide.port))
-            if stores:
-                _name, node, port = min(stores)
-                self._registry = f"{self.mesh.nodes[node].address}:{port}"
+                    if provide.provision == ARTIFACT_STORE:
+                        stores.setdefault(
+                            name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
+            self._registry = choose_artifact_store(stores, self.mesh.defaults.get(ARTIFACT_STORE))
         return self._registry
 
     def image_reference(self, module: Module, artifact_name: str) -> str:
         """`repository@digest`, or the mesh registry's copy when it holds that digest."""
         artifact = module.artifacts[artifact_name]
-        registry = self.mesh_registry()
         key = artifact_key(module.name, artifact_name)
-        reference = image_reference(artifact, self.ledger, registry, key=key)
-        if artifact.mirror and artifact.repository is not None:
-            self._mirrorable += 1
-            if registry is not None and reference.startswith(registry + "/"):
-                self._mirrored += 1
-        return reference
+        return image_reference(artifact, self.ledger, self.mesh_registry(), key=key)
 
     @property
     def artifact_state(self) -> str:
-        if self.mesh_registry() is not None and self._mirrored == self._mirrorable:
-            return "self-hosting"
-        return "external"
+        return artifact_state(self.catalogue, self.mesh, self.ledger, self.mesh_registry())
 
 
 def _problem_order(p: Problem):
