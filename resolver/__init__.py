@@ -29,7 +29,6 @@ from ._declaration import (
     Request,
     SecretRef,
     StateDirDecl,
-    secret_token,
 )
 from ._resolution import Resolution
 from ._errors import Fault, InputError, MeshError, ResolutionError, one_line
@@ -58,7 +57,8 @@ from ._documents import (
     load_provisions,
 )
 from ._schema import document_names, json_schema
-from ._validate import PlaceholderSyntaxError, placeholders, render_placeholders
+from ._errors import PlaceholderSyntaxError
+from ._placeholders import fill_secret_tokens, placeholders, render_placeholders, secret_token
 from ._model import (
     Access,
     Artifact,
@@ -104,12 +104,13 @@ __all__ = [
     "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",
     "load_module", "load_provisions",
     "document_names", "json_schema",
-    "PlaceholderSyntaxError", "placeholders", "render_placeholders",
+    "PlaceholderSyntaxError", "placeholders", "render_placeholders", "fill_secret_tokens",
 ]
 
 from ._bound import credential_id, secret_id  # noqa: E402
 from ._resolve import resolve  # noqa: E402
-from ._render import container_name, declaration_digest  # noqa: E402
+from ._digest import declaration_digest  # noqa: E402
+from ._render import container_name  # noqa: E402
 from ._select import select_provider, Selection  # noqa: E402
 from ._records import newest_written, next_serial, record_declared  # noqa: E402
 

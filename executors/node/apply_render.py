@@ -21,14 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap
 
 from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declaration_digest,
-                      secret_token)
+                      fill_secret_tokens, secret_token)
 from resolver._rotation import server_held_secrets
 
 from . import docker_engine as engine
@@ -45,7 +44,6 @@ from .apply_diff import (
     fingerprint,
 )
 
-SECRET_PATTERN = re.compile(r"\$\{secret:([^}]*)\}")
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
 
 
@@ -66,8 +64,7 @@ class _Substituter:
         self.refusals = refusals
 
     def __call__(self, value: str, refs: dict[str, SecretRef], subject: str, key: str):
-        def replace(match: re.Match) -> str:
-            credential = match.group(1)
+        def replace(credential: str) -> str:
             ref = refs.get(credential)
             if ref is None:
                 raise _Refused(f"{key} refers to credential {credential!r}, which is not among "
@@ -84,7 +81,7 @@ class _Substituter:
                                f"cannot be unsealed: {exc}") from None
 
         try:
-            text = SECRET_PATTERN.sub(replace, value)
+            text = fill_secret_tokens(value, replace)
         except _Refused as refused:
             self.refusals.append(Refusal(subject, str(refused)))
             return None
