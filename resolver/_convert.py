@@ -130,10 +130,6 @@ CONVERTER = make_converter()
 FULL_CONVERTER = make_converter(omit_defaults=False)  # every field, for programs reading plans
 
 
-def structure(data: Any, cls: type):
-    return CONVERTER.structure(data, cls)
-
-
 def unstructure(obj: Any) -> Any:
     return CONVERTER.unstructure(obj)
 

@@ -10,7 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, TypeVar
 
 import attrs
 from cattrs.errors import (
@@ -20,7 +20,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from ._convert import _describe, structure, yaml_key
+from ._convert import CONVERTER, _describe, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
 from ._yaml import read_yaml
@@ -100,6 +100,21 @@ def parse_document(text, file: str) -> Parsed:
     return Parsed(*parse_yaml(text, file))
 
 
+T = TypeVar("T")
+
+
+def structure(data: Any, cls: type[T], *, document: str = "") -> T:
+    """`data` (plain dicts, lists and scalars, keys as documents write them) as an instance of
+    `cls`, strictly: no coercion, unknown keys refused. Every fault is an InputError named by
+    key path (under `document`, default the class name); never the converter's own errors."""
+    try:
+        return CONVERTER.structure(data, cls)
+    except Exception as exc:  # noqa: BLE001 - the converter's exception tree, mapped
+        where = DocumentPositions(document or cls.__name__, (0, 0, None))
+        faults = structure_faults(exc, where) or [where.fault((), str(exc))]
+        raise InputError(faults) from None
+
+
 def structure_faults(exc: BaseException, where: DocumentPositions, path: Path = ()) -> list[Fault]:
     """Map a cattrs exception tree to located faults, naming keys as written."""
     if isinstance(exc, ForbiddenExtraKeysError):
@@ -163,7 +178,7 @@ def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None
         data = {wrap: data}
         where = attrs.evolve(where, skip=1)
     try:
-        model = structure(data, cls)
+        model = CONVERTER.structure(data, cls)
     except Exception as exc:  # the converter's exception tree, mapped to positions
         faults = structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]
         if validate is not None:
@@ -184,7 +199,7 @@ def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: Docume
             return []  # something was missing or not a plain value: nothing sound to check
         repaired += paths
         try:
-            model = structure(data, cls)
+            model = CONVERTER.structure(data, cls)
         except Exception as again:  # noqa: BLE001 - the converter's exception tree
             exc = again
             continue

@@ -22,8 +22,8 @@ import resolver
 from executors.cli.graph import render
 from executors.control.loading import load_mesh_dir
 from resolver import Floor, Instance, Mesh, Node, Opening, Require, mesh_dot, mesh_picture
-from resolver._dot import render_dot
-from resolver._rotation import begin_rotation, first_generation
+from resolver import render_dot
+from resolver import begin_rotation, first_generation
 from property_tests.strategies import PROVISIONS, module_named, pins_for
 from tests._meshdir import run_cli
 
@@ -48,7 +48,7 @@ def dot_of(inputs, resolution, **kwargs) -> str:
 
 
 def statement(dot: str, element_id: str) -> str:
-    found = [line for line in dot.splitlines() if f"id={resolver._dot.quote(element_id)}" in line]
+    found = [line for line in dot.splitlines() if f"id={resolver.dot_quote(element_id)}" in line]
     assert len(found) == 1, (element_id, found)
     return found[0]
 

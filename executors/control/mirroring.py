@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import attrs
 
 from resolver import Ledger, MeshError, resolve
-from resolver._artifacts import (
+from resolver import (
     catalogue_artifacts,
     pin_key,
     used_artifacts,

@@ -7,7 +7,7 @@ Invariants:
 - An env value holding a provider's admin secret in that provider's server container is
   fingerprinted as written (its token), not by value: the provisioner changes it on the running
   server, the container reads it only to initialise, so a new generation rewrites the env file
-  and never recreates the server (resolver._rotation.server_held_secrets decides which).
+  and never recreates the server (resolver.server_held_secrets decides which).
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
@@ -28,7 +28,7 @@ from pyrsistent import pmap
 
 from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declaration_digest,
                       fill_secret_tokens, secret_token)
-from resolver._rotation import server_held_secrets
+from resolver import server_held_secrets
 
 from . import docker_engine as engine
 from .extensions import SecretSource
