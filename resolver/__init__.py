@@ -12,6 +12,9 @@ exception the library raises is a MeshError.
 from ._resolve import (  # noqa: F401
     resolve,
 )
+from ._check import (  # noqa: F401
+    validate,
+)
 from ._resolution import (  # noqa: F401
     Resolution,
 )
@@ -271,7 +274,7 @@ from ._dot import (  # noqa: F401
 
 __all__ = [
     # Resolving
-    "resolve", "Resolution", "Selection", "select_provider", "credential_id", "secret_id",
+    "resolve", "validate", "Resolution", "Selection", "select_provider", "credential_id", "secret_id",
     "container_name", "newest_written", "next_serial", "record_declared", "declaration_digest",
     # Errors
     "Fault", "InputError", "MeshError", "PlaceholderSyntaxError", "ResolutionError", "one_line",

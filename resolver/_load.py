@@ -75,8 +75,25 @@ class DocumentPositions:
         return tuple(k for k in child if isinstance(k, str))
 
     def fault(self, path: Path, message: str, expected: str = "", *, at_key: bool = False) -> Fault:
+        """A Fault at `path`; in a document built in code (no text, so no line) it names the
+        key path instead: `mesh: nodes.anchor.address: …`."""
         line, col = self.position(path, at_key=at_key)
+        if line == 0 and path[self.skip:]:
+            message = f"{key_path(path[self.skip:])}: {message}"
         return Fault(self.file, line, col, message, expected)
+
+
+def key_path(path: Iterable[Any]) -> str:
+    """A key path as an operator reads it: `nodes.anchor.ssh-port`, `containers[0].env.DB`."""
+    out = ""
+    for element in path:
+        out += f"[{element}]" if isinstance(element, int) else ("." if out else "") + str(element)
+    return out
+
+
+def positionless(document: str, skip: int = 0) -> DocumentPositions:
+    """The positions of a document built in code: none, so its faults name key paths."""
+    return DocumentPositions(document, (0, 0, None), skip)
 
 
 def parse_yaml(text, file: str) -> tuple[Any, DocumentPositions]:
@@ -110,7 +127,7 @@ def structure(data: Any, cls: type[T], *, document: str = "") -> T:
     try:
         return CONVERTER.structure(data, cls)
     except Exception as exc:  # noqa: BLE001 - the converter's exception tree, mapped
-        where = DocumentPositions(document or cls.__name__, (0, 0, None))
+        where = positionless(document or cls.__name__)
         faults = structure_faults(exc, where) or [where.fault((), str(exc))]
         raise InputError(faults) from None
 

@@ -25,6 +25,8 @@ from pyrsistent import pmap, pvector
 
 from . import _codes as codes
 from ._assemble import assemble
+from ._check import validate
+from ._errors import InputError
 from ._bound import Bound, credential_id
 from ._declaration import (
     Change,
@@ -418,6 +420,15 @@ def _problem_order(p: Problem):
 
 
 def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Sources = NO_SOURCES,
-            now: Optional[str] = None) -> Resolution:
-    """Resolve the whole mesh. `now` (ISO 8601, UTC) enables certificate renewal windows."""
+            now: Optional[str] = None, checked: bool = False) -> Resolution:
+    """Resolve the whole mesh. `now` (ISO 8601, UTC) enables certificate renewal windows.
+
+    The inputs are validated first (validate(), the rules loading applies): inputs with faults
+    raise InputError with every fault; everything else is a problem in the Resolution.
+    `checked=True` says the caller has validated them already and skips that (a test feeding
+    the renderer names no document may hold does it knowingly)."""
+    if not checked:
+        faults = validate(catalogue, mesh, ledger, sources)
+        if faults:
+            raise InputError(faults)
     return _Resolver(catalogue, mesh, ledger, sources, now).run()

@@ -282,8 +282,9 @@ def test_names_with_quotes_backslashes_and_other_scripts_survive_real_dot(graphv
                                 provider: Instance("db", weird_node)}),
                 floors=pvector([Floor(9, "udp", "any", 'reason with "quotes" \\ and\nnewline '
                                       '\x01 ünïcode')]))
-    resolution = resolver.resolve(catalogue, mesh,
-                                  resolver.Ledger(pins=pmap(pins_for([server, client]))))
+    resolution = resolver.resolve(catalogue, mesh,  # names validate() refuses, on purpose
+                                  resolver.Ledger(pins=pmap(pins_for([server, client]))),
+                                  checked=True)
     assert [b.provider for b in resolution.bindings] == [provider]
     dot = mesh_dot(resolution, mesh)
     elements = svg_elements(render(dot, "svg"))
