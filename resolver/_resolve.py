@@ -88,6 +88,7 @@ class _Resolver:
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
         self._registry: object = _UNSET
+        self._images: dict[str, str] = {}  # artifact key → its image reference
         self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
@@ -405,10 +406,15 @@ class _Resolver:
         return self._registry
 
     def image_reference(self, module: Module, artifact_name: str) -> str:
-        """`repository@digest`, or the mesh registry's copy when it holds that digest."""
-        artifact = module.artifacts[artifact_name]
+        """`repository@digest`, or the mesh registry's copy when it holds that digest (the
+        same for every container of the module's artifact: worked out once per artifact)."""
         key = artifact_key(module.name, artifact_name)
-        return image_reference(artifact, self.ledger, self.mesh_registry(), key=key)
+        reference = self._images.get(key)
+        if reference is None:
+            artifact = module.artifacts[artifact_name]
+            reference = image_reference(artifact, self.ledger, self.mesh_registry(), key=key)
+            self._images[key] = reference
+        return reference
 
     @property
     def artifact_state(self) -> str:
