@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import Artifact, BuildRecord, Catalogue, Instance, Ledger, Mesh, Module, Node
-from resolver._artifacts import (
+from resolver import (
     SELF_HOSTING,
     artifact_state,
     build_graph,
@@ -245,7 +245,7 @@ def test_images_are_named_by_their_digest_from_the_registry_holding_it(case, reg
 
 
 def test_a_cycle_of_bases_is_refused_and_an_acyclic_graph_is_not():
-    from resolver._artifacts import validate_build_graph
+    from resolver import validate_build_graph
 
     def module(name, artifacts):
         return Module(name=name, artifacts=pmap(artifacts))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyrsistent import pmap
 
-from resolver._rotation import (
+from resolver import (
     RotationError,
     accepted_generations,
     begin_rotation,

@@ -32,9 +32,9 @@ from ._declaration import (
     HeldDecl,
     InstanceRendering,
 )
+from ._digest import declaration_digest
 from ._firewall import merge_openings
 from ._records import next_serial
-from ._render import declaration_digest
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver

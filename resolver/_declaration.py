@@ -23,12 +23,6 @@ from pyrsistent.typing import PMap, PVector
 
 from ._model import EMPTY_MAP, EMPTY_VEC
 
-SECRET_TOKEN = "${{secret:{}}}"  # format with a credential id
-
-
-def secret_token(credential: str) -> str:
-    return SECRET_TOKEN.format(credential)
-
 
 @attrs.frozen(order=True)
 class SecretRef:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import resolver
 from resolver import Fault, InputError, Resolution
-from resolver._convert import unstructure_full
-from resolver._plan import container_changes
+from resolver import unstructure_full
+from resolver import container_changes
 
 from executors.common.runtime import now_iso
 from executors.control.declarations import (

@@ -28,8 +28,8 @@ import attrs
 from nacl.public import PrivateKey
 
 from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
-from resolver._certs import certificate_reason
-from resolver._rotation import (
+from resolver import certificate_reason
+from resolver import (
     begin_rotation,
     holder_nodes,
     in_progress,
@@ -245,7 +245,7 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
            entropy: Entropy = new_secret, server_held: Iterable[str] = ()) -> Ledger:
     """A new generation for each credential, sealed to the holders of its current one.
     `server_held`: the own secrets a provider's server holds (its admin), rotated provider
-    first like a provider's credentials (resolver._rotation.server_held_credentials)."""
+    first like a provider's credentials (resolver.server_held_credentials)."""
     server_held = frozenset(server_held)
     ids = sorted(set(credential_ids))
     refused = []

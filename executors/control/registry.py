@@ -26,7 +26,7 @@ from urllib.parse import urljoin
 import requests
 
 from resolver import MeshError
-from resolver._artifacts import is_loopback, split_repository
+from resolver import is_loopback, split_repository
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",

@@ -7,7 +7,7 @@ Invariants:
 - An env value holding a provider's admin secret in that provider's server container is
   fingerprinted as written (its token), not by value: the provisioner changes it on the running
   server, the container reads it only to initialise, so a new generation rewrites the env file
-  and never recreates the server (resolver._rotation.server_held_secrets decides which).
+  and never recreates the server (resolver.server_held_secrets decides which).
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
@@ -21,15 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap
 
 from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declaration_digest,
-                      secret_token)
-from resolver._rotation import server_held_secrets
+                      fill_secret_tokens, secret_token)
+from resolver import server_held_secrets
 
 from . import docker_engine as engine
 from .extensions import SecretSource
@@ -45,7 +44,6 @@ from .apply_diff import (
     fingerprint,
 )
 
-SECRET_PATTERN = re.compile(r"\$\{secret:([^}]*)\}")
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
 
 
@@ -66,8 +64,7 @@ class _Substituter:
         self.refusals = refusals
 
     def __call__(self, value: str, refs: dict[str, SecretRef], subject: str, key: str):
-        def replace(match: re.Match) -> str:
-            credential = match.group(1)
+        def replace(credential: str) -> str:
             ref = refs.get(credential)
             if ref is None:
                 raise _Refused(f"{key} refers to credential {credential!r}, which is not among "
@@ -84,7 +81,7 @@ class _Substituter:
                                f"cannot be unsealed: {exc}") from None
 
         try:
-            text = SECRET_PATTERN.sub(replace, value)
+            text = fill_secret_tokens(value, replace)
         except _Refused as refused:
             self.refusals.append(Refusal(subject, str(refused)))
             return None
