@@ -229,6 +229,18 @@ class InstanceRendering:
     claims: PVector[str] = EMPTY_VEC  # the singular things it claims on its node, kept held
 
 
+@attrs.frozen(order=True)
+class FileDecl:
+    """A file the node must hold, written whole at `path` (under the node's file root): public
+    content as written, or a `${secret:<id>}` token the executor unseals (`secret`)."""
+
+    path: str  # absolute
+    content: str
+    mode: str = "0644"  # octal
+    secret: Optional[SecretRef] = None
+    reason: str = ""
+
+
 @attrs.frozen
 class Declaration:
     mesh: str
@@ -246,6 +258,7 @@ class Declaration:
     instances: PVector[str] = EMPTY_VEC  # instances declared here, held ones included
     certificate: Optional[str] = None  # the node certificate's PEM (public)
     held: PVector[HeldDecl] = EMPTY_VEC  # instances refused now, kept at their last good state
+    files: PVector[FileDecl] = EMPTY_VEC  # files outside the state root (trust, TLS), by path
 
 
 @attrs.frozen(order=True)

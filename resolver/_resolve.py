@@ -40,6 +40,7 @@ from ._ledger import Ledger
 from ._model import Mesh, Module, Require
 from ._artifacts import artifact_key, image_reference
 from ._certs import certificate_requests
+from ._tls import tls_reason, tls_request
 from ._refusals import (
     check_claims,
     check_defaults,
@@ -362,6 +363,7 @@ class _Resolver:
         renderings, bindings = render_instances(self, bound, assigned, logins)
         declarations = assemble(self, renderings, held_instances(self))
         self.certificate_requests()
+        self.tls_requests()
         check_public_keys(self)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
@@ -414,10 +416,21 @@ class _Resolver:
                 for provide in rendering.providers:
                     if provide.provision == "artifact-store":
                         stores.append((name, rendering.node, provide.port))
+            self.registry_instance = None  # (instance, node) of the artifact store
             if stores:
-                _name, node, port = min(stores)
+                name, node, port = min(stores)
                 self._registry = f"{self.mesh.nodes[node].address}:{port}"
+                self.registry_instance = (name, node)
         return self._registry
+
+    def tls_requests(self) -> None:
+        """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
+        if self.mesh_registry() is None:
+            return
+        name, node = self.registry_instance
+        reason = tls_reason(self.mesh, self.ledger, name, node, self.now)
+        if reason is not None:
+            self.requests.append(tls_request(name, node, reason))
 
     def image_reference(self, module: Module, artifact_name: str) -> str:
         """`repository@digest`, or the mesh registry's copy when it holds that digest."""

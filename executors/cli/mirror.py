@@ -16,6 +16,7 @@ import sys
 from executors.control.loading import load_mesh_dir
 from executors.control.mirroring import mirror
 from executors.control.registry import RegistryClient
+from executors.control.trust import registry_trust
 
 
 def register(subparsers) -> None:
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
 def run(args, out=None, client: RegistryClient | None = None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    done = mirror(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+    done = mirror(inputs, client=client or RegistryClient(
+        timeout=(args.timeout, args.timeout), trust=registry_trust(inputs)),
                   registry=args.registry, every_artifact=args.all,
                   say=lambda line: print(line, file=out, flush=True))
     print(f"artifacts: {done.state}" + ("" if done.registry_of_mesh == done.target else

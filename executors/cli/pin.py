@@ -15,6 +15,7 @@ import sys
 from executors.control.loading import load_mesh_dir
 from executors.control.pinning import EVERYTHING, pin
 from executors.control.registry import RegistryClient
+from executors.control.trust import registry_trust
 
 
 def register(subparsers) -> None:
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
 def run(args, out=None, client: RegistryClient | None = None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    pinned = pin(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+    pinned = pin(inputs, client=client or RegistryClient(
+        timeout=(args.timeout, args.timeout), trust=registry_trust(inputs)),
                  refresh=args.refresh, every_artifact=args.all,
                  say=lambda line: print(line, file=out, flush=True))
     if not pinned.asked:

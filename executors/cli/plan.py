@@ -86,8 +86,11 @@ def _run(args, out) -> int:
         from executors.common.keys import load_private_key
 
         control_key = load_private_key(args.key)
+    notes: list[str] = []
     resolution = resolve_for_writing(inputs, previous, now=now, issue=args.issue,
-                                     control_key=control_key)
+                                     control_key=control_key, notes=notes)
+    for note in notes:  # what the issuer did (names and generations, never a value)
+        print(f"issue: {note}", file=sys.stderr)
     changes = container_changes(previous, resolution.declarations) if args.out else None
     nodes = sorted(args.node) if args.node else sorted(resolution.declarations)
     unknown = [n for n in nodes if n not in resolution.declarations]

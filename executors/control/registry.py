@@ -10,7 +10,9 @@ Invariants:
   credentials are read from anywhere.
 - A copy moves exact bytes: manifests are PUT as fetched, so the digest at the target is the
   digest at the source; blobs are verified against their digest before upload.
-- Loopback registries are spoken to over http, every other registry over https.
+- Loopback registries are spoken to over http, every other registry over https, verified:
+  a registry the client was told to `trust` (the mesh's own) against that CA bundle alone (the
+  mesh CA), every other one against the system's roots. Nothing is ever sent unverified.
 """
 
 from __future__ import annotations
@@ -71,10 +73,15 @@ def sha256_digest(data: bytes) -> str:
 class RegistryClient:
     """Talks to any number of registries; keeps one anonymous token per (registry, scope)."""
 
-    def __init__(self, timeout=DEFAULT_TIMEOUT, session: Optional[requests.Session] = None):
+    def __init__(self, timeout=DEFAULT_TIMEOUT, session: Optional[requests.Session] = None,
+                 trust: Optional[dict[str, str]] = None):
         self.timeout = timeout
         self.session = session or requests.Session()
         self._tokens: dict[tuple[str, str], str] = {}
+        self.trust: dict[str, str] = dict(trust or {})  # registry host:port → CA bundle file
+
+    def _verify(self, registry: str):
+        return self.trust.get(registry, True)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -88,10 +95,16 @@ class RegistryClient:
                 headers["Authorization"] = f"Bearer {token}"
             try:
                 response = self.session.request(method, url, headers=headers, timeout=self.timeout,
-                                                allow_redirects=True, **kwargs)
+                                                allow_redirects=True,
+                                                verify=self._verify(registry), **kwargs)
             except requests.exceptions.Timeout:
                 raise RegistryError("unreachable", f"{what}: {url} did not answer within "
                                     f"{self.timeout[1] if isinstance(self.timeout, tuple) else self.timeout}s") from None
+            except requests.exceptions.SSLError as exc:
+                trusted = (f"the mesh CA ({self.trust[registry]})" if registry in self.trust
+                           else "the system's certificate authorities")
+                raise RegistryError("unreachable", f"{what}: {url}: its TLS certificate is not "
+                                    f"one {trusted} vouches for ({_reason(exc)})") from None
             except requests.exceptions.ConnectionError as exc:
                 raise RegistryError("unreachable", f"{what}: cannot connect to {url} ({_reason(exc)})") from None
             except requests.exceptions.RequestException as exc:

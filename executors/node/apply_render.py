@@ -130,7 +130,9 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
                                     f"published on every address ({p.host_ip or 'none given'}); "
                                     "the mesh binds published ports to the node's address only"))
         ports.append((f"{p.container_port}/{p.protocol}", p.host_ip, p.host_port))
-    binds = tuple((m.source, m.target, "ro" if m.read_only else "rw") for m in c.mounts)
+    # a TLS directory is a declared file's directory: under the file root, like the files
+    binds = tuple((paths.on_node(m.source) if m.kind == "tls" else m.source, m.target,
+                   "ro" if m.read_only else "rw") for m in c.mounts)
     restart = "no" if c.run_once else "unless-stopped"
     summary = {"image": c.image, "run-once": str(c.run_once).lower(), "restart": restart,
                "command": json.dumps(list(c.command)) if c.command is not None else "-"}
@@ -156,6 +158,47 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     env_file = DesiredFile(str(paths.env_dir / f"{_safe_name(c.name)}.env"),
                            hashlib.sha256(env_text.encode()).hexdigest())
     return DesiredContainer(c.name, c.run_once, digest, pmap(summary)), spec, env_file, env_text
+
+
+def _declared_file(f, paths: NodePaths, secret_source: Optional[SecretSource],
+                   refusals: list[Refusal]):
+    """(DesiredFile, bytes) of a declared file under the file root, or None (refused)."""
+    if not os.path.isabs(f.path):
+        refusals.append(Refusal(f.path, "a declared file must be an absolute path"))
+        return None
+    try:
+        mode = int(f.mode, 8)
+    except ValueError:
+        refusals.append(Refusal(f.path, f"mode {f.mode!r} is not octal (e.g. \"0644\")"))
+        return None
+    target = paths.on_node(f.path)
+    if paths.owns(target):
+        refusals.append(Refusal(f.path, f"a declared file inside the executor's own directory "
+                                f"{paths.root}"))
+        return None
+    text = f.content
+    if f.secret is not None:
+        ref = f.secret
+        if ref.generation is None:
+            refusals.append(Refusal(f.path, f"credential {ref.credential} has not been issued "
+                                    "yet (`mesh plan --issue`)"))
+            return None
+        if secret_source is None:
+            refusals.append(Refusal(f.path, f"needs credential {ref.credential}, but no sealed "
+                                    "secrets were given (--secrets FILE --key FILE)"))
+            return None
+        try:
+            value = secret_source(ref)
+        except Exception as exc:  # the unsealer's error, named (never the value)
+            refusals.append(Refusal(f.path, f"credential {ref.credential} generation "
+                                    f"{ref.generation} cannot be unsealed: {exc}"))
+            return None
+        text = text.replace(secret_token(ref.credential), value)
+    if SECRET_PATTERN.search(text):
+        refusals.append(Refusal(f.path, "refers to a credential it does not declare"))
+        return None
+    data = text.encode()
+    return DesiredFile(target, hashlib.sha256(data).hexdigest(), mode), data
 
 
 def render(declaration: Declaration, paths: NodePaths,
@@ -200,6 +243,14 @@ def render(declaration: Declaration, paths: NodePaths,
         if b.secret is not None and b.secret.generation is not None:
             generations[b.secret.credential] = max(b.secret.generation,
                                                    generations.get(b.secret.credential, 0))
+    for f in declaration.files:
+        rendered_file = _declared_file(f, paths, secret_source, refusals)
+        if rendered_file is not None:
+            files.append(rendered_file[0])
+            contents[rendered_file[0].path] = rendered_file[1]
+            if f.secret is not None and f.secret.generation is not None:
+                generations[f.secret.credential] = max(f.secret.generation,
+                                                       generations.get(f.secret.credential, 0))
     dirs = []
     for d in declaration.state_dirs:
         try:

@@ -245,6 +245,7 @@ def apply_files(options, report: "Report") -> "Report":
     secret_source = secret_source_from(options.secrets, options.key, node)
     from executors.node import apply as apply_module
     from executors.node import docker_engine
+    from executors.node.node_paths import default_file_root
 
     api = docker_engine.connect(options.docker_host)
     checks, provisioners = provisioning_hooks(max(declarations, key=lambda d: d[1].serial)[1])
@@ -255,6 +256,7 @@ def apply_files(options, report: "Report") -> "Report":
             firewall=None if options.no_firewall else firewall_hook(options.state_root, api),
             checks=checks, provisioners=provisioners,
             stop_timeout=options.stop_timeout,
+            file_root=getattr(options, "file_root", None) or default_file_root(),
             noop_inputs=noop_inputs if noop_inputs == _noop_inputs(apply_fast, options) else None)
     except (docker_engine.docker.errors.DockerException, RequestException) as exc:
         # the engine is unreachable or broke off mid-way: nothing is recorded as applied
