@@ -271,6 +271,20 @@ def stale(graph: Mapping[str, Iterable[str]], ledger_builds: Mapping[str, BuildR
 # --------------------------------------------------------------------------- self-hosting
 
 
+def artifact_store_instance(catalogue: Catalogue, mesh: Mesh) -> Optional[str]:
+    """The assigned instance providing `artifact-store`: the mesh default if it names one,
+    else the only provider; None otherwise (never a silent pick)."""
+    providers = sorted(
+        name for name, instance in mesh.instances.items()
+        if instance.module in catalogue.modules
+        and any(p.provision == ARTIFACT_STORE for p in catalogue.modules[instance.module].provides)
+    )
+    chosen = mesh.defaults.get(ARTIFACT_STORE)
+    if chosen not in providers:
+        chosen = providers[0] if len(providers) == 1 else None
+    return chosen
+
+
 def artifact_store_address(catalogue: Catalogue, mesh: Mesh, ledger: Ledger) -> Optional[str]:
     """"host:port" of the mesh's own registry, or None while the mesh has none.
 
@@ -280,14 +294,7 @@ def artifact_store_address(catalogue: Catalogue, mesh: Mesh, ledger: Ledger) -> 
     ledger after port assignment). Several providers and no default, an unknown node or no port
     yet: None (the mesh stays on external artifacts; never a silent pick).
     """
-    providers = sorted(
-        name for name, instance in mesh.instances.items()
-        if instance.module in catalogue.modules
-        and any(p.provision == ARTIFACT_STORE for p in catalogue.modules[instance.module].provides)
-    )
-    chosen = mesh.defaults.get(ARTIFACT_STORE)
-    if chosen not in providers:
-        chosen = providers[0] if len(providers) == 1 else None
+    chosen = artifact_store_instance(catalogue, mesh)
     if chosen is None:
         return None
     instance = mesh.instances[chosen]

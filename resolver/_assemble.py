@@ -37,7 +37,8 @@ from ._declaration import (
 from ._firewall import merge_openings
 from ._records import next_serial
 from ._render import declaration_digest
-from ._tls import server_files, tls_ref, trust_file, with_tls
+from ._registry_access import registry_accounts
+from ._tls import server_files, tls_ref, trust_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -72,6 +73,8 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
     store, store_node = r.registry_instance if registry is not None else (None, None)
     key = tls_ref(r.ledger, store) if store is not None else None
     served = r.ledger.tls.get(store) if key is not None else None
+    accounts, logins = registry_accounts(r, store, store_node, registry) \
+        if store is not None and store in renderings else ([], {})
     declarations = {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
@@ -120,8 +123,8 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         containers = [c for rendering in mine for c in rendering.containers]
         if served is not None and store_node == node_name and store in here:
             files.extend(server_files(store, served.pem, key))
-            containers = [with_tls(c, store, served.serial) if c.instance == store else c
-                          for c in containers]
+        if accounts and store_node == node_name and store in here:
+            grants.extend(accounts)  # the registry's accounts, kept by its htpasswd provisioner
         decl = Declaration(
             mesh=mesh.mesh, node=node_name, address=node.address,
             containers=pvector(containers),
@@ -142,6 +145,7 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
             certificate=cert.pem if cert is not None else None,
             held=pvector(sorted(h for name in names if name in held for h in held[name][1])),
             files=pvector(sorted(files)),
+            registry_logins=pvector([logins[node_name]] if node_name in logins else []),
         )
         digest = declaration_digest(decl)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)

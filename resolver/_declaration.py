@@ -230,6 +230,15 @@ class InstanceRendering:
 
 
 @attrs.frozen(order=True)
+class RegistryLogin:
+    """The account a node's container runtime pulls from a registry with (its own)."""
+
+    registry: str  # host:port
+    user: str
+    secret: SecretRef
+
+
+@attrs.frozen(order=True)
 class FileDecl:
     """A file the node must hold, written whole at `path` (under the node's file root): public
     content as written, or a `${secret:<id>}` token the executor unseals (`secret`)."""
@@ -259,6 +268,7 @@ class Declaration:
     certificate: Optional[str] = None  # the node certificate's PEM (public)
     held: PVector[HeldDecl] = EMPTY_VEC  # instances refused now, kept at their last good state
     files: PVector[FileDecl] = EMPTY_VEC  # files outside the state root (trust, TLS), by path
+    registry_logins: PVector[RegistryLogin] = EMPTY_VEC  # this node's pull account(s)
 
 
 @attrs.frozen(order=True)

@@ -75,6 +75,18 @@ def declaration_digest(declaration: Declaration) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def registry_containers(r: "_Resolver", store: str, containers: list) -> list:
+    """The registry instance's containers with its certificate directory (once issued) and its
+    accounts' directory mounted."""
+    from ._registry_access import with_auth
+    from ._tls import tls_ref, with_tls
+
+    served = r.ledger.tls.get(store) if tls_ref(r.ledger, store) is not None else None
+    if served is not None:
+        containers = [with_tls(c, store, served.serial) for c in containers]
+    return [with_auth(c, store) for c in containers]
+
+
 def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
     """Every live instance's rendering, and the bindings (as the plan lists them)."""
     from ._resolve import RESOURCE_KEYS, binding_record, secret_id
@@ -225,8 +237,11 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
                 mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
     renderings = {}
+    store = r.registry_instance[0] if r.mesh_registry() is not None else None
     for name in live:
         mine = parts[name]
+        if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
+            mine["containers"] = registry_containers(r, name, mine["containers"])
         renderings[name] = InstanceRendering(
             node=instances[name].node,
             containers=pvector(mine["containers"]),

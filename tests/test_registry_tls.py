@@ -93,10 +93,10 @@ def ca(tmp_path_factory, keys):
     return init_ca(directory, inputs.mesh)
 
 
-def issued(inputs, ca):
+def issued(inputs, ca, control_key=None):
     resolution = resolve(inputs)
     ledger = issue(list(resolution.requests), inputs.mesh, resolution.ledger, ca=ca,
-                   now="2026-01-01T00:00:00Z")
+                   now="2026-01-01T00:00:00Z", control_key=control_key)
     return ledger, resolve(inputs, ledger)
 
 
@@ -132,7 +132,8 @@ def test_the_registry_certificate_is_issued_once_sealed_to_its_node(keys, ca):
     assert key_file.secret.generation == credential.active.generation
     (container,) = n1.containers
     assert [(m.kind, m.source, m.target, m.read_only) for m in container.mounts] == [
-        ("tls", "/etc/mesh/tls/registry", "/etc/mesh/tls", True)]
+        ("tls", "/etc/mesh/tls/registry", "/etc/mesh/tls", True),
+        ("auth", "/etc/mesh/auth/registry", "/etc/mesh/auth", True)]
     assert container.labels["mesh.tls-serial"] == certificate.serial
     # a TLS key is not rotated apart from its certificate
     with pytest.raises(IssueError, match="TLS key"):
@@ -151,7 +152,7 @@ def test_the_certificate_follows_the_node_address_and_a_move(keys, ca):
     elsewhere = load(mesh_text(addresses, [public(k) for k in keys[:2]], 0), ledger_text)
     (request,) = [r for r in resolve(elsewhere).requests if r.kind == "tls-certificate"]
     assert list(request.holders) == ["n0"]
-    renewed, _ = issued(elsewhere, ca)
+    renewed, _ = issued(elsewhere, ca, control_key=keys[0])  # the accounts re-sealed too
     credential = renewed.credentials[tls_credential("registry")]
     assert set(credential.active.sealed) == {"n0"} and credential.active.generation == 2
     assert list(credential.retired) == [1]
@@ -205,3 +206,32 @@ def test_every_pulling_node_may_reach_the_registry_and_trusts_the_mesh_ca(keys, 
         image = next(c.image for c in resolve(inputs, mirrored).declarations[f"n{i}"].containers
                      if c.instance == f"app{i}")
         assert image == f"{address}/app@sha256:" + "2" * 64
+
+
+def test_each_node_pulls_with_its_own_account_and_the_control_node_pushes(keys, ca):
+    inputs = load(mesh_text(["10.0.0.1", "10.0.0.2", "10.0.0.3"], [public(k) for k in keys[:3]],
+                            1, apps=[0, 2]))
+    ledger, resolution = issued(inputs, ca)
+    for node in ("n0", "n1", "n2"):
+        credential = ledger.credentials[f"registry-pull/registry/{node}"]
+        assert set(credential.active.sealed) == {"n1", node}  # the registry's node, its own
+        (login,) = resolution.declarations[node].registry_logins
+        assert (login.user, login.secret.credential) == (f"node-{node}",
+                                                         f"registry-pull/registry/{node}")
+    push = ledger.credentials["registry-push/registry/control"]
+    assert set(push.active.sealed) == {"n0", "n1"}  # the control node n0 and the registry's
+    grants = resolution.declarations["n1"].grants
+    assert sorted((g.kind, g.login, g.resource) for g in grants) == [
+        ("registry+account", "mesh-push", "push"), ("registry+account", "node-n0", "pull"),
+        ("registry+account", "node-n1", "pull"), ("registry+account", "node-n2", "pull")]
+    assert all(not resolution.declarations[n].grants for n in ("n0", "n2"))
+    registry_container = resolution.declarations["n1"].containers[0]
+    assert ("auth", "/etc/mesh/auth/registry", "/etc/mesh/auth", True) in [
+        (m.kind, m.source, m.target, m.read_only) for m in registry_container.mounts]
+    # a rotated pull account: the registry is given the new generation first, n2 keeps the
+    # one in force until the registry applied it
+    rotated = rotate(ledger, ["registry-pull/registry/n2"], inputs.mesh)
+    after = resolve(inputs, rotated)
+    grant = next(g for g in after.declarations["n1"].grants if g.login == "node-n2")
+    assert grant.credential.generation == 2
+    assert after.declarations["n2"].registry_logins[0].secret.generation == 1

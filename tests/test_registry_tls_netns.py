@@ -28,6 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from executors.common.keys import load_private_key, unseal
+from executors.control.loading import load_mesh_dir
+
 try:
     from . import _netns
 except ImportError:
@@ -68,7 +71,20 @@ containers:
       REGISTRY_HTTP_ADDR: "0.0.0.0:5000"
       REGISTRY_HTTP_TLS_CERTIFICATE: /etc/mesh/tls/server.crt
       REGISTRY_HTTP_TLS_KEY: /etc/mesh/tls/server.key
+      REGISTRY_AUTH: htpasswd
+      REGISTRY_AUTH_HTPASSWD_REALM: mesh
+      REGISTRY_AUTH_HTPASSWD_PATH: /etc/mesh/auth/htpasswd
     health: {{tcp: http}}
+"""
+TOOL = """\
+name: tool
+artifacts:
+  image: {build: ./image, base: [app/image]}
+"""
+DOCKERFILE = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+COPY built.txt /built.txt
 """
 APP = f"""\
 name: app
@@ -165,9 +181,12 @@ def upstream_registry(topology, node: str, storage: Path, log: Path) -> subproce
 
 def write_mesh(directory: Path, topology, keys: dict, *, with_registry: bool) -> None:
     catalogue = directory / "catalogue"
-    for name, text in (("registry", REGISTRY), ("app", APP)):
+    for name, text in (("registry", REGISTRY), ("app", APP), ("tool", TOOL)):
         (catalogue / name).mkdir(parents=True, exist_ok=True)
         (catalogue / name / "module.yaml").write_text(text)
+    (catalogue / "tool" / "image").mkdir(exist_ok=True)
+    (catalogue / "tool" / "image" / "Dockerfile").write_text(DOCKERFILE)
+    (catalogue / "tool" / "image" / "built.txt").write_text("built by the mesh\n")
     (catalogue / "provisions.yaml").write_text(PROVISIONS)
     nodes = "".join(f"  {node}:\n    address: {topology.addresses[node]}\n"
                     f"    public-key: {keys[node]}\n" + ("    control: true\n" if node == "n1"
@@ -247,11 +266,29 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
             assert oct(key_file.stat().st_mode & 0o777) == "0o600"
             ca = roots["n1"] / "etc/docker/certs.d" / registry / "ca.crt"
             assert ca.read_text() == (directory / "ca" / "mesh-ca.crt").read_text()
-            # TLS with the CA-issued certificate, verified against the mesh CA (from n2)
+            # TLS with the CA-issued certificate, verified against the mesh CA (from n2), and
+            # an account required: anonymous is refused, n2's own account is let in
             probe = ("import sys, requests\n"
-                     "r = requests.get(f'https://{sys.argv[1]}/v2/', verify=sys.argv[2], timeout=10)\n"
+                     "auth = tuple(sys.argv[3].split(':', 1)) if len(sys.argv) > 3 else None\n"
+                     "r = requests.get(f'https://{sys.argv[1]}/v2/', verify=sys.argv[2], "
+                     "timeout=10, auth=auth)\n"
                      "print(r.status_code)\n")
-            assert topology.python("n2", probe, registry, str(ca)).stdout.strip() == "200"
+            assert topology.python("n2", probe, registry, str(ca)).stdout.strip() == "401"
+            n2_key = load_private_key(tmp / "n2.key")
+
+            def n2_password(generation_slot: str = "active") -> str:
+                ledger = load_mesh_dir(directory).ledger
+                credential = ledger.credentials["registry-pull/registry/n2"]
+                return unseal(n2_key, getattr(credential, generation_slot).sealed["n2"])
+
+            assert topology.python("n2", probe, registry, str(ca),
+                                   f"node-n2:{n2_password()}").stdout.strip() == "200"
+            assert topology.python("n2", probe, registry, str(ca),
+                                   "node-n2:not-the-password").stdout.strip() == "401"
+            htpasswd = (roots["n1"] / "etc/mesh/auth/registry/htpasswd").read_text()
+            assert n2_password() not in htpasswd and htpasswd.count("# mesh-mark:") == 3
+            assert [login["user"] for login in declaration(out, "n2")["registry_logins"]] == [
+                "node-n2"]  # n2 holds its own account, no other
             plain = topology.python("n2", "import sys, requests\n"
                                     "print(requests.get(f'http://{sys.argv[1]}/v2/', "
                                     "timeout=10).status_code)", registry).stdout.strip()
@@ -263,12 +300,27 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
             assert refused.returncode != 0
 
             # mirror (inside n1, where upstream is): the registry verified against the CA
-            mirrored = mesh(topology, "n1", "mirror", str(directory))
+            anonymous = topology.mesh("n1", "mirror", str(directory))
+            assert anonymous.returncode == 1 and "anonymous access is refused" in \
+                anonymous.stdout, anonymous.stdout  # pushing needs the push account
+            mirrored = mesh(topology, "n1", "mirror", str(directory), "--key",
+                            str(tmp / "n1.key"))
             assert "artifacts: self-hosting" in mirrored, mirrored
             planned = mesh_host("plan", str(directory), "--out", str(out)).stdout
             app = declaration(out, "n2")["containers"][0]
             assert app["image"].startswith(f"{registry}/mesh-test/app@sha256:"), app
-            apply("n2")  # pulls over TLS, trusting the mesh CA through its declared file
+            # trusting the CA but without its account, n2's runtime is refused by the registry
+            trust = roots["n2"] / "etc/docker/certs.d" / registry / "ca.crt"
+            trust.parent.mkdir(parents=True)
+            shutil.copy(ca, trust)
+            refused = n2.docker("pull", app["image"], check=False)
+            assert refused.returncode != 0 and ("no basic auth credentials" in refused.stderr
+                                                or "unauthorized" in refused.stderr), \
+                refused.stdout + refused.stderr
+            trust.unlink()
+            trust.parent.rmdir()
+            apply("n2")  # pulls over TLS with its own account, trusting the mesh CA through
+            # its declared file
             assert (roots["n2"] / "etc/docker/certs.d" / registry / "ca.crt").is_file()
             info = json.loads(n2.docker("info", "--format", "{{json .RegistryConfig}}").stdout)
             assert info["InsecureRegistryCIDRs"] in (None, ["127.0.0.0/8"]), info
@@ -288,6 +340,55 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
             apply("n2")  # the declared file is written again, the pull succeeds
             assert n2.docker("inspect", "--format", "{{.State.Running}}",
                              app["name"]).stdout.strip() == "true"
+
+            # a build FROM the mirrored base, in n1's engine (which trusts the mesh CA through
+            # its declared file), pushed with the push account and recorded
+            built = mesh(topology, "n1", "build", str(directory), "tool/image", "--key",
+                         str(tmp / "n1.key"), "--docker-host", n1.host)
+            assert "pulling base app/image by digest" in built and "pushed" in built, built
+            ledger = load_mesh_dir(directory).ledger
+            record = ledger.builds["tool/image"]
+            app_digest = app["image"].split("@")[1]
+            assert dict(record.bases) == {"app/image": app_digest}
+            assert ledger.mirrored[record.digest] == registry
+            assert "nothing is stale" in mesh_host("stale", str(directory)).stdout
+            # the base's pin moves: the build is stale, and --stale rebuilds exactly it
+            with tempfile.TemporaryDirectory() as scratch2:
+                tar = _netns.busybox_rootfs_tar(scratch2)
+                n1.docker("import", "--change", "LABEL release=2", tar,
+                          f"{UPSTREAM}/mesh-test/app:1")
+            n1.docker("push", f"{UPSTREAM}/mesh-test/app:1")
+            mesh(topology, "n1", "pin", str(directory), "--refresh", "app/image")
+            stale = mesh_host("stale", str(directory)).stdout
+            assert "tool/image: base app/image changed" in stale, stale
+            rebuilt = mesh(topology, "n1", "build", str(directory), "--stale", "--key",
+                           str(tmp / "n1.key"), "--docker-host", n1.host)
+            assert "built 1" in rebuilt, rebuilt
+            ledger = load_mesh_dir(directory).ledger
+            new_base = ledger.pins[f"{UPSTREAM}/mesh-test/app:1"]
+            assert new_base != app_digest
+            assert dict(ledger.builds["tool/image"].bases) == {"app/image": new_base}
+            assert "nothing is stale" in mesh_host("stale", str(directory)).stdout
+
+            # n2's pull account rotated: the registry puts the new password in force first
+            # (its provisioner rewrites htpasswd and restarts it); the old one is refused then
+            old_password = n2_password()
+            mesh_host("rotate", str(directory), "registry-pull/registry/n2")
+            mesh_host("plan", str(directory), "--out", str(out))
+            apply("n1")
+            new_password = n2_password("pending")
+            assert new_password != old_password
+            assert topology.python("n2", probe, registry, str(ca),
+                                   f"node-n2:{new_password}").stdout.strip() == "200"
+            assert topology.python("n2", probe, registry, str(ca),
+                                   f"node-n2:{old_password}").stdout.strip() == "401"
+            again = topology.mesh("n1", "apply", str(out / "n1.declaration.json"), "--secrets",
+                                  str(directory / "ledger.yaml"), "--key", str(tmp / "n1.key"),
+                                  "--docker-host", n1.host, "--state-root", str(states["n1"]),
+                                  "--file-root", str(roots["n1"]), "--no-fast", "--json")
+            report = json.loads(again.stdout[again.stdout.index("{"):])
+            assert [op for op in report["ops"] if op["op"] != "record-applied"] == [], \
+                report["operations"]  # idempotent: nothing written, nothing restarted
 
             # mirror refuses a registry whose certificate the CA it is given does not vouch for
             other = tmp / "other"

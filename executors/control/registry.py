@@ -6,8 +6,9 @@ Invariants:
   a multi-platform tag pins its index, not one platform's manifest.
 - Every request has a timeout; every failure is a RegistryError whose kind is one of
   unreachable | unauthorised | not-found | protocol and whose message names the URL.
-- A token-auth challenge (WWW-Authenticate: Bearer) is followed once, anonymously; no
-  credentials are read from anywhere.
+- A token-auth challenge (WWW-Authenticate: Bearer) is followed once, anonymously. The only
+  credentials sent are those the caller gives for a registry (`auth`: the mesh registry's push
+  account, as HTTP basic auth, over verified TLS), to that registry alone.
 - A copy moves exact bytes: manifests are PUT as fetched, so the digest at the target is the
   digest at the source; blobs are verified against their digest before upload.
 - Loopback registries are spoken to over http, every other registry over https, verified:
@@ -74,11 +75,14 @@ class RegistryClient:
     """Talks to any number of registries; keeps one anonymous token per (registry, scope)."""
 
     def __init__(self, timeout=DEFAULT_TIMEOUT, session: Optional[requests.Session] = None,
-                 trust: Optional[dict[str, str]] = None):
+                 trust: Optional[dict[str, str]] = None,
+                 auth: Optional[dict[str, tuple[str, str]]] = None):
         self.timeout = timeout
         self.session = session or requests.Session()
         self._tokens: dict[tuple[str, str], str] = {}
         self.trust: dict[str, str] = dict(trust or {})  # registry host:port → CA bundle file
+        # registry host:port → (user, password): the mesh registry's push account (basic auth)
+        self.auth: dict[str, tuple[str, str]] = dict(auth or {})
 
     def _verify(self, registry: str):
         return self.trust.get(registry, True)
@@ -93,6 +97,8 @@ class RegistryClient:
         for attempt in (1, 2):
             if token:
                 headers["Authorization"] = f"Bearer {token}"
+            elif registry in self.auth:
+                kwargs["auth"] = self.auth[registry]
             try:
                 response = self.session.request(method, url, headers=headers, timeout=self.timeout,
                                                 allow_redirects=True,
@@ -119,8 +125,11 @@ class RegistryClient:
         if response.status_code in ok:
             return response
         if response.status_code in (401, 403):
+            who = (f"the account {self.auth[registry][0]} is refused" if registry in self.auth
+                   else "anonymous access is refused (the mesh's registry: pass --key, the "
+                   "control node's key, to push with the mesh's push account)")
             raise RegistryError("unauthorised", f"{what}: {url} answered {response.status_code} "
-                                f"({_registry_message(response)}); anonymous access is refused")
+                                f"({_registry_message(response)}); {who}")
         if response.status_code == 404:
             raise RegistryError("not-found", f"{what}: {url} answered 404 ({_registry_message(response)})")
         raise RegistryError("protocol", f"{what}: {url} answered {response.status_code} "

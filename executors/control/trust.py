@@ -14,7 +14,9 @@ import os
 import tempfile
 from typing import Optional
 
-from resolver._artifacts import artifact_store_address
+from resolver import MeshError
+from resolver._artifacts import artifact_store_address, artifact_store_instance
+from resolver._registry_access import PUSH_LOGIN, push_credential
 
 from .ca import ca_cert_path
 
@@ -40,3 +42,26 @@ def registry_trust(inputs) -> dict[str, str]:
     if address is None or bundle is None:
         return {}
     return {address: bundle}
+
+
+def push_auth(inputs, key_file: Optional[str]) -> dict[str, tuple[str, str]]:
+    """registry address → (the push account, its password), opened with `key_file` (the
+    control node's private key, to which the push credential is sealed); {} without a key."""
+    address = artifact_store_address(inputs.catalogue, inputs.mesh, inputs.ledger)
+    store = artifact_store_instance(inputs.catalogue, inputs.mesh)
+    if key_file is None or address is None or store is None:
+        return {}
+    from executors.common.keys import UnsealError, load_private_key, unseal
+
+    credential = inputs.ledger.credentials.get(push_credential(store))
+    active = credential.active if credential is not None else None
+    if active is None:
+        raise MeshError(f"the push account of {store} is not issued yet: `mesh plan --issue`")
+    key = load_private_key(key_file)
+    for box in list(active.sealed.values()) + list(active.escrow.values()):
+        try:
+            return {address: (PUSH_LOGIN, unseal(key, box))}
+        except UnsealError:
+            continue
+    raise MeshError(f"{key_file} opens no value of {push_credential(store)} generation "
+                    f"{active.generation}: it is sealed to {', '.join(sorted(active.sealed))}")

@@ -44,7 +44,7 @@ from .apply_diff import (
 )
 from .apply_render import Rendered
 from .node_paths import NodePaths
-from executors.common.atomic import write_atomic
+from executors.common.atomic import write_atomic, write_exclusive
 from executors.common.report import Report
 
 # Every file written here is 0600: env files and binding files hold unsealed values, and the
@@ -230,6 +230,13 @@ class _Executor:
 
     def _create_and_start(self, op, operation) -> str:
         spec = self.rendered.specs[op.subject]
+        for path in spec.placeholders:  # empty until its provisioner fills it; never replaced
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                write_exclusive(path, b"", 0o600)
+                self.report.progress(operation, f"created {path} empty (its provisioner fills it)")
+            except FileExistsError:
+                pass
         engine.create(self.api, spec, self.rendered.desired.mesh,
                       lambda message: self.report.progress(operation, message))
         engine.start(self.api, op.subject)

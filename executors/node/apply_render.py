@@ -130,9 +130,18 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
                                     f"published on every address ({p.host_ip or 'none given'}); "
                                     "the mesh binds published ports to the node's address only"))
         ports.append((f"{p.container_port}/{p.protocol}", p.host_ip, p.host_port))
-    # a TLS directory is a declared file's directory: under the file root, like the files
-    binds = tuple((paths.on_node(m.source) if m.kind == "tls" else m.source, m.target,
-                   "ro" if m.read_only else "rw") for m in c.mounts)
+    # TLS and registry-auth directories are files the mesh writes: under the file root
+    binds = tuple((paths.on_node(m.source) if m.kind in ("tls", "auth") else m.source,
+                   m.target, "ro" if m.read_only else "rw") for m in c.mounts)
+    placeholders = tuple(os.path.join(paths.on_node(m.source), "htpasswd")
+                         for m in c.mounts if m.kind == "auth")
+    pull_auth = None
+    for login in declaration.registry_logins:
+        if c.image.startswith(login.registry + "/"):
+            password = substitute(secret_token(login.secret.credential),
+                                  {login.secret.credential: login.secret}, c.name,
+                                  f"pull account {login.user} on {login.registry}")
+            pull_auth = (login.user, password) if password is not None else None
     restart = "no" if c.run_once else "unless-stopped"
     summary = {"image": c.image, "run-once": str(c.run_once).lower(), "restart": restart,
                "command": json.dumps(list(c.command)) if c.command is not None else "-"}
@@ -154,7 +163,8 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     spec = engine.ContainerSpec(
         name=c.name, image=c.image, command=tuple(c.command) if c.command is not None else None,
         environment=tuple(f"{k}={v}" for k, v in env), labels=tuple(sorted(labels.items())),
-        ports=tuple(ports), binds=binds, restart=restart, mac=c.mac)
+        ports=tuple(ports), binds=binds, restart=restart, mac=c.mac, pull_auth=pull_auth,
+        placeholders=placeholders)
     env_file = DesiredFile(str(paths.env_dir / f"{_safe_name(c.name)}.env"),
                            hashlib.sha256(env_text.encode()).hexdigest())
     return DesiredContainer(c.name, c.run_once, digest, pmap(summary)), spec, env_file, env_text
