@@ -169,6 +169,12 @@ def print_plan(resolution: Resolution, nodes, changes, out) -> None:
             w(f"  grant {g.kind} {g.resource} login {g.login}"
               + (f"_{g.slot}" if g.slot else "") + f" for {g.consumer} ({gen})"
               + (f", retiring gen {g.retiring.generation}" if g.retiring else ""))
+        for f in d.files:  # the content is public, or a sealed token: only the path is shown
+            w(f"  file {f.path} {f.mode} ({f.reason})")
+        for login in d.registry_logins:
+            gen = "pending" if login.secret.generation is None else \
+                f"gen {login.secret.generation}"
+            w(f"  pulls from {login.registry} as {login.user} ({gen})")
         for h in d.held:
             where = f"{h.file}:{h.line}:{h.col}" if h.line else h.file
             w(f"  held {h.instance} at its last good declaration: [{h.code}] {where}")
