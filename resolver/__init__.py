@@ -149,6 +149,8 @@ from ._ledger import (  # noqa: F401
     PortAssignment,
 )
 from ._declaration import (  # noqa: F401
+    FileDecl,
+    RegistryLogin,
     AccessDecl,
     Binding,
     BindingDecl,
@@ -212,6 +214,7 @@ from ._schema import (  # noqa: F401
 )
 from ._placeholders import (  # noqa: F401
     fill_secret_tokens,
+    secret_tokens,
     placeholders,
     render_placeholders,
     secret_token,
@@ -228,6 +231,7 @@ from ._artifacts import (  # noqa: F401
     build_graph,
     catalogue_artifacts,
     choose_artifact_store,
+    choose_artifact_store_instance,
     containers_using,
     current_digests,
     image_reference,
@@ -261,6 +265,21 @@ from ._picture import (  # noqa: F401
     in_written_order,
     mesh_picture,
     problem_key,
+)
+from ._tls import (  # noqa: F401
+    TLS_REQUEST,
+    TRUST_DIR,
+    is_tls_credential,
+    tls_credential,
+    tls_reason,
+)
+from ._registry_access import (  # noqa: F401
+    ACCOUNT_KIND as REGISTRY_ACCOUNT_KIND,
+    AUTH_HOST_DIR as REGISTRY_AUTH_HOST_DIR,
+    HTPASSWD,
+    PUSH_LOGIN,
+    pull_credential,
+    push_credential,
 )
 from ._dot import (  # noqa: F401
     binding_id,
@@ -300,7 +319,12 @@ __all__ = [
     "AccessDecl", "Binding", "BindingDecl", "Change", "ContainerDecl", "Declaration",
     "FirewallAllow", "FirewallExposure", "FirewallFloor", "FirewallIntent", "FirewallLocal",
     "GrantDecl", "HealthDecl", "HeldDecl", "InstanceRendering", "MountDecl", "Problem",
-    "ProviderDecl", "PublishedPort", "Request", "SecretRef", "StateDirDecl",
+    "ProviderDecl", "PublishedPort", "Request", "SecretRef", "StateDirDecl", "FileDecl",
+    "RegistryLogin",
+    # The mesh registry: TLS from the mesh CA, accounts
+    "TLS_REQUEST", "TRUST_DIR", "is_tls_credential", "tls_credential", "tls_reason",
+    "REGISTRY_ACCOUNT_KIND", "REGISTRY_AUTH_HOST_DIR", "HTPASSWD", "PUSH_LOGIN", "pull_credential",
+    "push_credential",
     # Plan diff
     "ContainerChange", "container_causes", "container_changes",
     # Documents
@@ -309,11 +333,11 @@ __all__ = [
     "MAX_DOCUMENT_BYTES", "decode_document", "Inputs", "dump_ledger", "dump_yaml", "load_inputs",
     "load_ledger", "load_mesh", "load_module", "load_provisions", "document_names", "json_schema",
     # Placeholders
-    "fill_secret_tokens", "placeholders", "render_placeholders", "secret_token",
+    "fill_secret_tokens", "placeholders", "render_placeholders", "secret_token", "secret_tokens",
     # Artifacts
     "ARTIFACT_STORE", "EXTERNAL", "SELF_HOSTING", "PinRequest", "artifact_digest", "artifact_key",
     "artifact_state", "artifacts_changed_by_pins", "build_graph", "catalogue_artifacts",
-    "choose_artifact_store", "containers_using", "current_digests", "image_reference",
+    "choose_artifact_store", "choose_artifact_store_instance", "containers_using", "current_digests", "image_reference",
     "is_loopback", "pending_mirror", "pin_key", "pin_requests", "split_repository", "stale",
     "staleness", "used_artifacts", "validate_artifact_store_modules", "validate_build_graph",
     "with_pins",

@@ -271,8 +271,10 @@ def stale(graph: Mapping[str, Iterable[str]], ledger_builds: Mapping[str, BuildR
 # --------------------------------------------------------------------------- self-hosting
 
 
-def choose_artifact_store(stores: Mapping[str, str], default: Optional[str]) -> Optional[str]:
-    """"host:port" of the mesh's own registry, or None while the mesh has none: the one rule.
+def choose_artifact_store_instance(stores: Mapping[str, str],
+                                   default: Optional[str]) -> Optional[str]:
+    """The instance that is the mesh's own registry, or None while the mesh has none: the one
+    rule (choose_artifact_store gives its "host:port").
 
     `stores` maps each instance that provides `artifact-store` and serves now (declared live
     with a host port, or held at its last good declaration) to its "host:port". The registry is
@@ -282,10 +284,16 @@ def choose_artifact_store(stores: Mapping[str, str], default: Optional[str]) -> 
     this same answer, so they cannot disagree).
     """
     if default is not None and default in stores:
-        return stores[default]
+        return default
     if len(stores) == 1:
-        return next(iter(stores.values()))
+        return next(iter(stores))
     return None
+
+
+def choose_artifact_store(stores: Mapping[str, str], default: Optional[str]) -> Optional[str]:
+    """"host:port" of the mesh's own registry (choose_artifact_store_instance decides which)."""
+    chosen = choose_artifact_store_instance(stores, default)
+    return None if chosen is None else stores[chosen]
 
 
 def artifact_digest(key: str, artifact: Artifact, ledger: Ledger) -> Optional[str]:

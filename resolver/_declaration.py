@@ -223,6 +223,27 @@ class InstanceRendering:
     claims: PVector[str] = EMPTY_VEC  # the singular things it claims on its node, kept held
 
 
+@attrs.frozen(order=True)
+class RegistryLogin:
+    """The account a node's container runtime pulls from a registry with (its own)."""
+
+    registry: str  # host:port
+    user: str
+    secret: SecretRef
+
+
+@attrs.frozen(order=True)
+class FileDecl:
+    """A file the node must hold, written whole at `path` (under the node's file root): public
+    content as written, or a `${secret:<id>}` token the executor unseals (`secret`)."""
+
+    path: str  # absolute
+    content: str
+    mode: str = "0644"  # octal
+    secret: Optional[SecretRef] = None
+    reason: str = ""
+
+
 @attrs.frozen
 class Declaration:
     mesh: str
@@ -240,6 +261,8 @@ class Declaration:
     instances: PVector[str] = EMPTY_VEC  # instances declared here, held ones included
     certificate: Optional[str] = None  # the node certificate's PEM (public)
     held: PVector[HeldDecl] = EMPTY_VEC  # instances refused now, kept at their last good state
+    files: PVector[FileDecl] = EMPTY_VEC  # files outside the state root (trust, TLS), by path
+    registry_logins: PVector[RegistryLogin] = EMPTY_VEC  # this node's pull account(s)
 
 
 @attrs.frozen(order=True)

@@ -64,6 +64,18 @@ def container_name(mesh: str, instance: str, container: str) -> str:
     return _NAME_UNSAFE.sub("-", f"{mesh}-{instance}-{container}")
 
 
+def registry_containers(r: "_Resolver", store: str, containers: list) -> list:
+    """The registry instance's containers with its certificate directory (once issued) and its
+    accounts' directory mounted."""
+    from ._registry_access import with_auth
+    from ._tls import tls_ref, with_tls
+
+    served = r.ledger.tls.get(store) if tls_ref(r.ledger, store) is not None else None
+    if served is not None:
+        containers = [with_tls(c, store, served.serial) for c in containers]
+    return [with_auth(c, store) for c in containers]
+
+
 def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
     """Every live instance's rendering, and the bindings (as the plan lists them)."""
     mesh, instances = r.mesh, r.instances
@@ -212,8 +224,11 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
                 mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
     renderings = {}
+    store = r.registry_instance[0] if r.mesh_registry() is not None else None
     for name in live:
         mine = parts[name]
+        if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
+            mine["containers"] = registry_containers(r, name, mine["containers"])
         renderings[name] = InstanceRendering(
             node=instances[name].node,
             containers=pvector(mine["containers"]),

@@ -32,6 +32,7 @@ class Resolution:
     ledger: Ledger
     artifacts: str = "external"  # external | self-hosting
     registry: Optional[str] = None  # "host:port" of the mesh's own registry (choose_artifact_store)
+    registry_instance: Optional[str] = None  # the instance that is that registry
     renderings: PMap[str, InstanceRendering] = EMPTY_MAP  # live instance → its rendering
 
     @property

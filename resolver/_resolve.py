@@ -44,10 +44,11 @@ from ._artifacts import (
     ARTIFACT_STORE,
     artifact_key,
     artifact_state,
-    choose_artifact_store,
+    choose_artifact_store_instance,
     image_reference,
 )
 from ._certs import certificate_requests
+from ._tls import tls_reason, tls_request
 from ._refusals import (
     check_claims,
     check_defaults,
@@ -88,6 +89,7 @@ class _Resolver:
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
         self._registry: object = _UNSET
+        self.registry_instance: Optional[tuple[str, str]] = None  # (instance, node), set with _registry
         self._images: dict[str, str] = {}  # artifact key → its image reference
         self.unpinned: set = set()  # (instance, artifact) already reported
 
@@ -347,6 +349,7 @@ class _Resolver:
         renderings, bindings = render_instances(self, bound, assigned, logins)
         declarations = assemble(self, renderings, held_instances(self))
         self.certificate_requests()
+        self.tls_requests()
         check_public_keys(self)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
@@ -376,6 +379,7 @@ class _Resolver:
             ledger=ledger,
             artifacts=self.artifact_state,
             registry=self.mesh_registry(),
+            registry_instance=self.registry_instance[0] if self.registry_instance else None,
             renderings=pmap(renderings),
         )
 
@@ -390,6 +394,7 @@ class _Resolver:
         when one serves: declared live with an assigned port, or held (it still serves)."""
         if self._registry is _UNSET:
             stores: dict[str, str] = {}
+            nodes: dict[str, str] = {}
             for name in self.placed():
                 for provide in self.module_of(name).provides:
                     if provide.provision == ARTIFACT_STORE and self.assigned_ports is not None:
@@ -397,13 +402,26 @@ class _Resolver:
                         if port is not None:
                             node = self.instances[name].node
                             stores[name] = f"{self.mesh.nodes[node].address}:{port}"
+                            nodes[name] = node
             for name, rendering in held_candidates(self).items():  # held, it still serves
                 for provide in rendering.providers:
                     if provide.provision == ARTIFACT_STORE:
                         stores.setdefault(
                             name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
-            self._registry = choose_artifact_store(stores, self.mesh.defaults.get(ARTIFACT_STORE))
+                        nodes.setdefault(name, rendering.node)
+            chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
+            self._registry = None if chosen is None else stores[chosen]
+            self.registry_instance = None if chosen is None else (chosen, nodes[chosen])
         return self._registry
+
+    def tls_requests(self) -> None:
+        """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
+        if self.mesh_registry() is None:
+            return
+        name, node = self.registry_instance
+        reason = tls_reason(self.mesh, self.ledger, name, node, self.now)
+        if reason is not None:
+            self.requests.append(tls_request(name, node, reason))
 
     def image_reference(self, module: Module, artifact_name: str) -> str:
         """`repository@digest`, or the mesh registry's copy when it holds that digest (the

@@ -40,7 +40,7 @@ from .base import (
     derive_endpoint,
     idle_providers,
 )
-from .registry import no_provisioner, provisioner_for
+from .registry import FILE_KINDS, no_provisioner, provisioner_for
 
 
 def _providers(declaration: Declaration,
@@ -95,6 +95,8 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
         ready_timeout = min(ready_timeout, 5.0)
     for (provider, kind), grants in _providers(declaration, provider_kinds).items():
         if wanted_kinds is not None and kind not in wanted_kinds:
+            continue
+        if kind in FILE_KINDS:  # kept in a file by a hook of its own (runner)
             continue
         provisioner = provisioner_for(kind)
         if provisioner is None:
