@@ -121,6 +121,35 @@ def _subject_alt_name(address: str) -> x509.GeneralName:
         return x509.DNSName(address)
 
 
+def _leaf(ca: MeshCa, common_name: str, public_key, address: str, now: datetime.datetime,
+          not_after: datetime.datetime, *, signs: bool, agrees: bool,
+          purposes: list) -> tuple[int, x509.Certificate]:
+    """(serial, certificate): one end-entity certificate issued by the mesh CA for the node at
+    `address` (CN=common_name, SAN=address, never a CA), used as `signs`/`agrees` and
+    `purposes` (extended key usages) say."""
+    serial = x509.random_serial_number()
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(public_key)
+        .serial_number(serial)
+        .not_valid_before(now).not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName([_subject_alt_name(address)]),
+                       critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=signs, content_commitment=False,
+                                     key_encipherment=False, data_encipherment=False,
+                                     key_agreement=agrees, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(purposes), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            ca.key.public_key()), critical=False)
+        .sign(ca.key, None)
+    )
+    return serial, certificate
+
+
 def sign_node(ca: MeshCa, mesh: Mesh, node: str,
               now: Optional[datetime.datetime] = None) -> Certificate:
     """Sign `node`'s certificate: CN=node, SAN=its address, its X25519 key, ca.validity-days."""
@@ -137,27 +166,9 @@ def sign_node(ca: MeshCa, mesh: Mesh, node: str,
         raise CaError(f"node {node}: public-key is not a base64 X25519 public key") from None
     now = now or utc_now()
     not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
-    serial = x509.random_serial_number()
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(subject_key)
-        .serial_number(serial)
-        .not_valid_before(now).not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName([_subject_alt_name(described.address)]),
-                       critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False,
-                                     key_agreement=True, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-            ca.key.public_key()), critical=False)
-        .sign(ca.key, None)
-    )
+    serial, certificate = _leaf(
+        ca, node, subject_key, described.address, now, not_after, signs=False, agrees=True,
+        purposes=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
     return Certificate(
         serial=format(serial, "x"),
         not_before=iso(now),
@@ -179,26 +190,9 @@ def sign_server(ca: MeshCa, mesh: Mesh, instance: str, node: str,
     key = ec.generate_private_key(ec.SECP256R1())
     now = now or utc_now()
     not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
-    serial = x509.random_serial_number()
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, instance)]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(serial)
-        .not_valid_before(now).not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName([_subject_alt_name(described.address)]),
-                       critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-            ca.key.public_key()), critical=False)
-        .sign(ca.key, None)
-    )
+    serial, certificate = _leaf(
+        ca, instance, key.public_key(), described.address, now, not_after, signs=True,
+        agrees=False, purposes=[ExtendedKeyUsageOID.SERVER_AUTH])
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption()).decode("ascii")
     return Certificate(
