@@ -51,8 +51,6 @@ def build_order(graph, wanted: Iterable[str]) -> list[str]:
     """`wanted` ordered so that each artifact comes after every wanted artifact it builds FROM,
     directly or not (ties by name)."""
     wanted = set(wanted)
-    order: list[str] = []
-    placed: set[str] = set()
 
     def below(name: str, seen: frozenset) -> set[str]:
         found = set()
@@ -63,11 +61,7 @@ def build_order(graph, wanted: Iterable[str]) -> list[str]:
         return found
 
     depth = {name: len(below(name, frozenset({name})) & wanted) for name in wanted}
-    for name in sorted(wanted, key=lambda n: (depth[n], n)):
-        if name not in placed:
-            order.append(name)
-            placed.add(name)
-    return order
+    return sorted(wanted, key=lambda n: (depth[n], n))
 
 
 def targets(inputs, names: Iterable[str], stale: bool) -> list[str]:
