@@ -54,6 +54,16 @@ def _providers(declaration: Declaration,
 
 
 
+def _failed(report: Report, result: ProvisionResult, provider: str, kind: str, grants,
+            problem: str) -> None:
+    """`provider`'s `grants` of `kind` all failed for one `problem`: said once, each outcome."""
+    report.record("provision", provider, f"{len(grants)} {kind} grant(s)", f"failed: {problem}",
+                  ok=False)
+    result.problems.append(f"{provider}: {problem}")
+    result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer, "failed",
+                                        message=problem, kind=kind) for g in grants)
+
+
 def _not_provisioned(report: Report, result: ProvisionResult, provider: str, kind: str,
                      grants: Iterable[GrantDecl]) -> None:
     for grant in grants:
@@ -103,13 +113,8 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
             _not_provisioned(report, result, provider, kind, grants)
             continue
         if secret_source is None:
-            problem = "no secret values to provision with: pass --secrets and --key"
-            report.record("provision", provider, f"{len(grants)} {kind} grant(s)",
-                          f"failed: {problem}", ok=False)
-            result.problems.append(f"{provider}: {problem}")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "failed", message=problem, kind=kind)
-                                   for g in grants)
+            _failed(report, result, provider, kind, grants,
+                    "no secret values to provision with: pass --secrets and --key")
             continue
         issued = [g for g in grants if g.credential.generation is not None]
         for grant in grants:
@@ -134,12 +139,7 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
             report.notice(provider, f"not checked for orphaned logins: {problem}")
             continue
         if problem is not None:
-            report.record("provision", provider, f"{len(issued)} {kind} grant(s)",
-                          f"failed: {problem}", ok=False)
-            result.problems.append(f"{provider}: {problem}")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "failed", message=problem, kind=kind)
-                                   for g in issued)
+            _failed(report, result, provider, kind, issued, problem)
             continue
         ops_before = len(report.ops)
         try:
