@@ -19,7 +19,8 @@ afterwards. n2's runtime pulls the built image by digest with its own pull accou
 it: its /ca serves the mesh CA and its /healthz answers 200 while the real `mesh control`
 runs inside (retrying the broker this mesh does not have). `mesh verify` on n2 logs in to the
 registry through n2's engine with n2's account: ok; after the account rotated on the registry
-but before n2 was told, auth-failed naming the generation; ok again once it is.
+but before n2 was told, auth-failed naming the generation; ok again once it is. `mesh renew`
+re-signs the registry's certificate: n1 serves the new one after its apply, n2 still logs in.
 """
 
 from __future__ import annotations
@@ -258,6 +259,29 @@ def test_the_mesh_builds_its_control_image_and_a_node_runs_it():
             code, results = verify()
             assert code == 0 and results[0]["status"] == "ok", results
             assert results[0]["generation"] == 2
+
+            # `mesh renew` re-signs the registry's server certificate (a new key): the next
+            # apply on n1 serves it, and n2's runtime, trusting the CA, logs in as before
+            def served_serial() -> str:
+                code = ("import ssl, sys\n"
+                        "from cryptography import x509\n"
+                        "host, port = sys.argv[1].rsplit(':', 1)\n"
+                        "pem = ssl.get_server_certificate((host, int(port)))\n"
+                        "print(format(x509.load_pem_x509_certificate(pem.encode())"
+                        ".serial_number, 'x'))\n")
+                return topology.python("n2", code, registry).stdout.strip()
+
+            old_serial = load_mesh_dir(directory).ledger.tls["registry"].serial
+            assert served_serial() == old_serial
+            renewed = mesh_host("renew", str(directory), "n1").stdout
+            new_serial = load_mesh_dir(directory).ledger.tls["registry"].serial
+            assert new_serial != old_serial and "registry's server certificate" in renewed, \
+                renewed
+            mesh_host("plan", str(directory), "--out", str(out))
+            apply("n1")
+            assert served_serial() == new_serial
+            code, results = verify()
+            assert code == 0 and results[0]["status"] == "ok", results
         finally:
             for daemon in daemons.values():
                 daemon.stop()
