@@ -367,11 +367,13 @@ class Agent:
 
     def _verify(self, declaration, secrets_file: Path) -> dict:
         from executors.node.runner import secret_source_from
-        from executors.node.verify import engine_locator, verify_declaration
+        from executors.node.verify import engine_client, engine_locator, verify_declaration
 
         source = secret_source_from(str(secrets_file), self.config.key, self.config.node)
+        engine = engine_client(self.config.docker_host)
         results = verify_declaration(declaration, source, timeout=self.config.verify_timeout,
-                                     locate=engine_locator(self.config.docker_host))
+                                     locate=engine_locator(self.config.docker_host, engine),
+                                     engine=engine)
         return {"ok": all(r.ok for r in results), "results": [r.to_json() for r in results]}
 
     def _run_verify(self, declaration, secrets_file: Path) -> Optional[dict]:
