@@ -132,12 +132,23 @@ def dump_ledger(ledger: Ledger) -> str:
 
 @attrs.frozen
 class Inputs:
-    """Every input document, loaded: what resolve() takes, plus where each came from."""
+    """Every input document, loaded: what resolve() takes, plus where each came from.
 
+    Where the documents came from (`sources`, `mesh_dir`, `ledger_path`) takes no part in
+    equality: the same documents read from other paths are the same inputs."""
+
+    #: The modules and provision definitions.
     catalogue: Catalogue
+    #: The mesh description (mesh.yaml).
     mesh: Mesh
+    #: What was issued once and is kept (the empty ledger when there is none yet).
     ledger: Ledger
+    #: Each document's positions, to locate problems as file:line:col.
     sources: Sources
+    #: The mesh directory the documents were read from ("" when not read from one).
+    mesh_dir: str = attrs.field(default="", eq=False)
+    #: Where the ledger is kept, read from and written back to ("" when not read from one).
+    ledger_path: str = attrs.field(default="", eq=False)
 
 
 from ._artifacts import validate_artifact_store_modules, validate_build_graph  # noqa: E402
