@@ -134,6 +134,7 @@ def pin_requests(catalogue: Catalogue, ledger: Ledger, artifacts: Iterable[str],
         if key in ledger.pins and not asked:
             continue
         artifact = every[names[0]]
+        assert artifact.repository is not None and artifact.tag is not None  # it has a pin key
         requests.append(PinRequest(key, artifact.repository, artifact.tag, pvector(names)))
     return requests
 

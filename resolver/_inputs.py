@@ -9,7 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 from pyrsistent import pmap
@@ -29,14 +29,14 @@ class Catalogue:
 class Sources:
     documents: PMap[str, DocumentPositions] = attrs.field(default=pmap())
 
-    def where(self, document: str, *path, at_key: bool = False) -> tuple[str, int, int]:
+    def where(self, document: str, *path: Any, at_key: bool = False) -> tuple[str, int, int]:
         doc: Optional[DocumentPositions] = self.documents.get(document)
         if doc is None:
             return (document, 0, 0)
         line, col = doc.position(tuple(path), at_key=at_key)
         return (doc.file, line, col)
 
-    def key_order(self, document: str, *path) -> tuple[str, ...]:
+    def key_order(self, document: str, *path: Any) -> tuple[str, ...]:
         """The keys of the mapping at `path` in `document`, in the order written; empty when
         the document's positions are not known (a mesh built in code has no written order)."""
         doc: Optional[DocumentPositions] = self.documents.get(document)

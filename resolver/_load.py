@@ -10,7 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 import attrs
 from cattrs.errors import (
@@ -25,7 +25,7 @@ from ._errors import Fault, InputError
 from ._repair import repair
 from ._yaml import read_yaml
 
-Path = tuple
+Path = tuple[Any, ...]
 
 
 @attrs.frozen
@@ -96,7 +96,7 @@ def positionless(document: str, skip: int = 0) -> DocumentPositions:
     return DocumentPositions(document, (0, 0, None), skip)
 
 
-def parse_yaml(text, file: str) -> tuple[Any, DocumentPositions]:
+def parse_yaml(text: Union[str, bytes], file: str) -> tuple[Any, DocumentPositions]:
     """Parse one YAML document (text, or bytes that must be UTF-8) into plain data and its
     positions; every fault (encoding, limits, syntax, duplicate keys) is an InputError
     located at the offending byte, node or alias."""
@@ -113,7 +113,9 @@ class Parsed:
     where: DocumentPositions
 
 
-def parse_document(text, file: str) -> Parsed:
+def parse_document(text: Union[str, bytes], file: str) -> Parsed:
+    """One YAML document read once (bounded, every fault located), to look into before
+    loading it: hand the Parsed to a loader in place of the text and it is not read again."""
     return Parsed(*parse_yaml(text, file))
 
 
@@ -169,8 +171,16 @@ def _known_keys(cls: Optional[type]) -> str:
     return "one of " + ", ".join(yaml_key(a.name) for a in attrs.fields(cls))
 
 
-def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
-                  precheck=None, validate=None):
+#: What a loader takes: the text, the file's bytes (UTF-8), or a document already parsed.
+Text = Union[str, bytes, "Parsed"]
+
+Precheck = Callable[[dict[Any, Any], "DocumentPositions"], Optional[Fault]]
+
+
+def load_document(text: Union[str, bytes, Parsed], file: str, cls: type[T], *,
+                  wrap: Optional[str] = None, precheck: Optional[Precheck] = None,
+                  validate: Optional[Callable[[T, DocumentPositions], list[Fault]]] = None,
+                  ) -> tuple[T, DocumentPositions]:
     """Parse and structure one document (text, UTF-8 bytes, or a Parsed). Returns (model,
     positions) or raises InputError.
 
@@ -207,9 +217,9 @@ def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None
     return model, where
 
 
-def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: DocumentPositions,
-                         validate) -> list[Fault]:
-    repaired: list[tuple] = []
+def _faults_beyond_types(data: Any, cls: type[T], exc: BaseException, where: DocumentPositions,
+                         validate: Callable[[T, DocumentPositions], list[Fault]]) -> list[Fault]:
+    repaired: list[tuple[Any, ...]] = []
     for _ in range(4):
         data, paths = repair(data, cls, exc)
         if paths is None:

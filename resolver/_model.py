@@ -12,17 +12,17 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
 from pyrsistent.typing import PMap, PVector
 
-EMPTY_MAP: PMap = pmap()
-EMPTY_VEC: PVector = pvector()
+EMPTY_MAP: PMap[Any, Any] = pmap()
+EMPTY_VEC: PVector[Any] = pvector()
 
 
-def _map(default=EMPTY_MAP):
+def _map(default: PMap[Any, Any] = EMPTY_MAP) -> Any:
     return attrs.field(default=default)
 
 
