@@ -35,6 +35,7 @@ SNAKE_CASE_MODULES = ("resolver._declaration",)
 
 
 def document_key(cls: type, attribute: str) -> str:
+    """The key `attribute` of `cls` has in documents (`run_once` → `run-once`)."""
     if cls.__module__ in SNAKE_CASE_MODULES:
         return attribute.rstrip("_")
     return yaml_key(attribute)
@@ -159,6 +160,8 @@ FULL_CONVERTER = make_converter(omit_defaults=False)  # every field, for program
 
 
 def unstructure(obj: Any) -> Any:
+    """A model as plain data (dicts, lists, scalars) with keys as documents write them,
+    attributes at their default left out."""
     return CONVERTER.unstructure(obj)
 
 

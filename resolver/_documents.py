@@ -68,6 +68,8 @@ def load_provisions(text: Text, file: str) -> tuple[Provisions, DocumentPosition
 
 
 def load_mesh(text: Text, file: str) -> tuple[Mesh, DocumentPositions]:
+    """A mesh.yaml (text, bytes or a Parsed): the Mesh and its positions, or one InputError
+    with every fault."""
     return _structured(text, file, Mesh, validate_mesh)
 
 

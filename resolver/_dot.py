@@ -89,6 +89,7 @@ def escape(text: str) -> str:
 
 
 def quote(text: str) -> str:
+    """`text` as a quoted DOT string."""
     return '"' + escape(text) + '"'
 
 
@@ -109,14 +110,17 @@ def attributes(attrs: Mapping[str, str], raw: Optional[Mapping[str, str]] = None
 
 
 def instance_id(name: str) -> str:
+    """The DOT id of an instance's box."""
     return f"instance:{name}"
 
 
 def binding_id(edge: EdgeView) -> str:
+    """The DOT id of a binding's edge."""
     return f"binding:{edge.key}"
 
 
 def problem_id(problem: ProblemView) -> str:
+    """The DOT id of a problem's note."""
     return f"problem:{problem.key}"
 
 
@@ -128,6 +132,8 @@ def cluster_id(node: str) -> str:
 
 
 def render_dot(picture: MeshPicture) -> str:
+    """The DOT text of a MeshPicture: nodes as clusters, instances as boxes, bindings as
+    edges from consumer to provider; the same picture gives the same text."""
     out: list[str] = []
     w = out.append
     w(f"// mesh {escape(picture.mesh)}: `mesh graph` output. Nodes are clusters, instances")

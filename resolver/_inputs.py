@@ -21,15 +21,23 @@ from ._model import EMPTY_MAP, Module, Provision
 
 @attrs.frozen
 class Catalogue:
+    """The modules by name and the provision definitions: data, not a directory."""
+
     modules: PMap[str, Module] = EMPTY_MAP
     provisions: PMap[str, Provision] = EMPTY_MAP
 
 
 @attrs.frozen(eq=False)
 class Sources:
+    """Where each input document came from, to locate problems as file:line:col; it takes
+    no part in equality."""
+
     documents: PMap[str, DocumentPositions] = attrs.field(default=pmap())
 
     def where(self, document: str, *path: Any, at_key: bool = False) -> tuple[str, int, int]:
+        """(file, line, col) of the value at `path` in `document` (of its key with
+        `at_key`); the deepest place along `path` the document has, (document, 0, 0) when its
+        positions are not known."""
         doc: Optional[DocumentPositions] = self.documents.get(document)
         if doc is None:
             return (document, 0, 0)
@@ -43,8 +51,10 @@ class Sources:
         return doc.key_order(tuple(path)) if doc is not None else ()
 
     def file(self, document: str) -> str:
+        """The file `document` was read from (the document's key when not known)."""
         doc = self.documents.get(document)
         return doc.file if doc is not None else document
 
 
+#: The sources of documents built in code: no positions, so faults name key paths.
 NO_SOURCES = Sources()

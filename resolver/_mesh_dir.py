@@ -26,10 +26,15 @@ from ._documents import Inputs, load_inputs
 from ._errors import Fault, InputError, MeshError
 from ._load import DocumentPositions, Parsed, parse_document
 
+#: The mesh description, in the mesh directory.
 MESH_FILE = "mesh.yaml"
+#: A module's manifest, in its directory of the catalogue.
 MODULE_FILE = "module.yaml"
+#: The provision definitions, in the catalogue directory.
 PROVISIONS_FILE = "provisions.yaml"
+#: The catalogue directory when mesh.yaml has no `catalogue:`.
 DEFAULT_CATALOGUE = "catalogue"
+#: The ledger file when mesh.yaml has no `ledger:`.
 DEFAULT_LEDGER = "ledger.yaml"
 
 

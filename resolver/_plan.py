@@ -26,6 +26,9 @@ from ._rotation import server_held_secrets
 
 @attrs.frozen(order=True)
 class ContainerChange:
+    """One container's change between two resolutions: `action` is create,
+    recreate, remove or in-place, with its causes."""
+
     node: str
     container: str
     instance: str
@@ -59,6 +62,9 @@ def container_causes(old: ContainerDecl, new: ContainerDecl,
 
 def container_changes(old: Mapping[str, Declaration],
                       new: Mapping[str, Declaration]) -> list[ContainerChange]:
+    """The plan diff: every container created, removed, recreated (with its causes)
+    or changed in place between two sets of declarations (node → Declaration), sorted by node
+    and container."""
     changes = []
     for node in sorted(set(old) | set(new)):
         before = {c.name: c for c in (old[node].containers if node in old else ())}

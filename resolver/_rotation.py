@@ -62,6 +62,8 @@ def holder_nodes(credential: Credential) -> tuple[str, ...]:
 
 
 def next_generation_number(credential: Credential) -> int:
+    """The number the next generation takes: above every generation the
+    credential has had, retired ones included."""
     known = [g.generation for g in (credential.active, credential.retiring, credential.pending)
              if g is not None]
     return max(known + list(credential.retired) + [0]) + 1
@@ -110,6 +112,7 @@ def provider_first(credential_id: str, server_held: bool = False) -> bool:
 
 
 def is_own_secret(credential_id: str) -> bool:
+    """Whether the credential is a module's own secret (`secret/<instance>/<name>`)."""
     return credential_id.startswith(OWN_SECRET_PREFIX)
 
 

@@ -191,6 +191,7 @@ DOCUMENTS: dict[str, tuple[Any, str]] = {
 
 
 def document_names() -> list[str]:
+    """The documents json_schema describes (mesh, module, provisions, ledger, …)."""
     return list(DOCUMENTS)
 
 

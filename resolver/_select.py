@@ -32,6 +32,9 @@ SOLE_PROVIDER = ChosenBy.SOLE_PROVIDER
 
 @attrs.frozen
 class Selection:
+    """The provider chosen for one requirement and the rule that chose it, or why none
+    was (`state`, a REQUIREMENT_STATES member, and the instance and rule it names)."""
+
     provider: Optional[str]
     chosen_by: Optional[str] = None
     state: Optional[str] = None  # a codes.REQUIREMENT_STATES member when refused

@@ -36,13 +36,15 @@ from ruamel.yaml.events import (
 from ._errors import Fault, InputError, MeshError
 from ._scalars import CORE, CORE_TAGS, KINDS, MERGE, MERGE_TEXT, convert, plain_kind, shown_tag
 
-MAX_DOCUMENT_BYTES = 2 * 1024 * 1024  # 2 MiB: the ledger of a fleet of fifty nodes is below it
+#: The largest document read, in bytes (2 MiB: the ledger of a fleet of fifty nodes is below it).
+MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
 MAX_NODES = 50_000  # values (scalars, lists, mappings) written in one document
 MAX_DEPTH = 32  # nested lists and mappings (the schemas need fewer than 8)
 MAX_ALIAS_NODES = 10_000  # nodes that aliases would produce, over the whole document
 MAX_STRING = 65_536  # characters in one string (a key or a value)
 MAX_NUMBER = 32  # characters of one number as written
 
+#: Every limit of a document, by name (docs/schema.md names them).
 LIMITS = {
     "document size": MAX_DOCUMENT_BYTES,
     "values per document": MAX_NODES,
