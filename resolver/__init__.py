@@ -27,7 +27,9 @@ from ._bound import (  # noqa: F401
     secret_id,
 )
 from ._render import (  # noqa: F401
+    STATE_ROOT,
     container_name,
+    state_host_path,
 )
 from ._records import (  # noqa: F401
     newest_written,
@@ -306,7 +308,7 @@ from ._dot import (  # noqa: F401
 __all__ = [
     # Resolving
     "resolve", "validate", "Resolution", "Selection", "select_provider", "credential_id", "secret_id",
-    "container_name", "newest_written", "next_serial", "record_declared", "declaration_digest",
+    "container_name", "STATE_ROOT", "state_host_path", "newest_written", "next_serial", "record_declared", "declaration_digest",
     # Errors
     "Fault", "InputError", "MeshError", "PlaceholderSyntaxError", "ResolutionError", "one_line",
     "RotationError",
