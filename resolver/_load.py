@@ -4,6 +4,10 @@ Invariants:
 - Pure: text and a file name in, model (or InputError) out. Reading files is the caller's job.
 - The text is read by _yaml (bounded, located); its position tree is kept only to find
   positions, and the model is built from plain data by the strict converter.
+- Positions are kept apart from the model and from the parser: a document's source map
+  (DocumentPositions) is plain data, key path → (line, col) of the key and of the value plus
+  the order keys are written in, held as a trie of tuples, dicts and lists of ints and strings;
+  no object of the YAML parser is reachable from it (tests/test_source_map.py).
 - Every fault of a document is reported, not the first; a fault under a key points at the key
   as the user wrote it (`run-once`, not `run_once`).
 """
@@ -23,19 +27,24 @@ from cattrs.errors import (
 from ._convert import CONVERTER, _describe, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
-from ._yaml import read_yaml
+from ._yaml import Positions, read_yaml
 
 Path = tuple[Any, ...]
 
 
 @attrs.frozen
 class DocumentPositions:
-    """Positions of one parsed document (the position tree of _yaml), used only to look
-    things up."""
+    """The source map of one parsed document: where each key and value is written (1-based
+    line and column), and the order keys are written in, by key path; plain data only."""
 
+    #: The file the document was read from, as faults name it.
     file: str
-    tree: Any = attrs.field(eq=False, repr=False)  # (line, col, child), see _yaml.Child
-    skip: int = 0  # leading path elements that are not in the text (a wrapping key)
+    #: The root's (line, col, child): a mapping's child maps each key to (key line, key col,
+    #: value line, value col, child), a list's child holds (line, col, child) per item, a
+    #: scalar's child is None.
+    tree: Positions = attrs.field(eq=False, repr=False)
+    #: Leading path elements that are not in the text (a wrapping key).
+    skip: int = 0
 
     def position(self, path: Path, *, at_key: bool = False) -> tuple[int, int]:
         """1-based (line, col) of the value at `path` (or of its key with at_key); the
