@@ -67,6 +67,9 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+PLAIN = (str, int, bool)  # the exact types the strict hooks pass through unchanged
+
+
 def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=omit_defaults)
 
@@ -84,12 +87,17 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
         if not isinstance(value, dict):
             raise TypeError(f"expected a mapping, got {_describe(value)}")
         key_t, val_t = typing.get_args(t) or (str, Any)
+        if (key_t in PLAIN and val_t in PLAIN and {*map(type, value)} <= {key_t}
+                and {*map(type, value.values())} <= {val_t}):
+            return pmap(value)  # every key and value already what its strict hook accepts
         return pmap(conv.structure(value, dict[key_t, val_t]))  # type: ignore[valid-type]
 
     def structure_pvector(value: Any, t: Any) -> PVector[Any]:
         if not isinstance(value, list):
             raise TypeError(f"expected a list, got {_describe(value)}")
         (item_t,) = typing.get_args(t) or (Any,)
+        if item_t in PLAIN and {*map(type, value)} <= {item_t}:
+            return pvector(value)  # every element already what its strict hook accepts
         return pvector(conv.structure(value, list[item_t]))  # type: ignore[valid-type]
 
     conv.register_structure_hook_func(is_pmap, structure_pmap)

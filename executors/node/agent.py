@@ -135,6 +135,7 @@ class Agent:
             self._verify if config.verify else None)
         self.clock = clock
         self.files = AgentFiles(config.state_root)
+        self.applied_file = NodePaths(config.state_root).applied  # what apply records
         self.names = FleetNames(config.mesh)
         self.ca = messages.load_certificate(config.ca_certificate, "pinned CA certificate")
         if messages.certificate_fingerprint(self.ca) != config.ca_fingerprint:
@@ -450,7 +451,7 @@ class Agent:
 
     def _record(self) -> Optional[dict]:
         try:
-            return json.loads(NodePaths(self.config.state_root).applied.read_text())
+            return json.loads(self.applied_file.read_text())
         except (OSError, ValueError):
             return None
 
