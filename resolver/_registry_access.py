@@ -37,6 +37,17 @@ HTPASSWD = "htpasswd"
 PUSH_LOGIN = "mesh-push"
 
 
+@attrs.frozen
+class MeshRegistry:
+    """The mesh's own artifact store as one resolution chose it (choose_artifact_store_instance):
+    its "host:port", the instance serving it and that instance's node. Worked out once, after
+    ports are assigned, and passed to the stages that need it (rendering, assembly, TLS)."""
+
+    address: str
+    instance: str
+    node: str
+
+
 def pull_credential(store: str, node: str) -> str:
     return f"registry-pull/{store}/{node}"
 
@@ -89,5 +100,5 @@ def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:
     return attrs.evolve(container, mounts=container.mounts.append(mount))
 
 
-__all__ = ["ACCOUNT_KIND", "registry_accounts", "with_auth", "pull_credential",
+__all__ = ["ACCOUNT_KIND", "MeshRegistry", "registry_accounts", "with_auth", "pull_credential",
            "push_credential"]

@@ -42,11 +42,10 @@ from ._ledger import Ledger
 from ._model import Mesh, Module, Require
 from ._artifacts import (
     ARTIFACT_STORE,
-    artifact_key,
     artifact_state,
     choose_artifact_store_instance,
-    image_reference,
 )
+from ._registry_access import MeshRegistry
 from ._certs import certificate_requests
 from ._tls import tls_reason, tls_request
 from ._refusals import (
@@ -63,7 +62,6 @@ from ._firewall import check_exposures
 from ._render import render_instances
 from ._resolution import Resolution
 from ._select import select_provider
-_UNSET = object()
 
 
 class _Resolver:
@@ -85,12 +83,8 @@ class _Resolver:
         self.recorded_logins = dict(ledger.logins)
         self.credentials = dict(ledger.credentials)
         self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
-        self.assigned_ports: Optional[dict] = None
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
-        self._registry: object = _UNSET
-        self.registry_instance: Optional[tuple[str, str]] = None  # (instance, node), set with _registry
-        self._images: dict[str, str] = {}  # artifact key → its image reference
         self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
@@ -343,13 +337,14 @@ class _Resolver:
         check_exposures(self)
         bound = self.bind_all()
         self.propagate_blocks(bound)
-        assigned = self.assigned_ports = assign_ports(self)
+        assigned = assign_ports(self)
         self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
+        registry = self.mesh_registry(assigned)  # no block is added after this point
         logins = self.assign_logins(bound)
-        renderings, bindings = render_instances(self, bound, assigned, logins)
-        declarations = assemble(self, renderings, held_instances(self))
+        renderings, bindings = render_instances(self, bound, assigned, logins, registry)
+        declarations = assemble(self, renderings, held_instances(self), registry)
         self.certificate_requests()
-        self.tls_requests()
+        self.tls_requests(registry)
         check_public_keys(self)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
@@ -377,9 +372,10 @@ class _Resolver:
             requests=pvector(requests),
             changes=pvector(sorted(set(self.changes))),
             ledger=ledger,
-            artifacts=self.artifact_state,
-            registry=self.mesh_registry(),
-            registry_instance=self.registry_instance[0] if self.registry_instance else None,
+            artifacts=artifact_state(self.catalogue, self.mesh, self.ledger,
+                                     registry.address if registry is not None else None),
+            registry=registry.address if registry is not None else None,
+            registry_instance=registry.instance if registry is not None else None,
             renderings=pmap(renderings),
         )
 
@@ -389,54 +385,35 @@ class _Resolver:
 
     # ------------------------------------------------------------------ artifacts
 
-    def mesh_registry(self) -> Optional[str]:
-        """host:port of the mesh's own artifact store (choose_artifact_store decides which),
-        when one serves: declared live with an assigned port, or held (it still serves)."""
-        if self._registry is _UNSET:
-            stores: dict[str, str] = {}
-            nodes: dict[str, str] = {}
-            for name in self.placed():
-                for provide in self.module_of(name).provides:
-                    if provide.provision == ARTIFACT_STORE and self.assigned_ports is not None:
-                        port = self.assigned_ports.get((name, provide.listen))
-                        if port is not None:
-                            node = self.instances[name].node
-                            stores[name] = f"{self.mesh.nodes[node].address}:{port}"
-                            nodes[name] = node
-            for name, rendering in held_candidates(self).items():  # held, it still serves
-                for provide in rendering.providers:
-                    if provide.provision == ARTIFACT_STORE:
-                        stores.setdefault(
-                            name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
-                        nodes.setdefault(name, rendering.node)
-            chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
-            self._registry = None if chosen is None else stores[chosen]
-            self.registry_instance = None if chosen is None else (chosen, nodes[chosen])
-        return self._registry
+    def mesh_registry(self, assigned: dict[tuple[str, str], int]) -> Optional[MeshRegistry]:
+        """The mesh's own artifact store (choose_artifact_store_instance decides which), when
+        one serves: declared live with an assigned port, or held (it still serves)."""
+        stores: dict[str, str] = {}
+        nodes: dict[str, str] = {}
+        for name in self.placed():
+            for provide in self.module_of(name).provides:
+                if provide.provision == ARTIFACT_STORE:
+                    port = assigned.get((name, provide.listen))
+                    if port is not None:
+                        node = self.instances[name].node
+                        stores[name] = f"{self.mesh.nodes[node].address}:{port}"
+                        nodes[name] = node
+        for name, rendering in held_candidates(self).items():  # held, it still serves
+            for provide in rendering.providers:
+                if provide.provision == ARTIFACT_STORE:
+                    stores.setdefault(
+                        name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
+                    nodes.setdefault(name, rendering.node)
+        chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
+        return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
 
-    def tls_requests(self) -> None:
+    def tls_requests(self, registry: Optional[MeshRegistry]) -> None:
         """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
-        if self.mesh_registry() is None:
+        if registry is None:
             return
-        name, node = self.registry_instance
-        reason = tls_reason(self.mesh, self.ledger, name, node, self.now)
+        reason = tls_reason(self.mesh, self.ledger, registry.instance, registry.node, self.now)
         if reason is not None:
-            self.requests.append(tls_request(name, node, reason))
-
-    def image_reference(self, module: Module, artifact_name: str) -> str:
-        """`repository@digest`, or the mesh registry's copy when it holds that digest (the
-        same for every container of the module's artifact: worked out once per artifact)."""
-        key = artifact_key(module.name, artifact_name)
-        reference = self._images.get(key)
-        if reference is None:
-            artifact = module.artifacts[artifact_name]
-            reference = image_reference(artifact, self.ledger, self.mesh_registry(), key=key)
-            self._images[key] = reference
-        return reference
-
-    @property
-    def artifact_state(self) -> str:
-        return artifact_state(self.catalogue, self.mesh, self.ledger, self.mesh_registry())
+            self.requests.append(tls_request(registry.instance, registry.node, reason))
 
 
 def _problem_order(p: Problem):
