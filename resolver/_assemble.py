@@ -19,7 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -33,6 +33,7 @@ from ._declaration import (
     FirewallLocal,
     HeldDecl,
     InstanceRendering,
+    Request,
 )
 from ._digest import declaration_digest
 from ._firewall import merge_openings
@@ -56,9 +57,10 @@ def registry_pullers(mesh, store: str, store_node: str, port: int) -> list:
 
 def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
              held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
-             mesh_registry: Optional[MeshRegistry]) -> dict:
-    """node → Declaration, from the live renderings and the held ones; `mesh_registry` is the
-    mesh's own artifact store when one serves (its pullers, trust file, accounts)."""
+             mesh_registry: Optional[MeshRegistry]) -> tuple[Any, list[Request]]:
+    """(node → Declaration, the credential requests of the registry's accounts), from the live
+    renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
+    serves (its pullers, trust file, accounts)."""
     mesh = r.mesh
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
     where = {name: rendering.node for name, rendering in renderings.items()}
@@ -76,8 +78,8 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         if mesh_registry is not None else (None, None)
     key = tls_ref(r.ledger, store) if store is not None else None
     served = r.ledger.tls.get(store) if key is not None else None
-    accounts, logins = registry_accounts(r, store, store_node, registry) \
-        if store is not None and store in renderings else ([], {})
+    accounts, logins, requests = registry_accounts(r, store, store_node, registry) \
+        if store is not None and store in renderings else ([], {}, [])
     declarations = {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
@@ -153,4 +155,4 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         digest = declaration_digest(decl)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)
         declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
-    return pmap(declarations)
+    return pmap(declarations), requests

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _codes as codes
-from ._declaration import Change
+from ._declaration import Change, Request
 from ._held import held_candidates, kept_ports
 from ._model import Module
 from ._render import state_host_path
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def check_placement(r: "_Resolver") -> None:
+    unpinned: set[tuple[str, str]] = set()  # (instance, artifact) already reported
     for name in r.names:
         inst = r.instances[name]
         module = r.catalogue.modules.get(inst.module)
@@ -71,13 +72,16 @@ def check_placement(r: "_Resolver") -> None:
                           path=("facilities", i), instance=name, blocks=[name])
         for container in module.containers:
             if container.part is None or container.part in inst.parts:
-                check_pinned(r, name, module, container.artifact)
+                check_pinned(r, name, module, container.artifact, unpinned)
 
 
-def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str) -> None:
+def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str,
+                 reported: set[tuple[str, str]]) -> None:
+    """An artifact of a placed instance with no digest in the ledger refuses the instance
+    (once per instance and artifact: `reported` holds those said already)."""
     if r.image_digest(module, artifact_name) is None and \
-            (name, artifact_name) not in r.unpinned:
-        r.unpinned.add((name, artifact_name))
+            (name, artifact_name) not in reported:
+        reported.add((name, artifact_name))
         artifact = module.artifacts[artifact_name]
         what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
                 else f"build {module.name}/{artifact_name}")
@@ -262,11 +266,11 @@ def check_moves(r: "_Resolver") -> None:
                       path=("instances", name, "node"), instance=name, blocks=[name])
 
 
-def check_public_keys(r: "_Resolver") -> None:
+def check_public_keys(r: "_Resolver", requests: list[Request]) -> None:
     """A node that must hold a credential to be issued needs a key to seal it to: say so
     in the plan, before the issuer has to refuse."""
     waiting: dict[str, int] = {}
-    for request in r.requests:
+    for request in requests:
         if request.kind in ("credential", "tls-certificate"):
             for node in request.holders:
                 if r.mesh.nodes[node].public_key is None:

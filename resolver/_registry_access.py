@@ -25,6 +25,7 @@ import attrs
 
 from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, SecretRef
 from ._rotation import grant_view
+from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -77,22 +78,25 @@ def _grant(r: "_Resolver", store: str, cred_id: str, consumer: str, consumer_nod
 
 
 def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str):
-    """(grants on the registry's node, node → its RegistryLogin), requesting what is not
-    issued yet."""
-    grants, logins = [], {}
+    """(grants on the registry's node, node → its RegistryLogin, the requests for what is not
+    issued yet or must be re-sealed)."""
+    grants, logins, requests = [], {}, []
     for node in sorted(r.mesh.nodes):
         cred_id = pull_credential(store, node)
-        ref = r.secret_ref(cred_id, {store_node, node},
-                           f"pull account of node {node} on the registry {store}")
+        ref, needed = secret_ref(r.credentials, cred_id, {store_node, node},
+                                 f"pull account of node {node} on the registry {store}")
+        requests.extend(needed)
         grants.append(_grant(r, store, cred_id, node, node, pull_login(node), "pull", ref))
         logins[node] = RegistryLogin(registry, pull_login(node), ref)
     control = control_node(r)
     cred_id = push_credential(store)
-    ref = r.secret_ref(cred_id, {store_node} | ({control} if control else set()),
-                       f"push account on the registry {store} (mirror, build)")
+    ref, needed = secret_ref(r.credentials, cred_id,
+                             {store_node} | ({control} if control else set()),
+                             f"push account on the registry {store} (mirror, build)")
+    requests.extend(needed)
     grants.append(_grant(r, store, cred_id, "control", control or store_node, PUSH_LOGIN,
                          "push", ref))
-    return grants, logins
+    return grants, logins, requests
 
 
 def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:

@@ -35,6 +35,7 @@ from ._declaration import (
     MountDecl,
     ProviderDecl,
     PublishedPort,
+    Request,
     SecretRef,
     StateDirDecl,
 )
@@ -43,6 +44,7 @@ from ._firewall import consumer_container_macs, exposures_of
 from ._model import Module
 from ._registry_access import MeshRegistry
 from ._rotation import grant_view
+from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -81,11 +83,19 @@ def registry_containers(r: "_Resolver", store: str, containers: list) -> list:
 
 def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict,
                      registry: Optional[MeshRegistry]):
-    """Every live instance's rendering, and the bindings (as the plan lists them).
+    """Every live instance's rendering, the bindings (as the plan lists them) and the
+    credential requests the rendered references need.
     `registry` is the mesh's own artifact store, when one serves (images come from it)."""
     mesh, instances = r.mesh, r.instances
     images: dict[str, Optional[str]] = {}  # artifact key → its image reference, this call only
     registry_address = registry.address if registry is not None else None
+    requests: list[Request] = []  # what the references given out need issued or re-sealed
+
+    def ref(cred_id: str, holders: set[str], reason: str,
+            slot: Optional[str] = None) -> SecretRef:
+        secret, needed = secret_ref(r.credentials, cred_id, holders, reason, slot)
+        requests.extend(needed)
+        return secret
 
     def image_of(module: Module, artifact_name: str) -> Optional[str]:
         # the same for every container of the module's artifact: worked out once per artifact
@@ -106,7 +116,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict,
     for name in live:
         node = instances[name].node
         for secret in r.module_of(name).secrets:
-            own_secrets[(name, secret)] = r.secret_ref(secret_id(name, secret), {node},
+            own_secrets[(name, secret)] = ref(secret_id(name, secret), {node},
                                                        f"secret {secret} of {name}")
 
     # --- binding values, grants and firewall allows: the consumer's, by provider node
@@ -125,7 +135,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict,
             active = cred.active if cred is not None else None
             dual = b.kind == "database+login"
             slot = (active.slot if active is not None and active.slot else "a") if dual else None
-            secret = r.secret_ref(b.credential, {provider_node, consumer_node},
+            secret = ref(b.credential, {provider_node, consumer_node},
                                   f"{b.requirement.provision} for {b.consumer} from {b.provider}",
                                   slot)
             values["user"] = f"{login}_{slot}" if dual else login
@@ -260,7 +270,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict,
             locals=pmap({node: pvector(a) for node, a in mine["locals"].items()}),
             exposures=exposures_of(r, name, assigned),
             claims=pvector(sorted(set(r.module_of(name).claims))))
-    return renderings, bindings
+    return renderings, bindings, requests
 
 
 class _Missing(dict):

@@ -32,7 +32,6 @@ from ._declaration import (
     Change,
     Problem,
     Request,
-    SecretRef,
 )
 from ._held import held_candidates, held_instances, keeps_optional, was_bound
 from ._ports import assign_ports, new_ports
@@ -70,7 +69,6 @@ class _Resolver:
             catalogue, mesh, ledger, sources, now)
         self.problems: list[Problem] = []
         self.changes: list[Change] = []
-        self.requests: list[Request] = []
         self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
         self.names = sorted(mesh.instances)
         self.nodes = set(mesh.nodes)
@@ -85,7 +83,6 @@ class _Resolver:
         self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
-        self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
 
@@ -300,30 +297,6 @@ class _Resolver:
 
     # ------------------------------------------------------------------ credentials
 
-    def secret_ref(self, cred_id: str, holders: set, reason: str, slot=None) -> SecretRef:
-        cred = self.credentials.get(cred_id)
-        active = cred.active if cred is not None else None
-        if active is None:
-            self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
-                                         reason, slot))
-            return SecretRef(cred_id, None)
-        newest = cred.pending or active  # a holder sealed into a pending rotation is satisfied
-        missing = sorted(set(holders) - set(newest.sealed))
-        extra = sorted(set(newest.sealed) - set(holders))
-        if missing or extra:  # the holders changed (a move): the same values, re-sealed
-            what = [f"to {', '.join(missing)}"] if missing else []
-            what += [f"no longer to {', '.join(extra)}"] if extra else []
-            numbers = sorted(g.generation for g in (cred.retiring, active, cred.pending)
-                             if g is not None)
-            self.requests.append(Request(
-                "credential", cred_id, pvector(sorted(holders)),
-                f"re-seal generation {', '.join(map(str, numbers))} {' and '.join(what)}; "
-                f"no new generation", active.slot))
-        return SecretRef(cred_id, active.generation)
-
-    def certificate_requests(self) -> None:
-        self.requests.extend(certificate_requests(self.mesh, self.ledger, self.now))
-
     # ------------------------------------------------------------------ the whole
 
     def run(self) -> Resolution:
@@ -341,11 +314,14 @@ class _Resolver:
         self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
         registry = self.mesh_registry(assigned)  # no block is added after this point
         logins = self.assign_logins(bound)
-        renderings, bindings = render_instances(self, bound, assigned, logins, registry)
-        declarations = assemble(self, renderings, held_instances(self), registry)
-        self.certificate_requests()
-        self.tls_requests(registry)
-        check_public_keys(self)
+        renderings, bindings, rendered = render_instances(self, bound, assigned, logins, registry)
+        declarations, accounts = assemble(self, renderings, held_instances(self), registry)
+        # every request of every stage, merged here (duplicates kept: the count per node
+        # check_public_keys states is of requests made, as it always was)
+        all_requests = [*rendered, *accounts,
+                        *certificate_requests(self.mesh, self.ledger, self.now),
+                        *self.tls_requests(registry)]
+        check_public_keys(self, all_requests)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
             new_bindings.setdefault(consumer, {})[as_] = b.provider
@@ -363,7 +339,7 @@ class _Resolver:
             declared=pmap({k: v for k, v in self.ledger.declared.items()
                            if k in self.mesh.instances}),
         )
-        requests = sorted(set(self.requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
+        requests = sorted(set(all_requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
                                                              q.slot or ""))
         return Resolution(
             declarations=declarations,
@@ -407,13 +383,12 @@ class _Resolver:
         chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
         return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
 
-    def tls_requests(self, registry: Optional[MeshRegistry]) -> None:
+    def tls_requests(self, registry: Optional[MeshRegistry]) -> list[Request]:
         """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
         if registry is None:
-            return
+            return []
         reason = tls_reason(self.mesh, self.ledger, registry.instance, registry.node, self.now)
-        if reason is not None:
-            self.requests.append(tls_request(registry.instance, registry.node, reason))
+        return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
 
 
 def _problem_order(p: Problem):
