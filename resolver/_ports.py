@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyrsistent import pmap
 
@@ -26,8 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
 
-def assign_ports(r: "_Resolver") -> dict:
-    """(instance, listen) → host port for every live instance; records in the new ledger."""
+def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Change]]:
+    """((instance, listen) → host port for every live instance, the moves it made): the
+    ports recorded in the new ledger and a `moved` change per port given on a new node."""
+    changes: list[Change] = []
     books: dict[str, PortBook] = {}
     for node in sorted(r.nodes):
         books[node] = PortBook(r.mesh.host_ports.first, r.mesh.host_ports.last,
@@ -79,13 +81,17 @@ def assign_ports(r: "_Resolver") -> dict:
             continue
         assigned[(name, listen_name)] = port
         if entry is not None and entry.node != node:
-            r.changes.append(Change("moved", name,
-                                       f"{name} moved from node {entry.node} to {node}: "
-                                       f"{listen_name} is now {node}:{port} (was "
-                                       f"{entry.node}:{entry.port})"))
-    return assigned
+            changes.append(Change("moved", name,
+                                  f"{name} moved from node {entry.node} to {node}: "
+                                  f"{listen_name} is now {node}:{port} (was "
+                                  f"{entry.node}:{entry.port})"))
+    return assigned, changes
 
-def new_ports(r: "_Resolver", assigned: dict):
+
+def new_ports(r: "_Resolver", assigned: dict[tuple[str, str], int]) -> tuple[Any, list[Change]]:
+    """(the ledger's ports after this resolution, a `port-released` change per port of an
+    instance gone from mesh.yaml); a refused instance's entries are kept unchanged."""
+    changes: list[Change] = []
     ports: dict[str, dict] = {}
     for (name, listen_name), port in assigned.items():
         if r.module_of(name).listens[listen_name].fixed is not None:
@@ -95,9 +101,9 @@ def new_ports(r: "_Resolver", assigned: dict):
     for name, entries in r.ledger.ports.items():
         if name not in r.mesh.instances:
             for listen_name, entry in sorted(entries.items()):
-                r.changes.append(Change("port-released", name,
-                                           f"{name} is gone: host port {entry.node}:"
-                                           f"{entry.port} ({listen_name}) is released"))
+                changes.append(Change("port-released", name,
+                                          f"{name} is gone: host port {entry.node}:"
+                                          f"{entry.port} ({listen_name}) is released"))
         elif name not in ports or not r.live(name):
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return pmap({k: pmap(v) for k, v in ports.items()})
+    return pmap({k: pmap(v) for k, v in ports.items()}), changes

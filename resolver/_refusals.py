@@ -222,7 +222,10 @@ def previous_node(r: "_Resolver", name: str):
     return nodes.pop() if len(nodes) == 1 else None
 
 
-def check_moves(r: "_Resolver") -> None:
+def check_moves(r: "_Resolver") -> list[Change]:
+    """Moves of instances that own state: refused until the instance says what happens to
+    its data; a `state-left-behind` change for each move that says it (returned)."""
+    changes: list[Change] = []
     for name in r.names:
         inst, module = r.instances[name], r.module_of(name)
         if module is None or inst.node not in r.nodes:
@@ -240,17 +243,17 @@ def check_moves(r: "_Resolver") -> None:
             continue
         paths = ", ".join(state_host_path(name, s.path) for _, s in sorted(module.state.items()))
         if inst.fresh:
-            r.changes.append(Change("state-left-behind", name,
-                                    f"{name} moves from {before} to {inst.node} with `fresh: "
-                                    f"true`: it starts with empty state directories on "
-                                    f"{inst.node}; on {before} these stay as they are (a move "
-                                    f"deletes nothing): {paths}"))
+            changes.append(Change("state-left-behind", name,
+                                  f"{name} moves from {before} to {inst.node} with `fresh: "
+                                  f"true`: it starts with empty state directories on "
+                                  f"{inst.node}; on {before} these stay as they are (a move "
+                                  f"deletes nothing): {paths}"))
         elif inst.state_from == before:
-            r.changes.append(Change("state-left-behind", name,
-                                    f"{name} moves from {before} to {inst.node}; `state-from: "
-                                    f"{before}` says its state was copied to {inst.node}; on "
-                                    f"{before} these stay as they are (a move deletes "
-                                    f"nothing): {paths}"))
+            changes.append(Change("state-left-behind", name,
+                                  f"{name} moves from {before} to {inst.node}; `state-from: "
+                                  f"{before}` says its state was copied to {inst.node}; on "
+                                  f"{before} these stay as they are (a move deletes "
+                                  f"nothing): {paths}"))
         elif inst.state_from is not None:
             r.problem(codes.STATE_FROM_MISMATCH,
                       f"`state-from: {inst.state_from}` names a node {name} was not on: "
@@ -264,6 +267,7 @@ def check_moves(r: "_Resolver") -> None:
                       f"`state-from: {before}` to the instance, or add `fresh: true` to start "
                       f"empty; until then {name} stays on {before}",
                       path=("instances", name, "node"), instance=name, blocks=[name])
+    return changes
 
 
 def check_public_keys(r: "_Resolver", requests: list[Request]) -> None:

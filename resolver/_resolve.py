@@ -29,7 +29,6 @@ from ._check import validate
 from ._errors import InputError
 from ._bound import Bound, credential_id
 from ._declaration import (
-    Change,
     Problem,
     Request,
 )
@@ -68,7 +67,6 @@ class _Resolver:
         self.catalogue, self.mesh, self.ledger, self.sources, self.now = (
             catalogue, mesh, ledger, sources, now)
         self.problems: list[Problem] = []
-        self.changes: list[Change] = []
         self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
         self.names = sorted(mesh.instances)
         self.nodes = set(mesh.nodes)
@@ -301,7 +299,7 @@ class _Resolver:
 
     def run(self) -> Resolution:
         check_placement(self)
-        check_moves(self)
+        changes = check_moves(self)
         check_mesh_scope(self)
         check_floors(self)
         check_claims(self)
@@ -310,7 +308,7 @@ class _Resolver:
         check_exposures(self)
         bound = self.bind_all()
         self.propagate_blocks(bound)
-        assigned = assign_ports(self)
+        assigned, moved = assign_ports(self)
         self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
         registry = self.mesh_registry(assigned)  # no block is added after this point
         logins = self.assign_logins(bound)
@@ -331,9 +329,10 @@ class _Resolver:
         live_creds = set(logins)
         kept_logins = {k: v for k, v in self.ledger.logins.items()
                        if k not in live_creds and self._credential_parties_present(k)}
+        ports, released = new_ports(self, assigned)
         ledger = attrs.evolve(
             self.ledger,
-            ports=new_ports(self, assigned),
+            ports=ports,
             bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
             logins=pmap({**kept_logins, **logins}),
             declared=pmap({k: v for k, v in self.ledger.declared.items()
@@ -346,7 +345,7 @@ class _Resolver:
             bindings=pvector(sorted(bindings, key=lambda b: (b.consumer, b.requirement))),
             problems=pvector(sorted(set(self.problems), key=_problem_order)),
             requests=pvector(requests),
-            changes=pvector(sorted(set(self.changes))),
+            changes=pvector(sorted(set(changes + moved + released))),
             ledger=ledger,
             artifacts=artifact_state(self.catalogue, self.mesh, self.ledger,
                                      registry.address if registry is not None else None),
