@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from pyrsistent import pmap
 
@@ -34,14 +34,14 @@ def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Chang
     for node in sorted(r.nodes):
         books[node] = PortBook(r.mesh.host_ports.first, r.mesh.host_ports.last,
                                (p for p, _proto in r.floor_ports(node)))
-    assigned: dict[tuple, int] = {}
+    assigned: dict[tuple[str, str], int] = {}
     live = r.placed()
     for name in r.names:  # a refused instance keeps its ports (held, or until fixed)
         if r.live(name):
             continue
-        for entry in r.recorded_ports.get(name, {}).values():
-            if entry.node in books:
-                books[entry.node].reserve(entry.port)
+        for kept in r.recorded_ports.get(name, {}).values():
+            if kept.node in books:
+                books[kept.node].reserve(kept.port)
         rendering = r.ledger.declared.get(name)
         if rendering is not None and rendering.node in books:
             for container in rendering.containers:
@@ -49,15 +49,15 @@ def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Chang
                     books[rendering.node].reserve(p.host_port)
     for name in live:  # fixed ports first: they are claims (conflicts refused already)
         node = r.instances[name].node
-        for listen_name, listen in sorted(r.module_of(name).listens.items()):
+        for listen_name, listen in sorted(r.placed_module(name).listens.items()):
             if listen.fixed is not None:
                 books[node].reserve(listen.fixed)
                 assigned[(name, listen_name)] = listen.fixed
-    pending = []
+    pending: list[tuple[str, str, Optional[PortAssignment]]] = []
     for name in live:  # recorded ports next, so a newcomer never takes them
         node = r.instances[name].node
         recorded = r.recorded_ports.get(name, {})
-        for listen_name, listen in sorted(r.module_of(name).listens.items()):
+        for listen_name, listen in sorted(r.placed_module(name).listens.items()):
             if listen.fixed is not None:
                 continue
             entry = recorded.get(listen_name)
@@ -68,6 +68,7 @@ def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Chang
     for name, listen_name, entry in pending:
         node = r.instances[name].node
         book = books[node]
+        port: Optional[int]
         if entry is not None and book.in_range(entry.port) and book.reserve(entry.port):
             port = entry.port
         else:
@@ -92,9 +93,9 @@ def new_ports(r: "_Resolver", assigned: dict[tuple[str, str], int]) -> tuple[Any
     """(the ledger's ports after this resolution, a `port-released` change per port of an
     instance gone from mesh.yaml); a refused instance's entries are kept unchanged."""
     changes: list[Change] = []
-    ports: dict[str, dict] = {}
+    ports: dict[str, dict[str, PortAssignment]] = {}
     for (name, listen_name), port in assigned.items():
-        if r.module_of(name).listens[listen_name].fixed is not None:
+        if r.placed_module(name).listens[listen_name].fixed is not None:
             continue
         ports.setdefault(name, {})[listen_name] = PortAssignment(
             r.instances[name].node, port)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Optional
 
 import attrs
 
-from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, SecretRef
+from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, Request, SecretRef
 from ._rotation import grant_view
 from ._secrets import secret_ref
 
@@ -77,10 +77,13 @@ def _grant(r: "_Resolver", store: str, cred_id: str, consumer: str, consumer_nod
         retiring=SecretRef(cred_id, retiring.generation) if retiring else None)
 
 
-def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str):
+def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str
+                      ) -> tuple[list[GrantDecl], dict[str, RegistryLogin], list[Request]]:
     """(grants on the registry's node, node → its RegistryLogin, the requests for what is not
     issued yet or must be re-sealed)."""
-    grants, logins, requests = [], {}, []
+    grants: list[GrantDecl] = []
+    logins: dict[str, RegistryLogin] = {}
+    requests: list[Request] = []
     for node in sorted(r.mesh.nodes):
         cred_id = pull_credential(store, node)
         ref, needed = secret_ref(r.credentials, cred_id, {store_node, node},

@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -84,8 +84,13 @@ class _Resolver:
 
     # ------------------------------------------------------------------ problems
 
-    def problem(self, code, message, *, doc="mesh", path=(), instance=None, requirement=None,
-                severity="error", state=None, candidates=(), blocks=(), at_key=False):
+    def problem(self, code: str, message: str, *, doc: str = "mesh",
+                path: tuple[str | int, ...] = (), instance: Optional[str] = None,
+                requirement: Optional[str] = None, severity: str = "error",
+                state: Optional[str] = None, candidates: Iterable[str] = (),
+                blocks: Iterable[str] = (), at_key: bool = False) -> None:
+        """State a problem at `path` of document `doc`; each instance in `blocks` is refused
+        (blocked) by it."""
         file, line, col = self.sources.where(doc, *path, at_key=at_key)
         self.problems.append(Problem(
             code=code, severity=severity, message=message, instance=instance,
@@ -96,6 +101,13 @@ class _Resolver:
 
     def module_of(self, name: str) -> Optional[Module]:
         return self._module_of[name]
+
+    def placed_module(self, name: str) -> Module:
+        """The module of a placed instance (check_placement refused every instance whose
+        module the catalogue does not hold, so a placed one always has one)."""
+        module = self._module_of[name]
+        assert module is not None, name
+        return module
 
     def live(self, name: str) -> bool:
         return name not in self.blocked
