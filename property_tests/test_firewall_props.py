@@ -209,11 +209,14 @@ print("ok")
 
 
 # Each example is a batch checked in one namespace; no shrinking (each step is a process).
+@pytest.mark.integration
 @settings(max_examples=12, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.data_too_large])
 @given(st.lists(intents(), min_size=5, max_size=5))
 def test_the_kernel_accepts_every_rendered_document(batch):
     """Rendered documents applied for real, twice each, inside a throw-away namespace."""
+    pytest.importorskip("nftables", reason="the nftables Python binding is not installed "
+                        "(scripts/services.sh installs it)")
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip("unshare -n is not permitted here (needs root)")
