@@ -1,7 +1,9 @@
-"""Hypothesis profiles: `dev` (fast, the default) and `ci` (thorough).
+"""Hypothesis profiles: `dev` (fast, the default), `ci` (thorough) and `mutate`.
 
-Select one with HYPOTHESIS_PROFILE=ci. Neither has a deadline: a slow example on a loaded
+Select one with HYPOTHESIS_PROFILE=ci. None has a deadline: a slow example on a loaded
 2-core machine is not a failure, and timing is measured by benchmarks/, not asserted here.
+`mutate` is what scripts/mutate.py runs each mutant with: derandomized and without the
+example database, so a mutant is killed or survives the same way whatever ran before it.
 """
 
 import os
@@ -11,5 +13,9 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile(
     "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "mutate", max_examples=100, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
