@@ -277,6 +277,7 @@ def build(world, expected, logins):
                   if n == node]
         f = fields[node]
         certificate = ledger.certificates.get(node)
+        admits_everyone = any(list(floor.sources) == everyone for floor in floors)
         declarations[node] = {
             "address": address[node],
             "containers": f["containers"],
@@ -284,7 +285,7 @@ def build(world, expected, logins):
             "accesses": [AccessDecl(path, mode, pvector(sorted(users)))
                          for path, (users, mode) in sorted(accessed[node].items())],
             "firewall": FirewallIntent(address[node], pvector(allows), pvector(sorted(floors)),
-                                       pvector(everyone)),
+                                       pvector(everyone if admits_everyone else [])),
             "grants": sorted(f["grants"], key=lambda g: (g.provider, g.consumer, g.provision)),
             "providers": sorted(f["providers"], key=lambda p: (p.instance, p.provision)),
             "bindings": sorted(f["bindings"], key=lambda b: (b.consumer, b.requirement)),

@@ -240,6 +240,9 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                                         pvector(mesh_sources if f.sources == "mesh" else []),
                                         f.reason or f"floor {f.port}/{f.protocol}"))
         allows = allow_by_node.get(node_name, [])
+        # the mesh's addresses are part of a node's declaration only where a floor admits them
+        # all: adding a node must not change the declaration of a node it has nothing to do with
+        admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
         cert = r.ledger.certificates.get(node_name)
         decl = Declaration(
             mesh=mesh.mesh, node=node_name, address=node.address,
@@ -249,7 +252,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             accesses=pvector(AccessDecl(path, mode, pvector(sorted(names)))
                              for path, (names, mode) in sorted(accesses.get(node_name, {}).items())),
             firewall=FirewallIntent(node.address, pvector(allows), pvector(sorted(floors)),
-                                    pvector(mesh_sources)),
+                                    pvector(mesh_sources if admits_mesh else [])),
             grants=pvector(sorted(grants.get(node_name, []),
                                   key=lambda g: (g.provider, g.consumer, g.provision))),
             providers=pvector(sorted(providers.get(node_name, []),
