@@ -13,7 +13,7 @@ bindings (live, to a provider that is gone, of a consumer that is gone), logins,
 (settled, half-way through a rotation, not sealed to every holder, of consumers that are
 gone), certificates (current, of a changed address) and node serials (of removed nodes too).
 
-Known-bad cases are injected on purpose (each of FAULTS in about one draw in twelve), so
+Known-bad cases are injected on purpose (two draws in five carry some of FAULTS), so
 that a few hundred draws reach every problem code and every `chosen_by` (test_strategies_reach.py
 counts them): unknown module, node, part and provision, a missing facility, two owners of a
 state path, an unpinned artifact, an exhausted port range, a second mesh-scoped provider,
@@ -185,8 +185,9 @@ def server_module(draw, name: str, provision: str) -> Module:
     state = {"data": StateDir(path=f"{name}/data", owner=pick(draw, OWNERS),
                               mode=pick(draw, MODES))}
     mounts = [Mount(target="/var/lib/data", state="data")]
-    if one_in(draw, 4):
-        state["socket"] = StateDir(path=f"/run/{name}", owner=pick(draw, OWNERS))
+    if one_in(draw, 4):  # a socket directory, sometimes at a fixed host path
+        path = f"/run/{name}" if one_in(draw, 4) else f"{name}/run"
+        state["socket"] = StateDir(path=path, owner=pick(draw, OWNERS))
         mounts.append(Mount(target="/run/sock", state="socket", read_only=coin(draw)))
     server = Container(name="server", artifact="server", env=pmap(env), mounts=pvector(mounts),
                        health=_health(draw, ["main"]))
@@ -226,7 +227,7 @@ def app_module(draw, name: str, provisions: list[str], apps_before: list[str],
     if apps_before and one_in(draw, 4):
         requires.append(Require(as_="upstream", module=pick(draw, apps_before),
                                 listen=pick(draw, [None, "http"])))
-    if "unknown-provision" in faults and one_in(draw, 2):
+    if "unknown-provision" in faults:
         requires.append(Require(as_="pigeon", provision=UNKNOWN_PROVISION,
                                 optional=coin(draw)))
     extras = one_in(draw, 4)
@@ -242,8 +243,8 @@ def app_module(draw, name: str, provisions: list[str], apps_before: list[str],
     fixed = pick(draw, [None] * 16 + [25, 587, 22])
     if fixed is not None:
         listens["smtp"] = Listen(port=fixed, fixed=fixed)
-    if one_in(draw, 7):
-        claims.append(pick(draw, ["seat", "gpu0"]))
+    if one_in(draw, 5):
+        claims.append(pick(draw, ["seat", "seat", "gpu0"]))
     if coin(draw):
         secrets.append("session")
     mounts = []
@@ -261,7 +262,7 @@ def app_module(draw, name: str, provisions: list[str], apps_before: list[str],
         accesses["downloads"] = Access(path="/srv/downloads", mode="rw")
         mounts.append(Mount(target="/downloads", access="downloads"))
     if one_in(draw, 5):
-        facility = pick(draw, ["docker-socket", "gpu"])
+        facility = pick(draw, ["docker-socket", "docker-socket", "gpu"])
         facilities.append(facility)
         mounts.append(Mount(target="/var/run/docker.sock" if facility == "docker-socket"
                             else "/dev/dri", facility=facility))
@@ -309,6 +310,9 @@ def providers_of(mesh: Mesh, modules, provision: str) -> list[str]:
                   and any(p.provision == provision for p in modules[i.module].provides))
 
 
+FLOORS = (Floor(port=25, protocol="tcp", sources="any", reason="smtp"),
+          Floor(port=9999, protocol="tcp", sources="mesh", reason="metrics"),
+          Floor(port=53, protocol="udp", sources="mesh"))
 FAULTS = ("unknown-module", "unknown-node", "unknown-part", "unknown-provision", "unpinned",
           "narrow-range", "ghost-default", "ghost-broker", "ghost-provider", "wrong-provider",
           "no-key", "shared-state", "second-ca")
@@ -317,10 +321,11 @@ FAULTS = ("unknown-module", "unknown-node", "unknown-part", "unknown-provision",
 @st.composite
 def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4):
     """A whole mesh: catalogue, mesh.yaml and (with `recorded`, four draws in five) a ledger
-    of an earlier life. With `bad`, each of FAULTS is injected in about one draw in twelve;
-    other draws make only the mistakes an operator makes by accident (claims, a facility a node
+    of an earlier life. With `bad`, two draws in five carry some of FAULTS (each in about
+    one in four of those); other draws make only the mistakes an operator makes by accident (claims, a facility a node
     lacks, a provision nobody serves, several candidates and no rule)."""
-    faults = frozenset(f for f in FAULTS if bad and one_in(draw, 14))
+    faulty = bad and number(draw, 0, 4) >= 3  # two draws in five make mistakes on purpose
+    faults = frozenset(f for f in FAULTS if faulty and one_in(draw, 4))
     node_count = number(draw, 1, max_nodes)
     chosen_nodes = NODES[:node_count]
     nodes = {}
@@ -328,7 +333,7 @@ def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4)
         facilities = []
         if not one_in(draw, 4):
             facilities.append("docker-socket")
-        if one_in(draw, 3):
+        if coin(draw):
             facilities.append("gpu=/dev/dri")
         keyed = "no-key" not in faults or i > 0
         nodes[name] = Node(address=address, ssh_port=pick(draw, [22, 22, 2222]),
@@ -367,15 +372,16 @@ def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4)
     apps = []
     for k in range(number(draw, 1, 4)):
         name = f"app{k}"
-        modules[name] = app_module(draw, name, served if served and not one_in(draw, 6)
+        modules[name] = app_module(draw, name, served if served and not one_in(draw, 12)
                                    else sorted(PROVISIONS), list(apps), faults)
         apps.append(name)
         place(name, 1, 2)
     if "unknown-module" in faults:
         instances["wiki@" + node_names[0]] = Instance(module="wikijs", node=node_names[0])
     lost = None
-    if "unknown-node" in faults:
-        provision = pick(draw, sorted(servers) or ["mqtt"])
+    if "unknown-node" in faults:  # a provider on a node the mesh does not list
+        wanted = sorted({r.provision for a in apps for r in modules[a].requires} & set(servers))
+        provision = pick(draw, wanted or sorted(servers) or ["mqtt"])
         module_name = servers.get(provision, [sorted(modules)[0]])[0]
         lost = (provision, f"{module_name}@nowhere")
         instances[lost[1]] = Instance(module=module_name, node="nowhere")
@@ -425,6 +431,26 @@ def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4)
                     bind[req.as_] = target
         if bind:
             instances[name] = attrs.evolve(instances[name], bind=pmap(bind))
+    # a fault that names a provider is made at least once, on an app that requires something
+    consumers = [(n, r) for n in names if instances[n].module in apps
+                 for r in modules[instances[n].module].requires if r.provision in PROVISIONS]
+    for fault in ("ghost-provider", "wrong-provider", "unknown-node"):
+        if fault not in faults or not consumers:
+            continue
+        name, req = pick(draw, consumers)
+        if fault == "ghost-provider":
+            target = "ghost@" + node_names[0]
+        elif fault == "unknown-node":
+            wanting = [(n, r) for n, r in consumers if lost and r.provision == lost[0]]
+            name, req = pick(draw, wanting) if wanting else (name, req)
+            target = lost[1] if wanting else None
+        else:
+            target = next((n for n in names if n != name and instances[n].module in modules
+                           and not any(p.provision == req.provision
+                                       for p in modules[instances[n].module].provides)), None)
+        if target is not None:
+            instances[name] = attrs.evolve(instances[name],
+                                           bind=instances[name].bind.set(req.as_, target))
 
     defaults = {}
     for provision in sorted(PROVISIONS):
@@ -436,11 +462,7 @@ def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4)
             defaults[provision] = lost[1]
         elif providers and not one_in(draw, 3):
             defaults[provision] = pick(draw, providers)
-    floors = []
-    if one_in(draw, 5):
-        floors.append(Floor(port=25, protocol="tcp", sources="any", reason="smtp"))
-    if one_in(draw, 5):
-        floors.append(Floor(port=9999, protocol="tcp", sources="mesh", reason="metrics"))
+    floors = [floor for floor in FLOORS if one_in(draw, 3)]
     substrate = Substrate()
     brokers = [n for n in names if instances[n].module in servers.get("amqp", [])]
     stores = [n for n in names if instances[n].module in servers.get("postgres-database", [])]
@@ -569,9 +591,13 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
     pairs += [("postgres-database/retired-db@lab/app0@anchor", "postgres-database",
                "retired-db@lab", "app0@anchor"),
               ("amqp/lavinmq@anchor/old-app@anchor", "amqp", "lavinmq@anchor", "old-app@anchor")]
+    recorded_pairs = {f"{p}/{bindings[c][r.as_]}/{c}" for c in bindings if c in mesh.instances
+                      and mesh.instances[c].module in modules
+                      for r in modules[mesh.instances[c].module].requires
+                      if r.as_ in bindings[c] and (p := r.provision) is not None}
     for cred, provision, provider, consumer in pairs:
-        if one_in(draw, 3):
-            continue
+        if one_in(draw, 3) and cred not in recorded_pairs:
+            continue  # a pair the ledger recorded a binding of has its credential more often
         if coin(draw):
             logins[cred] = f"{consumer.split('@')[0].replace('-', '_')}_{len(logins):08x}"
         if coin(draw):
