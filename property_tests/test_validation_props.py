@@ -1,0 +1,368 @@
+"""The loader accepts what is valid and refuses each mistake where it was made.
+
+- Valid documents (the catalogues, meshes and ledgers of strategies_meshes) written as YAML
+  load back equal, with no fault; loaded as a whole mesh they resolve exactly as the models
+  they were written from.
+- One mistake, of any kind the validator knows (DEFECTS: a table written from docs/schema.md
+  and the validator's rules, one entry per rule), made in a valid document: loading refuses
+  it with a fault that names the file and points into the entry that holds the mistake.
+- A mistake the types catch (a string where a port goes) and one only the validator catches
+  in the same document are both reported: one run shows every fault.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from resolver import (
+    InputError,
+    dump_ledger,
+    dump_yaml,
+    load_inputs,
+    load_ledger,
+    load_mesh,
+    load_module,
+    load_provisions,
+    resolve,
+    unstructure,
+)
+
+from .strategies_meshes import meshes
+
+T = "zq"  # the mark of the entry that holds the mistake (no valid document spells it)
+
+
+def container(d, **fields):
+    """A new container named T holding the mistake."""
+    d.setdefault("artifacts", {}).setdefault("img", {"repository": "example.org/img", "tag": "1"})
+    d.setdefault("containers", []).append({"name": T, "artifact": "img", **fields})
+
+
+def listen(d, **fields):
+    d.setdefault("listens", {})[T] = {"port": 8080, **fields}
+
+
+def artifact(d, **fields):
+    d.setdefault("artifacts", {})[T] = fields
+
+
+def requirement(d, **fields):
+    d.setdefault("requires", []).append({"as": T, **fields})
+
+
+def state(d, **fields):
+    d.setdefault("state", {})[T] = {"path": "x/data", **fields}
+
+
+def access(d, **fields):
+    d.setdefault("accesses", {})[T] = {"path": "/srv/x", **fields}
+
+
+def env(d, value, key="VALUE"):
+    container(d, env={key: value})
+
+
+def mount(d, **fields):
+    d.setdefault("state", {}).setdefault("st", {"path": "st"})
+    container(d, mounts=[{"target": "/" + T, **fields}])
+
+
+def health(d, **fields):
+    d.setdefault("listens", {}).setdefault("http", {"port": 8080})
+    container(d, health=fields)
+
+
+MODULE_DEFECTS = {
+    "artifact with image and build": lambda d: artifact(d, repository="r", tag="1", build="."),
+    "artifact without tag": lambda d: artifact(d, repository="r"),
+    "artifact without repository": lambda d: artifact(d, tag="1"),
+    "artifact naming nothing": lambda d: artifact(d, mirror=False),
+    "base of an upstream artifact": lambda d: artifact(d, repository="r", tag="1", base=["img"]),
+    "base naming no artifact": lambda d: artifact(d, build=".", base=["nothing"]),
+    "artifact built from itself": lambda d: artifact(d, build=".", base=[T]),
+    "listen name with a dot": lambda d: d.setdefault("listens", {}).update(
+        {T + ".x": {"port": 80}}),
+    "listen port zero": lambda d: listen(d, port=0),
+    "listen port too high": lambda d: listen(d, port=65536),
+    "fixed port too high": lambda d: listen(d, fixed=70000),
+    "listen protocol": lambda d: listen(d, protocol="sctp"),
+    "listen served by no container": lambda d: listen(d, container="nobody"),
+    "provide through no listen": lambda d: d.setdefault("provides", []).append(
+        {"provision": T, "listen": "nowhere"}),
+    "provide with no such admin": lambda d: (listen(d), d.setdefault("provides", []).append(
+        {"provision": T, "listen": T, "admin": "nobody"})),
+    "requirement name with a dot": lambda d: d.setdefault("requires", []).append(
+        {"as": T + ".x", "provision": "p"}),
+    "requirement named self": lambda d: d.setdefault("requires", []).append(
+        {"as": "self", "provision": T}),
+    "requirement named twice": lambda d: (requirement(d, provision="a"),
+                                          requirement(d, provision="b")),
+    "requirement of two things": lambda d: requirement(d, provision="p", module="m"),
+    "requirement of nothing": lambda d: requirement(d),
+    "listen without module": lambda d: requirement(d, provision="p", listen="http"),
+    "requirement of no part": lambda d: requirement(d, provision="p", part="nopart"),
+    "secret name with a dot": lambda d: d.update(secrets=[T + ".x"]),
+    "secret declared twice": lambda d: d.update(secrets=[T, T]),
+    "state owner": lambda d: state(d, owner="root"),
+    "state mode": lambda d: state(d, mode="rwx"),
+    "state path with ..": lambda d: state(d, path="../" + T),
+    "state path empty": lambda d: state(d, path="/"),
+    "access mode": lambda d: access(d, mode="wx"),
+    "access path relative": lambda d: access(d, path="srv/" + T),
+    "container name with a dot": lambda d: (container(d), d["containers"][-1].update(
+        name=T + ".x")),
+    "container declared twice": lambda d: (container(d), container(d)),
+    "container of no artifact": lambda d: d.setdefault("containers", []).append(
+        {"name": T, "artifact": "noimage"}),
+    "container of no part": lambda d: container(d, part="nopart"),
+    "mount of two kinds": lambda d: (d.update(facilities=["f"]),
+                                     mount(d, state="st", facility="f")),
+    "mount of nothing": lambda d: mount(d),
+    "mount target relative": lambda d: (d.setdefault("state", {}).update({"st": {"path": "st"}}),
+                                        container(d, mounts=[{"target": T, "state": "st"}])),
+    "mount of an undeclared state": lambda d: mount(d, state="nostate"),
+    "mount of an undeclared access": lambda d: mount(d, access="noaccess"),
+    "mount of an undeclared facility": lambda d: mount(d, facility="nofacility"),
+    "health of two kinds": lambda d: health(d, tcp="http", command=["true"]),
+    "health of nothing": lambda d: health(d, timeout=5),
+    "health tcp of no listen": lambda d: health(d, tcp="nolisten"),
+    "health http of no listen": lambda d: health(d, http={"listen": "nolisten"}),
+    "health http path": lambda d: health(d, http={"listen": "http", "path": "healthz"}),
+    "health command empty": lambda d: health(d, command=[]),
+    "health timeout zero": lambda d: health(d, command=["true"], timeout=0),
+    "env name": lambda d: container(d, env={"1BAD": "x"}),
+    "env placeholder unclosed": lambda d: env(d, "${db.host"),
+    "env placeholder of no requirement": lambda d: env(d, "${nothing.host}"),
+    "env placeholder of no binding value": lambda d: (
+        d.setdefault("requires", []).append({"as": "rq", "provision": "p"}),
+        env(d, "${rq.colour}")),
+    "env placeholder of no secret": lambda d: env(d, "${self.nosecret.password}"),
+    "env placeholder of no listen": lambda d: env(d, "${self.nolisten.port}"),
+    "env placeholder of self": lambda d: env(d, "${self.colour}"),
+    "env placeholder of three parts": lambda d: env(d, "${a.b.c}"),
+    "module name": lambda d: d.update(name=T + " x"),
+    "unknown key": lambda d: d.setdefault("listens", {}).update({T: {"port": 80, "colour": 1}}),
+    "a string for a port": lambda d: listen(d, port="eighty"),
+    "a number for a name": lambda d: container(d, command=[1]),
+}
+
+MESH_DEFECTS = {
+    "node name with a dot": lambda d: d["nodes"].update({T + ".x": {"address": "10.9.9.9"}}),
+    "node address": lambda d: d["nodes"].update({T: {"address": "ten"}}),
+    "ssh port": lambda d: d["nodes"].update({T: {"address": "10.9.9.9", "ssh-port": 0}}),
+    "public key": lambda d: d["nodes"].update({T: {"address": "10.9.9.9", "public-key": "abc"}}),
+    "facility listed twice": lambda d: d["nodes"].update(
+        {T: {"address": "10.9.9.9", "facilities": ["gpu", "gpu"]}}),
+    "second control node": lambda d: d["nodes"].update(  # the first node is the control node
+        {T: {"address": "10.9.9.9", "control": True}}),
+    "instance name": lambda d: d.setdefault("instances", {}).update(
+        {T + " x": {"module": "m", "node": "n"}}),
+    "host ports below the floor": lambda d: d.update({"host-ports": {"first": 80,
+                                                                      "last": 20999}}),
+    "host ports backwards": lambda d: d.update({"host-ports": {"first": 21000, "last": 20000}}),
+    "floor port": lambda d: d.update(floors=[{"port": 0, "reason": T}]),
+    "floor protocol": lambda d: d.update(floors=[{"port": 25, "protocol": "sctp", "reason": T}]),
+    "floor sources": lambda d: d.update(floors=[{"port": 25, "sources": "all", "reason": T}]),
+    "ca validity": lambda d: d.update(ca={"path": T, "validity-days": 0}),
+    "ca renewal": lambda d: d.update(ca={"path": T, "validity-days": 10,
+                                         "renew-before-days": 10}),
+    "unknown key": lambda d: d["nodes"].update({T: {"address": "10.9.9.9", "colour": "red"}}),
+    "a string for a port": lambda d: d["nodes"].update({T: {"address": "10.9.9.9",
+                                                            "ssh-port": "22"}}),
+}
+
+PROVISION_DEFECTS = {
+    "provision name": lambda d: d.update({T + ".x": {}}),
+    "scope": lambda d: d.update({T: {"scope": "planet"}}),
+    "grant": lambda d: d.update({T: {"grant": "everything"}}),
+    "key": lambda d: d.update({T: {"keys": ["host", "colour"]}}),
+    "key listed twice": lambda d: d.update({T: {"keys": ["host", "host"]}}),
+    "url field not a key": lambda d: d.update({T: {"keys": ["host"], "url": "x://{port}"}}),
+    "url field url": lambda d: d.update({T: {"keys": ["host", "url"], "url": "x://{url}"}}),
+}
+
+LEDGER_DEFECTS = {
+    "port": lambda d: d.setdefault("ports", {}).update({T: {"l": {"node": "n", "port": 0}}}),
+    "generation": lambda d: d.setdefault("credentials", {}).update(
+        {T: {"active": {"generation": 0}}}),
+    "slot": lambda d: d.setdefault("credentials", {}).update(
+        {T: {"active": {"generation": 1, "slot": "c"}}}),
+    "pin": lambda d: d.setdefault("pins", {}).update({T: "sha256:short"}),
+    "version": lambda d: d.update(version=2),
+}
+
+
+def _raw(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _extent(lines: list[str], start: int) -> set[int]:
+    """The 1-based lines of the entry starting at `start` (a list item or a key): the lines
+    indented more, and the items of a list written at the key's own indentation."""
+    found, top = {start + 1}, _raw(lines[start])
+    for j in range(start + 1, len(lines)):
+        if _raw(lines[j]) > top or (_raw(lines[j]) == top and lines[j].lstrip().startswith("- ")
+                                    and not lines[start].lstrip().startswith("- ")):
+            found.add(j + 1)
+        else:
+            break
+    return found
+
+
+def block(text: str) -> set[int]:
+    """The 1-based lines of the entries marked T: a mark that begins a list item or is a key
+    marks that entry; a mark in a `key: value` line marks the entry holding that line."""
+    lines = text.splitlines()
+    found: set[int] = set()
+    for i, line in enumerate(lines):
+        if T not in line:
+            continue
+        start = i
+        if not line.lstrip().startswith("- ") and not line.rstrip().endswith(":"):
+            start = next((j for j in range(i - 1, -1, -1) if _raw(lines[j]) < _raw(line)), i)
+        found |= _extent(lines, start)
+    return found
+
+
+def assert_refused_there(load, text: str, file: str):
+    with pytest.raises(InputError) as raised:
+        load(text, file)
+    faults = raised.value.faults
+    note("\n".join(map(str, faults)))
+    assert all(f.file == file and f.line >= 1 for f in faults)
+    if T in text:
+        lines = block(text)
+        assert any(f.line in lines for f in faults), \
+            f"no fault points into lines {sorted(lines)}: {[str(f) for f in faults]}"
+
+
+@given(meshes(), st.data())
+def test_a_mistake_in_a_module_is_refused_where_it_was_made(world, data):
+    module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
+                                              key=lambda m: m.name)))
+    kinds = data.draw(st.permutations(sorted(MODULE_DEFECTS)))[:8]  # every rule, over a run
+    for kind in kinds:
+        plain = copy.deepcopy(unstructure(module))
+        MODULE_DEFECTS[kind](plain)
+        note(kind)
+        assert_refused_there(load_module, dump_yaml(plain), "catalogue/m/module.yaml")
+
+
+@given(meshes(), st.data())
+def test_a_mistake_in_mesh_yaml_provisions_or_the_ledger_is_refused_where_it_was_made(
+        world, data):
+    for kind in data.draw(st.permutations(sorted(MESH_DEFECTS)))[:4]:
+        plain = copy.deepcopy(unstructure(world.mesh))
+        MESH_DEFECTS[kind](plain)
+        note(f"mesh: {kind}")
+        assert_refused_there(load_mesh, dump_yaml(plain), "mesh.yaml")
+    for kind in data.draw(st.permutations(sorted(PROVISION_DEFECTS)))[:2]:
+        plain = copy.deepcopy(unstructure(world.catalogue.provisions))
+        PROVISION_DEFECTS[kind](plain)
+        note(f"provisions: {kind}")
+        assert_refused_there(load_provisions, dump_yaml(plain), "provisions.yaml")
+    for kind in data.draw(st.permutations(sorted(LEDGER_DEFECTS)))[:2]:
+        plain = copy.deepcopy(unstructure(world.ledger))
+        plain.pop("version", None)
+        LEDGER_DEFECTS[kind](plain)
+        note(f"ledger: {kind}")
+        text = dump_yaml({"version": plain.pop("version", 1), **plain})
+        assert_refused_there(load_ledger, text, "ledger.yaml")
+
+
+@given(meshes(), st.data())
+def test_a_type_mistake_and_a_rule_mistake_are_both_reported(world, data):
+    module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
+                                              key=lambda m: m.name)))
+    plain = copy.deepcopy(unstructure(module))
+    plain.setdefault("listens", {})["typo"] = {"port": "eighty"}  # only the types say so
+    kind = data.draw(st.sampled_from([k for k in sorted(MODULE_DEFECTS)
+                                      if k not in ("unknown key", "a string for a port",
+                                                   "a number for a name")]))
+    MODULE_DEFECTS[kind](plain)
+    note(kind)
+    text = dump_yaml(plain)
+    with pytest.raises(InputError) as raised:
+        load_module(text, "m.yaml")
+    lines = text.splitlines()
+    typo = next(i for i, line in enumerate(lines) if "eighty" in line) + 1
+    faults = raised.value.faults
+    note("\n".join(map(str, faults)))
+    assert any(f.line == typo for f in faults), "the type mistake is reported"
+    mark = block(text)
+    assert any(f.line in mark for f in faults), "so is the mistake only the validator sees"
+
+
+# --------------------------------------------------------------------------- valid documents
+
+
+@given(meshes())
+def test_valid_documents_load_back_equal_and_resolve_the_same(world):
+    documents = {"mesh": (dump_yaml(unstructure(world.mesh)), "mesh.yaml"),
+                 "provisions": (dump_yaml(unstructure(world.catalogue.provisions)),
+                                "catalogue/provisions.yaml"),
+                 "ledger": (dump_ledger(world.ledger), "ledger.yaml")}
+    for name, module in world.catalogue.modules.items():
+        text = dump_yaml(unstructure(module))
+        assert load_module(text, f"{name}.yaml", name=name)[0] == module
+        documents[f"module:{name}"] = (text, f"catalogue/{name}/module.yaml")
+    assert load_mesh(*documents["mesh"])[0] == world.mesh
+    assert load_ledger(*documents["ledger"])[0] == world.ledger
+    assert load_provisions(*documents["provisions"])[0].provisions == world.catalogue.provisions
+    inputs = load_inputs(documents)
+    assert (inputs.catalogue, inputs.mesh, inputs.ledger) == (world.catalogue, world.mesh,
+                                                              world.ledger)
+    loaded = resolve(inputs.catalogue, inputs.mesh, inputs.ledger, sources=inputs.sources)
+    direct = resolve(world.catalogue, world.mesh, world.ledger)
+    assert loaded.declarations == direct.declarations
+    assert loaded.bindings == direct.bindings
+    assert loaded.ledger == direct.ledger
+    assert [(p.code, p.instance, p.requirement, p.message) for p in loaded.problems] == \
+        [(p.code, p.instance, p.requirement, p.message) for p in direct.problems]
+    for problem in loaded.problems:  # located now: in a file the mesh was loaded from
+        assert problem.file in {file for _, file in documents.values()}
+        assert problem.line >= 1
+
+
+@given(meshes(), st.data())
+def test_a_mistake_between_documents_is_refused_where_it_was_made(world, data):
+    """Catalogue-wide rules: a placeholder key the provision does not offer, a module
+    requirement's listen its module lacks, a base naming another module's missing artifact,
+    an artifact-store module whose image would be mirrored into itself, a cycle of bases."""
+    kind = data.draw(st.sampled_from(["key not offered", "no such listen", "no such base",
+                                      "artifact store mirrored", "cycle of bases"]))
+    modules = {n: copy.deepcopy(unstructure(m)) for n, m in world.catalogue.modules.items()}
+    provisions = dict(unstructure(world.catalogue.provisions))
+    mark = {"name": T, "artifacts": {"img": {"repository": "r", "tag": "1"}},
+            "listens": {"http": {"port": 80}}, "containers": []}
+    if kind == "key not offered":
+        mark["requires"] = [{"as": "sso", "provision": "oidc"}]
+        provisions["oidc"] = {"grant": "client+secret", "keys": ["host", "port", "client"]}
+        mark["containers"] = [{"name": "c", "artifact": "img", "env": {"DB": "${sso.vhost}"}}]
+    elif kind == "no such listen":
+        modules["zother"] = {"name": "zother", "listens": {"web": {"port": 1}}}
+        mark["requires"] = [{"as": "up", "module": "zother", "listen": "nolisten"}]
+    elif kind == "no such base":
+        mark["artifacts"]["built"] = {"build": ".", "base": ["zother/missing"]}
+    elif kind == "artifact store mirrored":
+        provisions["artifact-store"] = {"keys": ["host", "port"]}
+        mark["provides"] = [{"provision": "artifact-store", "listen": "http"}]
+    else:
+        mark["artifacts"] = {"one": {"build": ".", "base": [f"{T}2/two"]}}
+        modules[T + "2"] = {"name": T + "2", "artifacts": {"two": {"build": ".",
+                                                                    "base": [f"{T}/one"]}}}
+    modules[T] = mark
+    documents = {"mesh": (dump_yaml(unstructure(world.mesh)), "mesh.yaml"),
+                 "provisions": (dump_yaml(provisions), "provisions.yaml")}
+    for name, plain in modules.items():
+        documents[f"module:{name}"] = (dump_yaml(plain), f"catalogue/{name}/module.yaml")
+    note(kind)
+    with pytest.raises(InputError) as raised:
+        load_inputs(documents)
+    faults = raised.value.faults
+    note("\n".join(map(str, faults)))
+    assert any(f.file == f"catalogue/{T}/module.yaml" and f.line >= 1 for f in faults)
