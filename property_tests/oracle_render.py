@@ -168,6 +168,7 @@ def build(world, expected, logins):
 
         return TOKEN.sub(one, raw)
 
+    registry = mesh_registry(world, expected)
     for name in live:
         inst = instances[name]
         module, node = modules[inst.module], inst.node
@@ -216,12 +217,7 @@ def build(world, expected, logins):
                                    path=health.http.path if health.http else "/",
                                    timeout=health.timeout)
             artifact = module.artifacts[container.artifact]
-            if artifact.repository is not None:
-                digest = ledger.pins[f"{artifact.repository}:{artifact.tag}"]
-                image = f"{artifact.repository}@{digest}"
-            else:
-                key = f"{module.name}/{container.artifact}"
-                image = f"{key}@{ledger.builds[key].digest}"
+            image = image_of(artifact, module.name, container.artifact, ledger, registry)
             fields[node]["containers"].append(ContainerDecl(
                 name=UNSAFE.sub("-", f"{mesh.mesh}-{name}-{container.name}"), instance=name,
                 container=container.name, image=image, command=container.command,
@@ -293,6 +289,56 @@ def build(world, expected, logins):
             "certificate": certificate.pem if certificate is not None else None,
         }
     return declarations, requests
+
+
+def mesh_registry(world, expected):
+    """host:port of the mesh's own registry: the first live artifact store, by name."""
+    for name in expected.live:
+        inst = world.mesh.instances[name]
+        for provide in world.catalogue.modules[inst.module].provides:
+            if provide.provision == "artifact-store":
+                port = expected.ports[(name, provide.listen)]
+                return f"{world.mesh.nodes[inst.node].address}:{port}"
+    return None
+
+
+def repository_path(repository: str) -> str:
+    """The path of a repository inside its registry (docker.io's official images in library/)."""
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return rest
+    return repository if "/" in repository else f"library/{repository}"
+
+
+def image_of(artifact, module_name, artifact_name, ledger, registry):
+    """An image by digest, from the mesh's registry exactly when it holds that digest."""
+    if artifact.repository is not None:
+        digest = ledger.pins[f"{artifact.repository}:{artifact.tag}"]
+        name = artifact.repository
+        mirrored = f"{registry}/{repository_path(artifact.repository)}"
+    else:
+        name = f"{module_name}/{artifact_name}"
+        digest = ledger.builds[name].digest
+        mirrored = f"{registry}/{name}"
+    held = registry is not None and artifact.mirror and ledger.mirrored.get(digest) == registry
+    return f"{mirrored if held else name}@{digest}"
+
+
+def artifact_state(world, expected) -> str:
+    """Self-hosting when the mesh's registry holds every mirrorable image its containers run."""
+    registry = mesh_registry(world, expected)
+    if registry is None:
+        return "external"
+    for name in expected.live:
+        inst = world.mesh.instances[name]
+        module = world.catalogue.modules[inst.module]
+        for container in module.containers:
+            artifact = module.artifacts[container.artifact]
+            if installed(container, inst) and artifact.mirror and artifact.repository:
+                digest = world.ledger.pins[f"{artifact.repository}:{artifact.tag}"]
+                if world.ledger.mirrored.get(digest) != registry:
+                    return "external"
+    return "self-hosting"
 
 
 def certificate_reasons(world) -> dict:

@@ -80,6 +80,8 @@ PROVISIONS = {
     "smtp-relay": Provision(scope="node", grant="none", keys=pvector(["host", "port"])),
     "mesh-ca": Provision(scope="mesh", grant="none", keys=pvector(["host", "port", "url"]),
                          url="http://{host}:{port}/ca"),
+    "artifact-store": Provision(scope="node", grant="none", keys=pvector(["host", "port", "url"]),
+                                url="http://{host}:{port}"),
 }
 RESOURCE = {"database+login": "database", "vhost+account": "vhost", "bucket+key": "bucket",
             "client+secret": "client"}
@@ -91,9 +93,10 @@ SERVERS = {  # provision → (module name, container port, repository)
     "mqtt": ("mosquitto", 1883, "docker.io/library/eclipse-mosquitto"),
     "smtp-relay": ("postfix", 587, "docker.io/boky/postfix"),
     "mesh-ca": ("control", 8443, "example.org/mesh/control"),
+    "artifact-store": ("registry", 5000, "docker.io/library/registry"),
 }
 AS_NAMES = {"postgres-database": "db", "amqp": "mq", "s3-bucket": "files", "oidc": "sso",
-            "mqtt": "events", "smtp-relay": "mail", "mesh-ca": "ca"}
+            "mqtt": "events", "smtp-relay": "mail", "mesh-ca": "ca", "artifact-store": "images"}
 UNKNOWN_PROVISION = "carrier-pigeon"
 NODES = [("anchor", "10.44.0.10"), ("lab", "10.44.0.20"), ("edge", "fd00:44::30"),
          ("attic", "10.44.0.40")]
@@ -168,7 +171,9 @@ def server_module(draw, name: str, provision: str) -> Module:
     init step, sometimes a metrics listen served by a second container and a backups part."""
     _, port, repository = SERVERS[provision]
     grant = PROVISIONS[provision].grant
-    artifacts = {"server": Artifact(repository=repository, tag=pick(draw, ["1", "2.4"]))}
+    mirror = provision != "artifact-store"  # the mesh's registry cannot run from itself
+    artifacts = {"server": Artifact(repository=repository, tag=pick(draw, ["1", "2.4"]),
+                                    mirror=mirror)}
     listens = {"main": Listen(port=port)}
     secrets = ["admin"] if grant != "none" else []
     containers = []
@@ -194,7 +199,8 @@ def server_module(draw, name: str, provision: str) -> Module:
     containers.append(server)
     if coin(draw):
         listens["metrics"] = Listen(port=9100, container="exporter")
-        artifacts["exporter"] = Artifact(repository="docker.io/prom/exporter", tag="0.15")
+        artifacts["exporter"] = Artifact(repository="docker.io/prom/exporter", tag="0.15",
+                                         mirror=mirror)
         containers.append(Container(name="exporter", artifact="exporter",
                                     env=pmap({"TARGET": "127.0.0.1:${self.main.port}"}),
                                     health=_health(draw, ["metrics"])))
@@ -345,7 +351,8 @@ def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4)
     servers: dict[str, list[str]] = {}
     for provision in PROVISIONS:
         base = SERVERS[provision][0]
-        count = number(draw, 0, 1 if provision in ("mesh-ca", "smtp-relay") else 2)
+        count = number(draw, 0, 1 if provision in ("mesh-ca", "smtp-relay", "artifact-store")
+                       else 2)
         for k in range(count):
             name = base if k == 0 else f"{base}-alt"
             modules[name] = server_module(draw, name, provision)
@@ -627,6 +634,20 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
     for node in node_names + ["decommissioned"]:
         if coin(draw):
             serials[node] = NodeSerial(number(draw, 1, 9), digest_of(f"old {node}"))
+    mirrored = {}  # digests the mesh's registry (as it was recorded, or a guess) holds
+    stores = [n for n in names if mesh.instances[n].module in modules and any(
+        p.provision == "artifact-store" for p in modules[mesh.instances[n].module].provides)]
+    if stores and not one_in(draw, 4):
+        store = stores[0]
+        node = mesh.instances[store].node
+        port = first + 50  # where the registry was recorded (kept however the range changed)
+        ports[store] = pmap({**ports.get(store, {}), "main": PortAssignment(node, port)})
+        address = f"{mesh.nodes[node].address}:{port}" if node in mesh.nodes else "10.9.9.9:1"
+        complete = coin(draw)  # the mesh's registry holds everything (self-hosting), or not
+        for digest in sorted(set(base.pins.values())):
+            if complete or not one_in(draw, 4):
+                mirrored[digest] = address if complete or not one_in(draw, 8) else \
+                    "10.44.0.99:5000"
     return attrs.evolve(base, ports=pmap(ports), bindings=pmap(bindings), logins=pmap(logins),
                         credentials=pmap(credentials), certificates=pmap(certificates),
-                        nodes=pmap(serials))
+                        nodes=pmap(serials), mirrored=pmap(mirrored))

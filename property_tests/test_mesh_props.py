@@ -30,7 +30,7 @@ from resolver import NodeSerial, resolve, unstructure
 from resolver import _codes as codes
 
 from .oracle_mesh import LOGIN, credential, expect
-from .oracle_render import build, certificate_reasons, request_key
+from .oracle_render import artifact_state, build, certificate_reasons, request_key
 from .strategies_meshes import meshes
 
 
@@ -167,6 +167,7 @@ def test_every_declaration_says_what_the_manifests_and_the_model_say(world):
     expected = expect(world)
     declarations, _ = build(world, expected, resolution.ledger.logins)
     assert set(resolution.declarations) == set(world.mesh.nodes)
+    assert resolution.artifacts == artifact_state(world, expected)
     for node, decl in resolution.declarations.items():
         for field in FIELDS:
             got = getattr(decl, field)

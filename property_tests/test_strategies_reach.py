@@ -81,6 +81,9 @@ def features(world, resolution) -> set[str]:
             found.add("a grant with a retiring generation")
         if decl.firewall.allow:
             found.add("a firewall allow")
+        if any("@sha256:" in c.image and c.image.split("/")[0].count(".") == 3
+               for c in decl.containers):
+            found.add("an image from the mesh's own registry")
     if mesh.defaults:
         found.add("a mesh default")
     if any(i.bind for i in mesh.instances.values()):
@@ -112,6 +115,8 @@ def features(world, resolution) -> set[str]:
         found.add("a rotation waiting for its provider")
     if any(c.retiring is not None for c in ledger.credentials.values()):
         found.add("a rotation waiting for its holders")
+    if resolution.artifacts == "self-hosting":
+        found.add("a self-hosting mesh")
     for change in resolution.changes:
         found.add(f"a {change.kind} change")
     for request in resolution.requests:
@@ -140,6 +145,7 @@ WANTED_FEATURES = {  # feature → the least share of draws that must show it
     "a rotation waiting for its provider": 0.05, "a rotation waiting for its holders": 0.05,
     "a moved change": 0.02, "a port-released change": 0.2, "a credential request": 0.3,
     "a certificate request": 0.3, "a credential to reseal": 0.02,
+    "an image from the mesh's own registry": 0.02, "a self-hosting mesh": 0.01,
 }
 
 

@@ -349,7 +349,7 @@ def test_a_mistake_between_documents_is_refused_where_it_was_made(world, data):
     elif kind == "no such base":
         mark["artifacts"]["built"] = {"build": ".", "base": ["zother/missing"]}
     elif kind == "artifact store mirrored":
-        provisions["artifact-store"] = {"keys": ["host", "port"]}
+        provisions.setdefault("artifact-store", {"keys": ["host", "port"]})
         mark["provides"] = [{"provision": "artifact-store", "listen": "http"}]
     else:
         mark["artifacts"] = {"one": {"build": ".", "base": [f"{T}2/two"]}}
