@@ -202,9 +202,13 @@ def enclosing_keys(text: str, line: int, col: int) -> list[str]:
 def test_reordering_mesh_yaml_changes_nothing_but_where_problems_point(world, rnd):
     plain = unstructure(world.mesh)
     first_text = dump_yaml(plain)
-    second_text = dump_yaml(shuffled(plain, rnd))
     first_mesh, first_where = load_mesh(first_text, "mesh.yaml")
+    reordered = shuffled(plain, rnd)
+    second_text = dump_yaml(reordered)
     second_mesh, second_where = load_mesh(second_text, "mesh.yaml")
+    for section in ("nodes", "instances", "defaults"):  # the written order is known
+        assert second_where.key_order((section,)) == tuple(reordered.get(section, {}))
+    assert second_where.key_order(("nodes", "nowhere-at-all")) == ()
     first = resolve(world.catalogue, first_mesh, world.ledger,
                     sources=Sources(pmap({"mesh": first_where})))
     second = resolve(world.catalogue, second_mesh, world.ledger,

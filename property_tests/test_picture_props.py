@@ -36,6 +36,27 @@ from .dot_reader import label_lines, read
 from .strategies_meshes import meshes
 
 RED, ORANGE, GREY = "#c00000", "#b35900", "#606060"
+# Graphviz reads attributes it does not know without a word and draws nothing of them: every
+# attribute written must be one of its own (graphviz.org/doc/info/attrs.html), every colour
+# an #rrggbb, every style a combination of its styles
+KNOWN = {"charset", "rankdir", "newrank", "nodesep", "ranksep", "fontname", "fontsize",
+         "labelloc", "labeljust", "label", "shape", "style", "fillcolor", "id", "color",
+         "fontcolor", "tooltip", "penwidth", "arrowhead"}
+STYLES = {"rounded", "filled", "dashed", "dotted", "solid", "bold"}
+COLOUR = re.compile(r"^#[0-9a-f]{6}$|^(white|black)$")
+
+
+def well_formed(attributes: dict) -> None:
+    assert set(attributes) <= KNOWN, set(attributes) - KNOWN
+    for key in ("color", "fontcolor", "fillcolor"):
+        if key in attributes:
+            assert COLOUR.match(attributes[key]), attributes[key]
+    if "style" in attributes:
+        assert set(attributes["style"].split(",")) <= STYLES, attributes["style"]
+    if "shape" in attributes:
+        assert attributes["shape"] in ("box", "note")
+    if "penwidth" in attributes:
+        assert float(attributes["penwidth"]) >= 1
 SEVERITY = {"error": RED, "warning": ORANGE, "info": GREY}
 
 
@@ -92,6 +113,10 @@ def test_the_picture_draws_what_the_resolution_says(world):
     note(text)
     dot = read(text)
     assert dot.name == f"mesh:{mesh.mesh}"
+    for attributes in [dot.graph, *dot.clusters.values(), *dot.defaults.values(),
+                       *(s.attributes for s in dot.statements)]:
+        well_formed(attributes)
+    assert dot.defaults["node"]["shape"] == "box" and "label" not in dot.defaults["edge"]
     refused = refusing_codes(resolution)
     asked, turning = requested(resolution), rotating(resolution)
     errors = [p for p in resolution.problems if p.severity == "error"]
@@ -179,8 +204,12 @@ def test_the_picture_draws_what_the_resolution_says(world):
         assert tooltip[0] == (f"{b.consumer} {b.requirement} -> {b.provider} ({b.chosen_by}): "
                               f"{b.host}:{b.port}" + (f", login {b.login}" if b.login else ""))
         assert len(tooltip) == 1 + len(marks)
-        if marks:
-            assert arrow.attributes["fontcolor"] == ORANGE
+        if marks:  # orange, and drawn heavier
+            assert (arrow.attributes["fontcolor"], arrow.attributes["penwidth"]) == (ORANGE,
+                                                                                   "1.6")
+        else:
+            assert "penwidth" not in arrow.attributes
+            assert arrow.attributes.get("fontcolor") == ("#1f5fbf" if cross else None)
 
     # problems: a note each, beside its instance or in the mesh's own box
     notes = [s for s in dot.statements if s.kind == "node" and s.ids[0].startswith("problem:")]

@@ -366,3 +366,47 @@ def test_a_mistake_between_documents_is_refused_where_it_was_made(world, data):
     faults = raised.value.faults
     note("\n".join(map(str, faults)))
     assert any(f.file == f"catalogue/{T}/module.yaml" and f.line >= 1 for f in faults)
+
+
+def described(value) -> str:
+    """How an error names a value it did not expect (docs/schema.md: say what was found)."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    return "a list" if isinstance(value, list) else "a mapping"
+
+
+WRONG = [None, True, False, 7, "seven", [1], {"a": 1}]
+FIELDS = [  # (where, what it must be, how the fault says so)
+    (("listens", T, "port"), int, "a whole number"),
+    (("containers", 0, "artifact"), str, "a string"),
+    (("containers", 0, "run-once"), bool, "true or false"),
+    (("secrets",), list, "a list"),
+    (("listens",), dict, "a mapping"),
+]
+
+
+@given(meshes(), st.sampled_from(FIELDS), st.sampled_from(WRONG), st.data())
+def test_a_value_of_the_wrong_type_is_named_for_what_it_is(world, field, value, data):
+    path, kind, expected = field
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return  # not a mistake
+    module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
+                                              key=lambda m: m.name)))
+    plain = copy.deepcopy(unstructure(module))
+    plain.setdefault("listens", {})[T] = {"port": 80}
+    plain["containers"] = [{"name": "c", "artifact": next(iter(plain["artifacts"]))}]
+    holder = plain
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value
+    with pytest.raises(InputError) as raised:
+        load_module(dump_yaml(plain), "module.yaml")
+    label = ".".join(str(p) for p in path)
+    messages = {(f.message, f.expected) for f in raised.value.faults}
+    assert (f"{label} is {described(value)}", expected) in messages, messages

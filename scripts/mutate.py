@@ -286,6 +286,20 @@ def pytest_command(files: list[str], extra: list[str]) -> list[str]:
             *extra, *files]
 
 
+RUNNING: set = set()  # the test processes under way, each its own process group
+
+
+def stop_all(*_signal) -> None:
+    """Stop every test process this script started (by its process group), then leave."""
+    for process in list(RUNNING):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if _signal:
+        raise SystemExit(f"stopped by signal {_signal[0]}")
+
+
 def run_tests(tree: Path, files: list[str], timeout: float, profile: str,
               extra: list[str] = ()) -> tuple[str, float, str, int]:
     """(outcome, seconds, first failure line, return code) of the tests in `tree`."""
@@ -295,12 +309,15 @@ def run_tests(tree: Path, files: list[str], timeout: float, profile: str,
     process = subprocess.Popen(pytest_command(files, list(extra)), cwd=tree, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
+    RUNNING.add(process)
     try:
         out, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         return "timeout", time.monotonic() - start, "", -1
+    finally:
+        RUNNING.discard(process)
     seconds = time.monotonic() - start
     if process.returncode == 0:
         return "survived", seconds, "", 0
@@ -430,6 +447,7 @@ def main(argv=None) -> int:
             continue
         queue.put((site, mutated, diff))
 
+    signal.signal(signal.SIGTERM, stop_all)
     with tempfile.TemporaryDirectory(prefix="mesh-mutate-") as base:
         base = Path(base)
         print(f"baseline: the unmutated property tests in a copy of the tree "
@@ -444,9 +462,15 @@ def main(argv=None) -> int:
                                                          timeout, args.profile, originals))
                    for n in range(max(1, args.jobs))]
         for t in threads:
+            t.daemon = True
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(1)
+        except KeyboardInterrupt:
+            stop_all()
+            raise
 
     print(summarise(results, len(chosen), len(sites), args.seed))
     if args.json:
