@@ -45,7 +45,7 @@ from queue import Empty, Queue
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "resolver"
 EXCLUDED = {"__init__.py", "_codes.py"}
-COPIED = ("resolver", "executors", "property_tests", "catalogue", "fixtures", "tests",
+COPIED = ("resolver", "executors", "property_tests", "catalogue", "fixtures", "tests", "docs",
           "pyproject.toml")
 TESTS = "property_tests"
 
