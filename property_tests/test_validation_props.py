@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 
+import attrs
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -410,3 +411,106 @@ def test_a_value_of_the_wrong_type_is_named_for_what_it_is(world, field, value, 
     label = ".".join(str(p) for p in path)
     messages = {(f.message, f.expected) for f in raised.value.faults}
     assert (f"{label} is {described(value)}", expected) in messages, messages
+
+
+# --------------------------------------------------------------------------- what the loader says
+
+
+PLACES = {  # where in a module document an entry of which class sits
+    "module": ((), "Module"),
+    "listen": (("listens", "http"), "Listen"),
+    "container": (("containers", 0), "Container"),
+    "artifact": (("artifacts", "img"), "Artifact"),
+}
+
+
+def keys_of(cls_name: str) -> list[str]:
+    import resolver
+
+    return [f.name.rstrip("_").replace("_", "-") for f in attrs.fields(getattr(resolver, cls_name))]
+
+
+def minimal_module() -> dict:
+    return {"name": "m", "artifacts": {"img": {"repository": "r", "tag": "1"}},
+            "listens": {"http": {"port": 80}},
+            "containers": [{"name": "c", "artifact": "img"}]}
+
+
+@given(st.sampled_from(sorted(PLACES)), st.sampled_from(["colour", "prots", "run_once", "As"]))
+def test_an_unknown_key_is_refused_at_the_key_naming_every_key_allowed(place, key):
+    path, cls_name = PLACES[place]
+    plain = minimal_module()
+    holder = plain
+    for step in path:
+        holder = holder[step]
+    holder[key] = "x"
+    text = dump_yaml(plain)
+    with pytest.raises(InputError) as raised:
+        load_module(text, "m.yaml")
+    (fault,) = raised.value.faults
+    assert fault.message == f"unknown key {key!r}"
+    assert fault.expected == "one of " + ", ".join(keys_of(cls_name))
+    line = text.splitlines()[fault.line - 1]
+    assert line[fault.col - 1:].lstrip("- ").startswith(f"{key}:")
+
+
+@given(st.sampled_from([(("listens", "http"), "port"), (("containers", 0), "artifact"),
+                        (("containers", 0), "name"), ((), "name")]))
+def test_a_missing_key_is_refused_by_name_where_it_belongs(case):
+    path, key = case
+    plain = minimal_module()
+    holder = plain
+    for step in path:
+        holder = holder[step]
+    del holder[key]
+    text = dump_yaml(plain)
+    with pytest.raises(InputError) as raised:
+        load_module(text, "m.yaml")
+    (fault,) = raised.value.faults
+    assert (fault.message, fault.expected) == (f"missing required key {key!r}",
+                                               "that key to be present")
+    lines = text.splitlines()
+    if path:  # at the entry that lacks it
+        key_line = next(i for i, line in enumerate(lines) if line.strip().startswith(
+            f"{path[0]}:")) + 1
+        assert fault.line > key_line
+
+
+@given(st.sampled_from(["", "# only a comment\n", "- a\n- b\n", "just text\n", "3\n"]),
+       st.sampled_from(["module.yaml", "mesh.yaml", "ledger.yaml", "provisions.yaml"]))
+def test_a_document_that_is_not_a_mapping_says_what_it_is(text, which):
+    loader = {"module.yaml": load_module, "mesh.yaml": load_mesh, "ledger.yaml": load_ledger,
+              "provisions.yaml": load_provisions}[which]
+    with pytest.raises(InputError) as raised:
+        loader(text, which)
+    (fault,) = raised.value.faults
+    assert (fault.file, fault.line, fault.col) == (which, 1, 1)
+    if text.strip() in ("", "# only a comment"):
+        assert fault.message == "the document is empty"
+    else:
+        found = {"- a\n- b\n": "a list", "just text\n": "a string ('just text')",
+                 "3\n": "a number (3)"}[text]
+        assert (fault.message, fault.expected) == (f"the document is {found}", "a mapping")
+
+
+@given(meshes(), st.data())
+def test_a_line_of_broken_yaml_is_refused_where_it_is(world, data):
+    text = dump_yaml(unstructure(world.mesh))
+    lines = text.splitlines()
+    at = data.draw(st.integers(1, len(lines) - 1))
+    damage = data.draw(st.sampled_from(["- : ]", "\tkey: tab", "key: value: more",
+                                        "key: @at", "mesh: twice"]))
+    indent = " " * (len(lines[at]) - len(lines[at].lstrip(" ")))
+    if damage == "mesh: twice":
+        lines.append("mesh: twice")
+        at = len(lines) - 1
+    else:
+        lines.insert(at, indent + damage)
+    broken = "\n".join(lines) + "\n"
+    with pytest.raises(InputError) as raised:
+        load_mesh(broken, "mesh.yaml")
+    note(broken)
+    faults = raised.value.faults
+    assert all(f.message.startswith("YAML: ") and f.expected == "well-formed YAML"
+               for f in faults), faults
+    assert any(at + 1 <= f.line <= at + 3 for f in faults), (at + 1, faults)
