@@ -514,3 +514,64 @@ def test_a_line_of_broken_yaml_is_refused_where_it_is(world, data):
     assert all(f.message.startswith("YAML: ") and f.expected == "well-formed YAML"
                for f in faults), faults
     assert any(at + 1 <= f.line <= at + 3 for f in faults), (at + 1, faults)
+
+
+# --------------------------------------------------------------------------- boundaries
+
+
+def edges(low, high):
+    """(value, accepted) at both ends of a closed range: the ends load, one past them does not."""
+    return [(low, True), (high, True), (low - 1, False), (high + 1, False)]
+
+
+BOUNDARIES = (
+    [("listen port", v, ok) for v, ok in edges(1, 65535)]
+    + [("fixed port", v, ok) for v, ok in edges(1, 65535)]
+    + [("health timeout", v, ok) for v, ok in [(1, True), (0, False)]]
+    + [("ssh port", v, ok) for v, ok in edges(1, 65535)]
+    + [("host ports first", v, ok) for v, ok in edges(1024, 65535)]
+    + [("floor port", v, ok) for v, ok in edges(1, 65535)]
+    + [("validity days", v, ok) for v, ok in [(1, True), (0, False)]]
+    + [("renew before days", v, ok) for v, ok in [(0, True), (364, True), (365, False),
+                                                  (-1, False)]]
+    + [("ledger port", v, ok) for v, ok in edges(1, 65535)]
+    + [("generation", v, ok) for v, ok in [(1, True), (0, False)]]
+)
+
+
+@pytest.mark.parametrize("what, value, accepted", BOUNDARIES)
+def test_the_ends_of_every_range_load_and_one_past_them_is_refused(what, value, accepted):
+    module = minimal_module()
+    mesh = {"mesh": "m", "nodes": {"a": {"address": "10.0.0.1"}}}
+    ledger = {"version": 1}
+    if what == "listen port":
+        module["listens"]["http"]["port"] = value
+    elif what == "fixed port":
+        module["listens"]["http"]["fixed"] = value
+    elif what == "health timeout":
+        module["containers"][0]["health"] = {"tcp": "http", "timeout": value}
+    elif what == "ssh port":
+        mesh["nodes"]["a"]["ssh-port"] = value
+    elif what == "host ports first":
+        mesh["host-ports"] = {"first": value, "last": max(value, 65535)}
+    elif what == "floor port":
+        mesh["floors"] = [{"port": value}]
+    elif what == "validity days":
+        mesh["ca"] = {"validity-days": value, "renew-before-days": 0}
+    elif what == "renew before days":
+        mesh["ca"] = {"validity-days": 365, "renew-before-days": value}
+    elif what == "ledger port":
+        ledger["ports"] = {"a@a": {"http": {"node": "a", "port": value}}}
+    else:
+        ledger["credentials"] = {"c": {"active": {"generation": value, "slot": "b"}}}
+    loads = [(load_module, module, "module.yaml"), (load_mesh, mesh, "mesh.yaml"),
+             (load_ledger, ledger, "ledger.yaml")]
+    for loader, plain, file in loads:
+        changed = plain is {"listen port": module, "fixed port": module,
+                            "health timeout": module, "ledger port": ledger,
+                            "generation": ledger}.get(what, mesh)
+        if accepted or not changed:
+            loader(dump_yaml(plain), file)
+        else:
+            with pytest.raises(InputError):
+                loader(dump_yaml(plain), file)

@@ -41,6 +41,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from queue import Empty, Queue
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "resolver"
@@ -69,6 +70,8 @@ class Site:
     kind: str
     detail: str  # which alternative (e.g. the operator's position in a comparison)
     line: int
+    end_line: int = 0
+    in_function: bool = True  # False: module or class level, run when the module is imported
 
     @property
     def id(self) -> str:
@@ -186,8 +189,10 @@ def list_sites(files: list[Path]) -> list[Site]:
         parents, skip = _parents(tree), _skipped(tree)
         for index, node in enumerate(ast.walk(tree)):
             for kind, detail in mutations_of(node, parents, skip):
-                sites.append(Site(str(path.relative_to(REPO)), index, kind, detail,
-                                  getattr(node, "lineno", 0)))
+                line = getattr(node, "lineno", 0)
+                sites.append(Site(str(path.relative_to(REPO)), index, kind, detail, line,
+                                  getattr(node, "end_lineno", line) or line,
+                                  _in_function(node, parents)))
     return sites
 
 
@@ -301,10 +306,10 @@ def stop_all(*_signal) -> None:
 
 
 def run_tests(tree: Path, files: list[str], timeout: float, profile: str,
-              extra: list[str] = ()) -> tuple[str, float, str, int]:
+              extra: list[str] = (), env: Optional[dict] = None) -> tuple[str, float, str, int]:
     """(outcome, seconds, first failure line, return code) of the tests in `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
-               HYPOTHESIS_PROFILE=profile)
+               HYPOTHESIS_PROFILE=profile, **(env or {}))
     start = time.monotonic()
     process = subprocess.Popen(pytest_command(files, list(extra)), cwd=tree, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -330,12 +335,70 @@ def run_tests(tree: Path, files: list[str], timeout: float, profile: str,
     return "error", seconds, out[-2000:], process.returncode
 
 
-def file_order(tree: Path, profile: str, timeout: float) -> tuple[list[str], float]:
-    """The baseline run: every property test file must pass; files are then ordered fastest
-    first, so `-x` stops early on the cheap kills."""
+COVERAGE_PLUGIN = """
+# Written by scripts/mutate.py into its copy of the tree: records which test runs which line.
+import os
+
+import coverage
+
+_cov = coverage.Coverage(data_file=os.environ["MUTATE_COVERAGE_FILE"],
+                         include=[os.path.join(os.environ["MUTATE_TREE"], "resolver", "*")])
+_cov.start()
+
+
+def pytest_runtest_setup(item):
+    _cov.switch_context(item.nodeid)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    _cov.switch_context("")
+
+
+def pytest_unconfigure(config):
+    _cov.stop()
+    _cov.save()
+"""
+
+
+@dataclass
+class Baseline:
+    files: list  # test files, fastest first
+    seconds: float
+    tests: dict = field(default_factory=dict)  # relative file → line → test ids ("" = import)
+    order: dict = field(default_factory=dict)  # test id → its position in the baseline run
+
+    def tests_for(self, site: Site) -> Optional[list]:
+        """The tests that run the mutated lines, in baseline order; None means every test
+        (the lines run at import, or nothing is known); [] means no test runs them."""
+        if not self.tests:
+            return None
+        lines = self.tests.get(site.file, {})
+        found = set()
+        for line in range(site.line, max(site.line, site.end_line) + 1):
+            found |= lines.get(line, set())
+        if "" in found or not site.in_function:
+            return None
+        return sorted(found, key=lambda t: self.order.get(t, len(self.order)))
+
+
+def baseline(tree: Path, profile: str, timeout: float) -> Baseline:
+    """The unmutated tests must pass. Files are ordered fastest first (so `-x` stops early on
+    the cheap kills) and, when coverage.py is installed, each test's resolver/ lines are
+    recorded, so a mutant runs only the tests that execute what it changed."""
     report = tree / "baseline.xml"
-    outcome, seconds, failed, code = run_tests(
-        tree, [TESTS], timeout, profile, extra=[f"--junitxml={report}"])
+    extra = [f"--junitxml={report}"]
+    env = {}
+    try:
+        import coverage  # noqa: F401
+    except ImportError:
+        print("coverage.py is not installed: every mutant runs every property test "
+              "(python3 -m pip install coverage)", flush=True)
+    else:
+        (tree / "_mutate_coverage.py").write_text(COVERAGE_PLUGIN)
+        extra += ["-p", "_mutate_coverage"]
+        env = {"MUTATE_COVERAGE_FILE": str(tree / ".coverage"), "MUTATE_TREE": str(tree)}
+    outcome, seconds, failed, code = run_tests(tree, [TESTS], timeout, profile, extra=extra,
+                                               env=env)
     if outcome != "survived":
         raise SystemExit(f"the unmutated tree does not pass its property tests ({outcome}, "
                          f"rc {code}): {failed}")
@@ -348,29 +411,51 @@ def file_order(tree: Path, profile: str, timeout: float) -> tuple[list[str], flo
     files = sorted(per_file, key=lambda f: (per_file[f], f))
     listed = {p.as_posix() for p in (tree / TESTS).glob("test_*.py")}
     missing = sorted(str(Path(p).relative_to(tree)) for p in listed) if not files else []
-    return (files or missing), seconds
+    result = Baseline(files or missing, seconds)
+    if env:
+        import coverage
+
+        data = coverage.CoverageData(basename=env["MUTATE_COVERAGE_FILE"])
+        data.read()
+        for measured in data.measured_files():
+            relative = str(Path(measured).relative_to(tree))
+            by_line = data.contexts_by_lineno(measured)
+            result.tests[relative] = {line: set(contexts) for line, contexts in by_line.items()}
+        ids = sorted({t for lines in result.tests.values() for ts in lines.values() for t in ts
+                      if t}, key=lambda t: (result.files.index(t.split("::")[0])
+                                            if t.split("::")[0] in result.files else 99, t))
+        result.order = {t: i for i, t in enumerate(ids)}
+    return result
 
 
 def worker(number: int, base: Path, queue: Queue, results: list, lock: threading.Lock,
-           files: list[str], timeout: float, profile: str, originals: dict) -> None:
+           known: Baseline, timeout: float, profile: str, originals: dict) -> None:
     tree = make_copy(base / f"w{number}")
     while True:
         try:
             site, mutated, diff = queue.get_nowait()
         except Empty:
             return
-        target = tree / site.file
-        target.write_text(mutated)
-        try:
-            outcome, seconds, failed, _ = run_tests(tree, files, timeout, profile)
-        finally:
-            target.write_text(originals[site.file])
-        result = Result(site, outcome, seconds, diff, failed)
+        tests = known.tests_for(site)
+        if tests == []:  # no property runs these lines: nothing can notice the change
+            result = Result(site, "survived", 0.0, diff, "", {"tests": 0,
+                                                                "note": "no property runs it"})
+        else:
+            target = tree / site.file
+            target.write_text(mutated)
+            try:
+                outcome, seconds, failed, _ = run_tests(tree, tests or known.files, timeout,
+                                                        profile)
+            finally:
+                target.write_text(originals[site.file])
+            result = Result(site, outcome, seconds, diff, failed,
+                            {"tests": len(tests) if tests else "all"})
         with lock:
             results.append(result)
             done = len(results)
-            print(f"[{done}] {outcome:9s} {seconds:6.0f}s {site.file}:{site.line} "
-                  f"{site.kind} {diff.splitlines()[0] if diff else ''}"[:160], flush=True)
+            print(f"[{done}] {result.outcome:9s} {result.seconds:6.0f}s "
+                  f"{result.extra.get('tests')!s:>4} tests  {site.file}:{site.line} "
+                  f"{site.kind} {diff.splitlines()[0] if diff else ''}"[:170], flush=True)
 
 
 def summarise(results: list[Result], sampled: int, total_sites: int, seed: int) -> str:
@@ -393,7 +478,8 @@ def summarise(results: list[Result], sampled: int, total_sites: int, seed: int) 
     survivors = sorted((r for r in results if r.outcome in ("survived", "error")),
                        key=lambda r: (r.site.file, r.site.line))
     for r in survivors:
-        out.append(f"\n--- {r.outcome}: {r.site.id} (line {r.site.line})")
+        why = f" [{r.extra['note']}]" if r.extra.get("note") else ""
+        out.append(f"\n--- {r.outcome}{why}: {r.site.id} (line {r.site.line})")
         out.append(r.diff if r.outcome == "survived" else r.failed)
     return "\n".join(out)
 
@@ -440,9 +526,9 @@ def main(argv=None) -> int:
     for site in sorted(chosen, key=lambda s: (s.file, s.index, s.kind, s.detail)):
         original = originals[site.file]
         mutated, what = mutate(original, site)
-        baseline = ast.unparse(ast.parse(original)) + "\n"
-        diff = f"{what}\n" + unified(baseline, mutated, site)
-        if same_bytecode(baseline, mutated):
+        unparsed = ast.unparse(ast.parse(original)) + "\n"
+        diff = f"{what}\n" + unified(unparsed, mutated, site)
+        if same_bytecode(unparsed, mutated):
             results.append(Result(site, "equivalent", 0.0, diff, "same bytecode"))
             continue
         queue.put((site, mutated, diff))
@@ -452,13 +538,13 @@ def main(argv=None) -> int:
         base = Path(base)
         print(f"baseline: the unmutated property tests in a copy of the tree "
               f"(profile {args.profile})", flush=True)
-        order, seconds = file_order(make_copy(base / "baseline"), args.profile,
-                                    args.timeout or 3600)
+        known = baseline(make_copy(base / "baseline"), args.profile, args.timeout or 7200)
+        seconds = known.seconds
         timeout = args.timeout or 3 * seconds + 60
         print(f"baseline passed in {seconds:.0f}s; per-mutant timeout {timeout:.0f}s; "
               f"{queue.qsize()} mutant(s) to run with {args.jobs} worker(s)", flush=True)
         lock = threading.Lock()
-        threads = [threading.Thread(target=worker, args=(n, base, queue, results, lock, order,
+        threads = [threading.Thread(target=worker, args=(n, base, queue, results, lock, known,
                                                          timeout, args.profile, originals))
                    for n in range(max(1, args.jobs))]
         for t in threads:
