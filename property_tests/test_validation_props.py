@@ -151,6 +151,55 @@ MODULE_DEFECTS = {
     "a number for a name": lambda d: container(d, command=[1]),
 }
 
+def listing(names) -> str:
+    names = sorted(set(names))
+    return ", ".join(names) if names else "(none declared)"
+
+
+PLAIN_NAME = "letters, digits, '-' and '_' (starting with a letter or digit)"
+EXPECTED = {  # what a fault says was expected, for the mistakes that have one answer
+    "provide through no listen": lambda d: "one of " + listing(d.get("listens", {})),
+    "provide with no such admin": lambda d: "one of " + listing(d.get("secrets", [])),
+    "requirement of no part": lambda d: "one of " + listing(d.get("parts", {})),
+    "container of no artifact": lambda d: "one of " + listing(d.get("artifacts", {})),
+    "container of no part": lambda d: "one of " + listing(d.get("parts", {})),
+    "mount of an undeclared state":
+        lambda d: "one of the module's state: " + listing(d.get("state", {})),
+    "mount of an undeclared access":
+        lambda d: "one of the module's accesses: " + listing(d.get("accesses", {})),
+    "mount of an undeclared facility":
+        lambda d: "one of the module's facilities: " + listing(d.get("facilities", [])),
+    "health tcp of no listen": lambda d: "one of " + listing(d.get("listens", {})),
+    "health http of no listen": lambda d: "one of " + listing(d.get("listens", {})),
+    "listen served by no container":
+        lambda d: "one of " + listing(c["name"] for c in d.get("containers", [])),
+    "base naming no artifact":
+        lambda d: "one of " + listing(d.get("artifacts", {})) + " or module/artifact",
+    "listen port zero": lambda d: "a port from 1 to 65535",
+    "listen port too high": lambda d: "a port from 1 to 65535",
+    "fixed port too high": lambda d: "a port from 1 to 65535",
+    "listen protocol": lambda d: "one of tcp, udp",
+    "access mode": lambda d: "one of ro, rw",
+    "module name": lambda d: PLAIN_NAME,
+    "listen name with a dot": lambda d: PLAIN_NAME,
+    "requirement name with a dot": lambda d: PLAIN_NAME,
+    "container name with a dot": lambda d: PLAIN_NAME,
+    "secret name with a dot": lambda d: PLAIN_NAME,
+    "state owner": lambda d: 'numeric "uid:gid", e.g. "999:999"',
+    "state mode": lambda d: 'an octal string such as "0750"',
+    "requirement of two things": lambda d: "exactly one of provision, module",
+    "requirement of nothing": lambda d: "exactly one of provision, module",
+    "mount of two kinds": lambda d: "exactly one of state, access, facility",
+    "mount of nothing": lambda d: "exactly one of state, access, facility",
+    "health of two kinds": lambda d: "exactly one of command, tcp, http",
+    "health of nothing": lambda d: "exactly one of command, tcp, http",
+    "health timeout zero": lambda d: "at least 1 second",
+    "artifact built from itself": lambda d: "another artifact",
+    "requirement named twice": lambda d: "a unique `as`",
+    "secret declared twice": lambda d: "each secret once",
+    "container declared twice": lambda d: "unique container names",
+}
+
 MESH_DEFECTS = {
     "node name with a dot": lambda d: d["nodes"].update({T + ".x": {"address": "10.9.9.9"}}),
     "node address": lambda d: d["nodes"].update({T: {"address": "ten"}}),
@@ -239,6 +288,7 @@ def assert_refused_there(load, text: str, file: str):
         lines = block(text)
         assert any(f.line in lines for f in faults), \
             f"no fault points into lines {sorted(lines)}: {[str(f) for f in faults]}"
+    return faults
 
 
 @given(meshes(), st.data())
@@ -250,7 +300,10 @@ def test_a_mistake_in_a_module_is_refused_where_it_was_made(world, data):
         plain = copy.deepcopy(unstructure(module))
         MODULE_DEFECTS[kind](plain)
         note(kind)
-        assert_refused_there(load_module, dump_yaml(plain), "catalogue/m/module.yaml")
+        faults = assert_refused_there(load_module, dump_yaml(plain), "catalogue/m/module.yaml")
+        if kind in EXPECTED:
+            wanted = EXPECTED[kind](plain)
+            assert wanted in {f.expected for f in faults}, (wanted, [str(f) for f in faults])
 
 
 @given(meshes(), st.data())
