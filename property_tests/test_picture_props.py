@@ -285,6 +285,14 @@ def test_a_picture_of_some_nodes_keeps_what_touches_them(world, data):
     assert boxes == set(chosen) | {mesh.instances[n].node for n in far}
     for name in boxes - set(chosen):
         assert f"firewall:{name}" not in nodes, "a node shown for context has no firewall"
+        box = dot.clusters[f"cluster node:{name}"]
+        if name in mesh.nodes:  # greyed and dashed, its address still said
+            assert (box["style"], box["color"], box["fontcolor"]) == ("dashed,rounded",
+                                                                      "#a0a0a0", "#707070")
+            assert label_lines(box["label"]) == [f"{name}  {mesh.nodes[name].address}"]
+    for attributes in [dot.graph, *dot.clusters.values(), *(s.attributes
+                                                          for s in dot.statements)]:
+        well_formed(attributes)
     title = label_lines(dot.graph["label"])[0]
     assert title == f"mesh {mesh.mesh} (nodes {', '.join(chosen)} and what their bindings reach)"
 

@@ -21,14 +21,15 @@ from resolver._plan import container_changes
 from .strategies import digest_of
 from .strategies_meshes import meshes
 
-EDITS = ["re-pin", "rotate", "issue", "env", "health", "port", "remove", "add", "command",
-         "mount"]
+EDITS = ["re-pin", "rotate", "issue", "env", "forget-secret", "health", "port", "remove", "add",
+         "command", "mount"]
 
 
 def edited(world, edits, data):
     catalogue, mesh, ledger = world.catalogue, world.mesh, world.ledger
     modules = dict(catalogue.modules)
-    names = sorted(modules)
+    names = sorted({i.module for i in mesh.instances.values() if i.module in modules}) or \
+        sorted(modules)  # edits of modules that run
     for edit in edits:
         module = modules[data.draw(st.sampled_from(names))]
         if edit == "re-pin" and ledger.pins:
@@ -46,11 +47,17 @@ def edited(world, edits, data):
             for cred_id in asked[:data.draw(st.integers(1, 3))]:
                 ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
                     cred_id, Credential(active=Generation(1, None, pmap({"anchor": "s"})))))
-        elif edit in ("env", "health", "command", "mount") and module.containers:
-            index = data.draw(st.integers(0, len(module.containers) - 1))
+        elif edit in ("env", "forget-secret", "health", "command", "mount") and module.containers:
+            holding = [i for i, c in enumerate(module.containers)
+                       if any("password}" in v for v in c.env.values())]
+            index = data.draw(st.sampled_from(holding) if edit == "forget-secret" and holding
+                              else st.integers(0, len(module.containers) - 1))
             container = module.containers[index]
             if edit == "env":
                 container = attrs.evolve(container, env=container.env.set("EDITED", "yes"))
+            elif edit == "forget-secret":  # the container no longer uses its passwords
+                container = attrs.evolve(container, env=pmap(
+                    {k: v for k, v in container.env.items() if "password}" not in v}))
             elif edit == "health":
                 container = attrs.evolve(container, health=Health(command=pvector(["edited"])))
             elif edit == "command":

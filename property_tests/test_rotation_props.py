@@ -105,9 +105,10 @@ class Model:
 
 
 class RotationMachine(RuleBasedStateMachine):
-    @initialize(dual=st.booleans(), holders=st.integers(1, 3))
-    def provisioned(self, dual, holders):
-        """A credential issued and applied everywhere: the steady state rotations start from."""
+    @initialize(dual=st.booleans(), holders=st.integers(1, 3), silent=st.integers(0, 2))
+    def provisioned(self, dual, holders, silent):
+        """A credential issued and applied by every holder but the `silent` last ones (a node
+        that has not reported anything yet): where rotations start from."""
         self.dual = dual
         self.id = "postgres-database/pg@anchor/app@lab" if dual else "amqp/mq@anchor/app@lab"
         self.holders = HOLDERS[:holders]
@@ -116,8 +117,9 @@ class RotationMachine(RuleBasedStateMachine):
                                 slot="a" if dual else None)
         self.provider_has = {1}  # the provider's real state: what its grant put in force
         cred = provider_applied(cred, 1)
-        self.holds = {n: 1 for n in self.holders}  # each holder's real state
-        for node in self.holders:
+        reporting = self.holders[:max(0, len(self.holders) - silent)]
+        self.holds = {n: (1 if n in reporting else 0) for n in self.holders}  # 0: holds nothing
+        for node in reporting:
             cred = holder_applied(cred, node, 1)
             self.model.holder_holds(node, 1)
         self.cred = cred
@@ -168,7 +170,7 @@ class RotationMachine(RuleBasedStateMachine):
     @rule(node=st.sampled_from(HOLDERS), back=st.integers(1, 3))
     def stale_holder_report(self, node, back):
         """A replayed report of an older generation changes nothing that matters."""
-        if node in self.holders:
+        if node in self.holders and self.holds[node]:
             before = self.cred
             self.cred = holder_applied(self.cred, node, max(1, self.holds[node] - back))
             assert self.cred == before
@@ -202,7 +204,7 @@ class RotationMachine(RuleBasedStateMachine):
     @invariant()
     def every_holder_holds_an_accepted_credential(self):
         for node in self.holders:
-            if self.holds[node] in self.provider_has:
+            if self.holds[node] in self.provider_has or self.holds[node] == 0:
                 continue
             assert not self.dual, f"dual credential: {node} holds {self.holds[node]}, " \
                                   f"the provider accepts {sorted(self.provider_has)}"

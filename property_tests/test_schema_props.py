@@ -94,6 +94,15 @@ LEDGER_VALUES = {
 }
 
 
+def test_every_schema_says_its_dialect_and_is_one():
+    for document in ("module", "provisions", "mesh", "ledger", "declaration"):
+        schema = json_schema(document)
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        assert jsonschema.validators.validator_for(schema) is jsonschema.Draft202012Validator
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["title"] == document and schema["$id"].endswith(f"/{document}.json")
+
+
 @given(meshes())
 def test_every_document_of_a_mesh_and_every_declaration_is_valid(world):
     for module in world.catalogue.modules.values():

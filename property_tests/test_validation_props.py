@@ -278,7 +278,55 @@ def block(text: str) -> set[int]:
     return found
 
 
-def assert_refused_there(load, text: str, file: str):
+POINT = {  # the key a fault must point at (its line), for mistakes in one scalar value
+    "module": {
+        "listen port zero": "port", "listen port too high": "port", "fixed port too high": "fixed",
+        "listen protocol": "protocol", "listen served by no container": "container",
+        "provide through no listen": "listen", "provide with no such admin": "admin",
+        "requirement name with a dot": "as", "requirement named self": "as",
+        "requirement named twice": "as", "listen without module": "listen",
+        "requirement of no part": "part", "state owner": "owner", "state mode": "mode",
+        "state path with ..": "path", "state path empty": "path", "access mode": "mode",
+        "access path relative": "path", "container name with a dot": "name",
+        "container declared twice": "name", "container of no artifact": "artifact",
+        "container of no part": "part", "mount target relative": "target",
+        "mount of an undeclared state": "state", "mount of an undeclared access": "access",
+        "mount of an undeclared facility": "facility", "health tcp of no listen": "tcp",
+        "health http of no listen": "listen", "health http path": "path",
+        "health command empty": "command", "health timeout zero": "timeout",
+        "module name": "name", "env name": "1BAD", "env placeholder unclosed": "VALUE",
+        "env placeholder of no requirement": "VALUE", "env placeholder of self": "VALUE",
+        "env placeholder of no binding value": "VALUE", "env placeholder of no secret": "VALUE",
+        "env placeholder of no listen": "VALUE", "env placeholder of three parts": "VALUE",
+        "a string for a port": "port", "unknown key": "colour"},
+    "mesh": {
+        "ssh port": "ssh-port", "node address": "address", "public key": "public-key",
+        "second control node": "control", "host ports below the floor": "first",
+        "floor port": "port", "floor protocol": "protocol", "floor sources": "sources",
+        "ca validity": "validity-days", "ca renewal": "renew-before-days",
+        "unknown key": "colour", "a string for a port": "ssh-port"},
+    "provisions": {"scope": "scope", "grant": "grant", "url field not a key": "url",
+                   "url field url": "url"},
+    "ledger": {"port": "port", "generation": "generation", "slot": "slot", "pin": T},
+}
+
+
+AT_THE_KEY = {  # a reference (or a name that is a key) is pointed at by its key, not its value
+    "listen served by no container", "provide through no listen", "provide with no such admin",
+    "requirement named self", "requirement named twice", "listen without module",
+    "requirement of no part", "container of no artifact", "container of no part",
+    "mount of an undeclared state", "mount of an undeclared access",
+    "mount of an undeclared facility", "health tcp of no listen", "health http of no listen",
+    "env name", "env placeholder unclosed", "env placeholder of no requirement",
+    "env placeholder of self", "env placeholder of no binding value",
+    "env placeholder of no secret", "env placeholder of no listen",
+    "env placeholder of three parts", "unknown key", "second control node",
+}
+
+
+def assert_refused_there(load, text: str, file: str, point: str = None, kind: str = ""):
+    """Refused, every fault located in `file`, one inside the entry marked T and, when the
+    mistake is one value, at the line of its key `point`."""
     with pytest.raises(InputError) as raised:
         load(text, file)
     faults = raised.value.faults
@@ -286,8 +334,20 @@ def assert_refused_there(load, text: str, file: str):
     assert all(f.file == file and f.line >= 1 for f in faults)
     if T in text:
         lines = block(text)
-        assert any(f.line in lines for f in faults), \
-            f"no fault points into lines {sorted(lines)}: {[str(f) for f in faults]}"
+        inside = [f for f in faults if f.line in lines]
+        assert inside, f"no fault points into lines {sorted(lines)}: {[str(f) for f in faults]}"
+        if point is not None:  # at the key itself, or at its value: exactly
+            said = text.splitlines()
+
+            def column(f):
+                line = said[f.line - 1]
+                if not line.lstrip(" -").startswith(f"{point}:"):
+                    return None
+                at = line.index(f"{point}:") + 1
+                return at if kind in AT_THE_KEY else at + len(point) + 2
+
+            assert any(f.col == column(f) for f in inside), \
+                f"no fault points at {point} ({kind}): {[str(f) for f in inside]}"
     return faults
 
 
@@ -300,7 +360,8 @@ def test_a_mistake_in_a_module_is_refused_where_it_was_made(world, data):
         plain = copy.deepcopy(unstructure(module))
         MODULE_DEFECTS[kind](plain)
         note(kind)
-        faults = assert_refused_there(load_module, dump_yaml(plain), "catalogue/m/module.yaml")
+        faults = assert_refused_there(load_module, dump_yaml(plain), "catalogue/m/module.yaml",
+                                      POINT["module"].get(kind), kind)
         if kind in EXPECTED:
             wanted = EXPECTED[kind](plain)
             assert wanted in {f.expected for f in faults}, (wanted, [str(f) for f in faults])
@@ -313,19 +374,21 @@ def test_a_mistake_in_mesh_yaml_provisions_or_the_ledger_is_refused_where_it_was
         plain = copy.deepcopy(unstructure(world.mesh))
         MESH_DEFECTS[kind](plain)
         note(f"mesh: {kind}")
-        assert_refused_there(load_mesh, dump_yaml(plain), "mesh.yaml")
+        assert_refused_there(load_mesh, dump_yaml(plain), "mesh.yaml", POINT["mesh"].get(kind),
+                             kind)
     for kind in data.draw(st.permutations(sorted(PROVISION_DEFECTS)))[:2]:
         plain = copy.deepcopy(unstructure(world.catalogue.provisions))
         PROVISION_DEFECTS[kind](plain)
         note(f"provisions: {kind}")
-        assert_refused_there(load_provisions, dump_yaml(plain), "provisions.yaml")
+        assert_refused_there(load_provisions, dump_yaml(plain), "provisions.yaml",
+                             POINT["provisions"].get(kind), kind)
     for kind in data.draw(st.permutations(sorted(LEDGER_DEFECTS)))[:2]:
         plain = copy.deepcopy(unstructure(world.ledger))
         plain.pop("version", None)
         LEDGER_DEFECTS[kind](plain)
         note(f"ledger: {kind}")
         text = dump_yaml({"version": plain.pop("version", 1), **plain})
-        assert_refused_there(load_ledger, text, "ledger.yaml")
+        assert_refused_there(load_ledger, text, "ledger.yaml", POINT["ledger"].get(kind), kind)
 
 
 @given(meshes(), st.data())
