@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--repetitions", type=int, default=7)
     args = parser.parse_args()
 
-    from executors import docker_engine
+    from executors.node import docker_engine
 
     api = docker_engine.connect(_docker.docker_host())
     api.ping()
@@ -105,7 +105,7 @@ def main() -> int:
             print(f"  mesh apply (creating {n}): {first:.2f}s")
             first, _ = timed(compose_command, cwd=work_path, env=env)
             print(f"  docker-compose up -d (creating {n}): {first:.2f}s")
-            from executors.apply import apply_declaration
+            from executors.node.apply import apply_declaration
             from resolver import Declaration, structure
 
             decl = structure(json.loads(Path(declaration).read_text()), Declaration)

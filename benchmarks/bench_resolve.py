@@ -39,7 +39,7 @@ from resolver import (
     resolve,
 )
 
-from executors.runtime import resolving
+from executors.common.runtime import resolving
 
 PER_NODE = 25
 
@@ -134,7 +134,7 @@ def _measure(size, catalogue, mesh, ledger) -> dict:
 def main(argv) -> int:
     sizes = [int(a) for a in argv] or [500, 1000, 2000, 4000]
     for tuned in (False, True):
-        print("garbage collector:", "as `mesh plan` runs it (executors.runtime.resolving)"
+        print("garbage collector:", "as `mesh plan` runs it (executors.common.runtime.resolving)"
               if tuned else "CPython defaults")
         table(sizes, tuned)
     print("resolve and re-resolve: best of 3, CPU seconds of this process")

@@ -82,7 +82,7 @@ def build(world, expected, logins):
             requests.add(("credential", cred_id, tuple(sorted(holders)), slot, "issue"))
             return
         sealed = (cred.pending or cred.active).sealed
-        if set(holders) - set(sealed):
+        if set(holders) != set(sealed):  # a holder added or gone: the same values re-sealed
             requests.add(("credential", cred_id, tuple(sorted(holders)), cred.active.slot,
                           "reseal"))
 
@@ -358,5 +358,5 @@ def certificate_reasons(world) -> dict:
 def request_key(request: Request) -> tuple:
     if request.kind == "certificate":
         return ("certificate", request.id)
-    reason = "reseal" if request.reason.startswith("not sealed to") else "issue"
+    reason = "reseal" if request.reason.startswith("re-seal") else "issue"
     return ("credential", request.id, tuple(request.holders), request.slot, reason)

@@ -49,8 +49,11 @@ def digest_of(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def module_named(name: str, *, provides=(), requires=(), fixed=None, claims=(), parts=()):
-    """A small, valid module: one artifact, one container, one listen per provision + one."""
+def module_named(name: str, *, provides=(), requires=(), fixed=None, claims=(), parts=(),
+                 admin=False):
+    """A small, valid module: one artifact, one container, one listen per provision + one.
+    admin: its provisions are administered with its own secret `admin`, which its server
+    container reads to initialise and a `backup` container uses while it runs."""
     listens = {"main": Listen(port=8000)}
     for provision in provides:
         listens[f"serve-{provision}"] = Listen(port=9000 + len(listens))
@@ -62,15 +65,23 @@ def module_named(name: str, *, provides=(), requires=(), fixed=None, claims=(), 
         env[f"{req.as_.upper()}_PORT"] = "${" + req.as_ + ".port}"
         if PROVISIONS.get(req.provision or "", PROVISIONS["web"]).grant != "none":
             env[f"{req.as_.upper()}_PASSWORD"] = "${" + req.as_ + ".password}"
+    containers = [Container(name="main", artifact="image", env=pmap(env))]
+    if admin:
+        env["ADMIN_PASSWORD"] = "${self.admin.password}"
+        containers = [Container(name="main", artifact="image", env=pmap(env)),
+                      Container(name="backup", artifact="image",
+                                env=pmap({"PASSWORD": "${self.admin.password}"}))]
     return Module(
         name=name,
         artifacts=pmap({"image": Artifact(repository=f"example.org/{name}", tag="1")}),
         listens=pmap(listens),
-        provides=pvector(Provide(p, f"serve-{p}") for p in provides),
+        provides=pvector(Provide(p, f"serve-{p}", admin="admin" if admin else None)
+                         for p in provides),
         requires=pvector(requires),
         claims=pvector(claims),
         parts=pmap({p: Part() for p in parts}),
-        containers=pvector([Container(name="main", artifact="image", env=pmap(env))]),
+        secrets=pvector(["admin"] if admin else []),
+        containers=pvector(containers),
     )
 
 
@@ -156,7 +167,8 @@ def worlds(draw, *, min_instances=1, max_instances=10, min_nodes=1, max_nodes=4,
                                                           Require(as_="dep2", provision=second)])
         bind = {}
         for as_, provision in (("dep", first), ("dep2", second)):
-            server = module_named(f"bound-{provision}", provides=[provision])
+            server = module_named(f"bound-{provision}", provides=[provision],
+                                  admin=provision != "web")
             world = with_instance(world, f"bound-{provision}@{node_names[0]}",
                                   Instance(server.name, node_names[0]), server)
             bind[as_] = f"bound-{provision}@{node_names[0]}"

@@ -18,6 +18,7 @@ from pyrsistent.typing import PMap, PVector
 
 from resolver import (
     BuildRecord,
+    Certificate,
     Declaration,
     Generation,
     Ledger,
@@ -76,6 +77,11 @@ def documents(cls: type, overrides: Overrides | None = None, depth: int = 0) -> 
 
 DIGESTS = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "sha256:" + h)
 
+TIMES = st.builds(
+    lambda y, mo, d, h, mi, sec, z: f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{sec:02d}{z}",
+    st.integers(1970, 2200), st.integers(1, 12), st.integers(1, 28), st.integers(0, 23),
+    st.integers(0, 59), st.integers(0, 59), st.sampled_from(["Z", "+00:00", "-05:30"]))
+
 LEDGER_OVERRIDES: Overrides = {
     (Ledger, "version"): st.just(1),
     (PortAssignment, "port"): st.integers(1, 65535),
@@ -83,6 +89,8 @@ LEDGER_OVERRIDES: Overrides = {
     (Generation, "slot"): st.sampled_from([None, "a", "b"]),
     (Ledger, "pins"): st.dictionaries(texts, DIGESTS, max_size=3).map(pmap),
     (BuildRecord, "bases"): st.dictionaries(texts, texts, max_size=2).map(pmap),
+    (Certificate, "not_before"): TIMES,
+    (Certificate, "not_after"): TIMES,
 }
 
 

@@ -1,5 +1,6 @@
-"""`after()` (executors/apply_diff.py) is the model of what `mesh apply` does; here it is checked
-against the real executor and the real Docker Engine, with few examples (each is a real apply).
+"""`after()` (executors/node/apply_diff.py) is the model of what `mesh apply` does; here it is
+checked against the real executor and the real Docker Engine, with few examples (each is a real
+apply).
 
 One example: a first declaration is applied for real; the node is then disturbed the way
 nodes are (a container stopped or removed by hand, a state directory chmodded, an env file
@@ -26,8 +27,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyrsistent import pvector
 
-from executors.apply import NodePaths, apply_declaration, observe, render
-from executors.apply_diff import after, diff
+from executors.node.apply import NodePaths, apply_declaration, observe, render
+from executors.node.apply_diff import after, diff
 from resolver import AccessDecl, MountDecl, SecretRef, StateDirDecl, secret_token
 
 pytestmark = pytest.mark.integration
@@ -147,7 +148,7 @@ def test_after_predicts_what_the_real_executor_leaves_on_the_node(first, second,
             (base / "data" / name).mkdir(parents=True)
         paths = NodePaths(base / "state")
         one = build(mesh, 1, first, image, base)
-        report = apply_declaration(one, api=api, state_root=paths.root,
+        report = apply_declaration(one, api=api, state_root=paths.state_root,
                                    secret_source=secret_value, stop_timeout=1)
         assert report.facts["result"] == "applied", report.facts
         disturb(api, what, paths, base, mesh)
@@ -158,7 +159,7 @@ def test_after_predicts_what_the_real_executor_leaves_on_the_node(first, second,
         before = observe(api, paths, rendered.desired)
         plan = diff(rendered.desired, before)
         predicted = after(rendered.desired, before, plan.ops)
-        report = apply_declaration(two, api=api, state_root=paths.root,
+        report = apply_declaration(two, api=api, state_root=paths.state_root,
                                    secret_source=secret_value, stop_timeout=1)
         assert report.facts["result"] == ("refused" if plan.refused else "applied"), report.facts
         now = observe(api, paths, rendered.desired)

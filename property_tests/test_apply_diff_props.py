@@ -1,4 +1,4 @@
-"""Properties of the pure apply diff (executors/apply_diff.py).
+"""Properties of the pure apply diff (executors/node/apply_diff.py).
 
 - Convergence: applying a plan (through the model `after`) leaves nothing to do.
 - Determinism: the same inputs give the same plan, whatever order sets were given in.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 from pyrsistent import pmap
 
-from executors.apply_diff import (
+from executors.node.apply_diff import (
     AccessFacts,
     Applied,
     Candidate,

@@ -1,9 +1,11 @@
-"""Properties of firewall rendering (executors/firewall_render.py) and of the executor's diff.
+"""Properties of firewall rendering (executors/node/firewall_render.py) and of the executor's diff.
 
-The read-back oracle (`read_back`) reads what a document does from its rules and sets, never
-from the intent, and refuses rule shapes it does not know; the intent's triples are computed
-independently (`intent_triples`). The last test hands rendered documents to a real kernel,
-inside `unshare -n` only.
+The read-back oracle (`read_back`, executors/node/firewall_readback.py) reads what a script does
+from its rules and sets, never from the intent, and refuses shapes it does not know; what the
+intent opens is computed independently (`intent_triples`), and whether an address gets in is
+asked of the intent's own words (`intent_accepts`: each exposure network asked whether it
+holds the address, nothing merged). The kernel tests load rendered scripts into a real
+kernel, inside `unshare -n` only, and read back what the kernel lists.
 """
 
 from __future__ import annotations
@@ -20,24 +22,26 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from pyrsistent import pvector
 
-from resolver import FirewallAllow, FirewallFloor, FirewallIntent
+from resolver import FirewallAllow, FirewallExposure, FirewallFloor, FirewallIntent, FirewallLocal
 
 import resolver
-from executors.firewall import RECORD_DIGEST, REPLACE_TABLE, Observed, diff
-from executors.firewall_render import (
+from executors.node.firewall import RECORD_DIGEST, REPLACE_TABLE, Observed, diff
+from executors.node.firewall_meaning import intent_accepts, intent_triples, local_source
+from executors.node.firewall_readback import keeps_ssh_floor, read_back
+from executors.node.firewall_render import (
     ANYWHERE,
     FAMILY,
+    INPUT_PREAMBLE,
+    PROTOCOLS,
+    SET_KINDS,
     TABLE,
     SshFloorMissing,
-    intent_triples,
-    keeps_ssh_floor,
-    read_back,
     render,
 )
 try:
-    from .strategies_firewall import intents
+    from .strategies_firewall import BRIDGES, PROBES, intents
 except ImportError:
-    from strategies_firewall import intents
+    from strategies_firewall import BRIDGES, PROBES, intents
 
 SSH_FLOOR = FirewallFloor(22, "tcp", pvector(), "ssh")
 # Found by hypothesis: allows on one port, published and not, must not share a set.
@@ -53,19 +57,37 @@ TWO_FLOORS_ONE_PORT = FirewallIntent(address="10.77.0.1", floors=pvector([
 AWKWARD_REASON = FirewallIntent(address="10.77.0.1", floors=pvector([SSH_FLOOR]), allow=pvector([
     FirewallAllow(5432, "tcp", pvector(["10.77.0.2"]), 'a\x00b "c" \\ \u00e9' * 20),
 ]))
+# Networks that nest and touch on one port (intervals of one set may not overlap), the whole
+# address space of both families, and an exposure to one address written as a /32.
+NESTED_NETWORKS = FirewallIntent(address="10.77.0.1", floors=pvector([SSH_FLOOR]), expose=pvector([
+    FirewallExposure(8080, "tcp", pvector(["10.77.0.0/24", "10.77.0.0/25", "10.77.0.128/25",
+                                           "10.77.1.0/24", "fd00::/64", "fd00::/16"]), "ui"),
+    FirewallExposure(25, "tcp", pvector(["0.0.0.0/0", "::/0", "10.77.0.9/32"]), "smtp"),
+]))
+# Same-node consumers on a port that nodes elsewhere and the LAN also reach.
+LOCAL_AND_REMOTE = FirewallIntent(
+    address="10.77.0.1", floors=pvector([SSH_FLOOR]),
+    allow=pvector([FirewallAllow(20001, "tcp", pvector(["10.77.0.2"]), "db for app@n2")]),
+    local=pvector([FirewallLocal(20001, "tcp", pvector(["0a:00:00:00:00:01"]), "db for app@n1")]),
+    expose=pvector([FirewallExposure(20001, "tcp", pvector(["192.168.1.0/24"]), "db for LAN")]))
 
 digests = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "sha256:" + h)
+bridges = st.sampled_from(BRIDGES)
+
+
+def _lines(text: str, prefix: str) -> list:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
 
 
 @given(intents())
-def test_every_document_keeps_the_ssh_floor(intent):
+def test_every_script_keeps_the_ssh_floor(intent):
     rendered = render(intent)
-    back = read_back(rendered.document)
+    back = read_back(rendered.text)
     ssh = {(f.port, f.protocol, ANYWHERE) for f in intent.floors
            if f.reason.lower().startswith("ssh")}
     assert ssh and ssh <= back.input
     assert back.input_policy == "drop"
-    assert keeps_ssh_floor(rendered.document, rendered.ssh_triples)
+    assert keeps_ssh_floor(rendered.text, rendered.ssh_triples)
 
 
 @given(intents(ssh=False))
@@ -74,90 +96,121 @@ def test_an_intent_without_the_ssh_floor_is_refused(intent):
         render(intent)
 
 
-@given(intents())
-@example(MIXED_PUBLISHED)
-@example(TWO_FLOORS_ONE_PORT)
-def test_allowed_triples_read_back_equal_the_intent(intent):
-    back = read_back(render(intent).document)
-    assert back.input == intent_triples(intent)
-    assert back.forward == intent_triples(intent, published_only=True)
+@given(intents(), bridges)
+@example(MIXED_PUBLISHED, ("docker0",))
+@example(TWO_FLOORS_ONE_PORT, ("docker0",))
+@example(NESTED_NETWORKS, ("docker0",))
+@example(LOCAL_AND_REMOTE, ("docker0", "br-mesh"))
+def test_opened_triples_read_back_equal_the_intent(intent, names):
+    back = read_back(render(intent, names).text)
+    assert back.input == intent_triples(intent, bridges=names)
+    assert back.forward == intent_triples(intent, published_only=True, bridges=names)
     assert back.published_closed  # any other DNAT'd connection is dropped
     allowed = {(a.port, a.protocol, str(ipaddress.ip_address(s)))
                for a in intent.allow for s in a.sources}
     assert allowed <= back.input
+    mine = {(lo.port, lo.protocol, local_source(m, b))
+            for lo in intent.local for m in lo.macs for b in names}
+    assert mine <= back.input and mine <= back.forward
+
+
+@given(intents(), st.lists(st.sampled_from(PROBES), min_size=1, max_size=8), bridges)
+@example(NESTED_NETWORKS, ["10.77.0.200", "10.77.2.1", "fd00::77", "fd01::1", "10.77.0.9"],
+         ("docker0",))
+@example(LOCAL_AND_REMOTE, ["192.168.1.5", "192.168.2.5", "10.77.0.2", "10.77.0.3"],
+         ("docker0",))
+def test_who_gets_in_is_who_the_intent_names(intent, probes, names):
+    """Asked per (port, address): the script lets in exactly whom the intent names, networks
+    included (however the renderer merged them), in the input hook and for published ports;
+    and same-node consumers only on the runtime's bridges."""
+    back = read_back(render(intent, names).text)
+    published = attrs.evolve(intent, allow=pvector(a for a in intent.allow if a.published))
+    ports = {(o.port, o.protocol) for group in (intent.allow, intent.floors, intent.expose,
+                                                intent.local) for o in group}
+    ports |= {(1, "tcp"), (65535, "udp")}
+    sources = list(probes) + [local_source(m, b) for lo in intent.local for m in lo.macs
+                              for b in ("docker0", "br-mesh", "eth0")]
+    for port, protocol in ports:
+        for source in sources:
+            wanted = intent_accepts(intent, port, protocol, source, bridges=names)
+            assert back.accepts(port, protocol, source) == wanted, (port, protocol, source)
+            assert back.accepts(port, protocol, source, forward=True) == intent_accepts(
+                published, port, protocol, source, bridges=names), (port, protocol, source)
+            if source.startswith("ether ") and source.rsplit(" ", 1)[1] not in names:
+                # a container's MAC counts only on the runtime's bridges: elsewhere it gets
+                # in only where anything does
+                assert wanted == ((port, protocol, ANYWHERE) in intent_triples(intent))
 
 
 @given(intents(), st.randoms(use_true_random=False))
 def test_rendering_is_deterministic(intent, shuffler):
     first = render(intent)
     assert render(intent).text == first.text
-    # Order of allows and floors, and a trip through the declaration's document form, are
-    # not part of what the firewall means: same document, same digest.
-    allow, floors = list(intent.allow), list(intent.floors)
-    shuffler.shuffle(allow)
-    shuffler.shuffle(floors)
-    shuffled = attrs.evolve(intent, allow=pvector(allow), floors=pvector(floors))
-    assert render(shuffled).text == first.text
+    # Order of allows, floors, same-node openings and exposures, and a trip through the
+    # declaration's document form, are not part of what the firewall means.
+    groups = {}
+    for field in ("allow", "floors", "local", "expose"):
+        items = list(getattr(intent, field))
+        shuffler.shuffle(items)
+        groups[field] = pvector(items)
+    assert render(attrs.evolve(intent, **groups)).text == first.text
     round_tripped = resolver.structure(resolver.unstructure(intent), resolver.FirewallIntent)
     assert render(round_tripped).digest == first.digest
-    assert read_back(first.document).digest == first.digest
-
-
-def _tables_named(value, found):
-    """Every (family, table) named anywhere in the document, however deeply."""
-    if isinstance(value, dict):
-        if "family" in value and ("table" in value or "name" in value):
-            found.add((value["family"], value.get("table", value.get("name"))))
-        for item in value.values():
-            _tables_named(item, found)
-    elif isinstance(value, list):
-        for item in value:
-            _tables_named(item, found)
-    return found
+    assert read_back(first.text).digest == first.digest
 
 
 @given(intents())
 def test_rendering_never_mentions_another_table(intent):
-    document = render(intent).document
-    objects = set()
-    for command in document["nftables"]:
-        (verb, body), = command.items()
+    text = render(intent).text
+    for line in text.splitlines():
+        verb, kind, family, table = line.split(" ")[:4]
         assert verb in ("add", "delete")  # never flush, never a whole-ruleset command
-        for kind, obj in body.items():
-            objects.add(kind)
-            name = obj["name"] if kind == "table" else obj["table"]
-            assert (obj["family"], name) == (FAMILY, TABLE)
-    assert objects <= {"table", "set", "chain", "rule"}
-    assert read_back(document).tables == {(FAMILY, TABLE)}
-    text = json.dumps(document)
+        assert kind in ("table", "set", "chain", "rule")
+        assert (family, table) == (FAMILY, TABLE)
+    assert read_back(text).tables == {(FAMILY, TABLE)}
     assert "flush" not in text and "ruleset" not in text
 
 
-@given(intents(), st.sampled_from([0, 1]), st.integers(0, 7))
-def test_sets_not_one_rule_per_pair(intent, which, extra):
-    """Adding a source to an existing allow changes a set's elements, never the rule count."""
-    def rule_count(i):
-        return sum(1 for c in render(i).document["nftables"] if "rule" in c.get("add", {}))
+def _rules(intent) -> int:
+    return len(_lines(render(intent).text, "add rule "))
 
-    allowed = [a for a in intent.allow if a.sources]
-    if not allowed:
+
+# The most rules any script holds, however many ports and sources: the fixed rules (input
+# preamble, the forward hook's established and closing rules) and, per protocol and kind of
+# source set, one input rule and at most one forward rule.
+MOST_RULES = len(INPUT_PREAMBLE) + 2 + 2 * len(PROTOCOLS) * len(SET_KINDS)
+
+
+@given(intents(), st.integers(1, 400), st.sampled_from(["allow", "expose", "local"]),
+       st.integers(0, 7))
+def test_rules_do_not_grow_with_ports_or_sources(intent, extra_ports, kind, seed):
+    """Adding ports (each with its own sources) to the kinds of source an intent already has
+    adds set elements, never a rule; and no script holds more than MOST_RULES rules."""
+    groups = [g for g in (intent.allow, intent.expose, intent.local) if g]
+    if kind == "allow" and intent.allow:
+        template = intent.allow[seed % len(intent.allow)]
+    elif kind == "expose" and intent.expose:
+        template = intent.expose[seed % len(intent.expose)]
+    elif kind == "local" and intent.local:
+        template = intent.local[seed % len(intent.local)]
+    else:
+        assert _rules(intent) <= MOST_RULES or not groups
         return
-    target = allowed[which % len(allowed)]
-    family_mate = [s for s in (f"10.77.9.{extra + 1}", f"fd00:99::{extra + 1}")
-                   if ipaddress.ip_address(s).version == ipaddress.ip_address(target.sources[0]).version][0]
-    grown = attrs.evolve(intent, allow=pvector(
-        [attrs.evolve(a, sources=pvector(list(a.sources) + [family_mate])) if a is target else a
-         for a in intent.allow]))
-    assert rule_count(grown) == rule_count(intent)
-    assert read_back(render(grown).document).input == intent_triples(grown)
+    field = {"allow": "allow", "expose": "expose", "local": "local"}[kind]
+    taken = {o.port for o in getattr(intent, field)}
+    fresh = [p for p in range(1, 65536) if p not in taken][:extra_ports]
+    grown = attrs.evolve(intent, **{field: pvector(
+        list(getattr(intent, field)) + [attrs.evolve(template, port=p) for p in fresh])})
+    assert _rules(grown) == _rules(intent) <= MOST_RULES
+    assert read_back(render(grown).text).input == intent_triples(grown)
 
 
 @given(intents())
 @example(AWKWARD_REASON)
 def test_comments_stay_within_what_libnftables_accepts(intent):
-    for command in render(intent).document["nftables"]:
-        comment = command.get("add", {}).get("rule", {}).get("comment")
-        if comment is not None:
+    for line in _lines(render(intent).text, "add rule "):
+        if ' comment "' in line:
+            comment = line.split(' comment "', 1)[1][:-1]
             assert len(comment.encode("utf-8")) <= 128 and comment.isprintable()
             assert comment.isascii() and '"' not in comment and "\\" not in comment
 
@@ -188,59 +241,72 @@ def test_diff_replaces_the_table_unless_it_runs_the_digest(desired, running, rec
 
 _CHECK_IN_NAMESPACE = """
 import json, sys, nftables
-from executors.firewall_render import read_back
+from executors.node.firewall_readback import read_back
 n = nftables.Nftables()
 for line in sys.stdin:
-    document = json.loads(line)
+    text = json.loads(line)
     for attempt in range(2):  # the second apply replaces the table the first one created
-        rc, out, err = n.json_cmd(document)
+        rc, out, err = n.cmd(text)
         assert rc == 0, err
     n.set_json_output(True)
     rc, out, err = n.cmd("list table inet mesh")
-    listing = json.loads(out)["nftables"]
-    sets = {o["set"]["name"]: sorted(o["set"].get("elem", [])) for o in listing if "set" in o}
-    wanted = {c["add"]["set"]["name"]: sorted(c["add"]["set"]["elem"])
-              for c in document["nftables"] if "set" in c.get("add", {})}
-    assert sets == wanted, (sets, wanted)
-    rules = sum(1 for o in listing if "rule" in o)
-    assert rules == sum(1 for c in document["nftables"] if "rule" in c.get("add", {}))
+    n.set_json_output(False)
+    assert rc == 0, err
+    mine, kernels = read_back(text), read_back(json.loads(out))
+    assert kernels.input == mine.input, sorted(kernels.input ^ mine.input)[:10]
+    assert kernels.forward == mine.forward, sorted(kernels.forward ^ mine.forward)[:10]
+    assert (kernels.input_policy, kernels.forward_priority, kernels.published_closed,
+            kernels.digest) == (mine.input_policy, mine.forward_priority, mine.published_closed,
+                                mine.digest)
 print("ok")
 """
+
+
+def _in_a_namespace(texts: list) -> subprocess.CompletedProcess:
+    pytest.importorskip("nftables", reason="the nftables Python binding is not installed "
+                        "(scripts/services.sh installs it)")
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("unshare -n is not permitted here (needs root)")
+    lines = "".join(json.dumps(t) + "\n" for t in texts)
+    return subprocess.run(["unshare", "-n", sys.executable, "-c", _CHECK_IN_NAMESPACE],
+                          input=lines, capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
 
 
 # Each example is a batch checked in one namespace; no shrinking (each step is a process).
 @pytest.mark.integration
 @settings(max_examples=12, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.data_too_large])
-@given(st.lists(intents(), min_size=5, max_size=5))
-def test_the_kernel_accepts_every_rendered_document(batch):
-    """Rendered documents applied for real, twice each, inside a throw-away namespace."""
-    pytest.importorskip("nftables", reason="the nftables Python binding is not installed "
-                        "(scripts/services.sh installs it)")
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("unshare -n is not permitted here (needs root)")
-    batch = [MIXED_PUBLISHED, TWO_FLOORS_ONE_PORT, AWKWARD_REASON] + batch
-    lines = "".join(json.dumps(render(i).document) + "\n" for i in batch)
-    result = subprocess.run(["unshare", "-n", sys.executable, "-c", _CHECK_IN_NAMESPACE],
-                            input=lines, capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)
+@given(st.lists(st.tuples(intents(), bridges), min_size=5, max_size=5))
+def test_the_kernel_holds_what_the_script_says(batch):
+    """Rendered scripts applied for real, twice each, inside a throw-away namespace; what the
+    kernel then lists reads back as what the script itself reads back as."""
+    fixed = [MIXED_PUBLISHED, TWO_FLOORS_ONE_PORT, AWKWARD_REASON, NESTED_NETWORKS,
+             LOCAL_AND_REMOTE]
+    texts = [render(i).text for i in fixed] + [render(i, b).text for i, b in batch]
+    result = _in_a_namespace(texts)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
-def test_the_renderer_is_pure():
-    """executors/firewall_render.py imports nothing that does I/O (the resolver's own rule)."""
+def test_the_renderer_and_the_reader_are_pure():
+    """The renderer, the reader and the meaning of an intent import nothing that does I/O (the
+    marks they share with the other executors, checked too, import nothing at all)."""
     import ast
 
-    source = Path(__file__).resolve().parent.parent / "executors" / "firewall_render.py"
     forbidden = {"os", "io", "pathlib", "subprocess", "socket", "time", "datetime", "random",
                  "secrets", "logging", "threading", "nftables", "tempfile", "shutil", "sys",
                  "ctypes", "importlib", "docker", "requests"}
     found = []
-    for node in ast.walk(ast.parse(source.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
-        found += [n for n in names if n.split(".")[0] in forbidden or n.startswith("executors")]
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("open", "__import__"):
-            found.append(node.func.id)
+    for name in ("node/firewall_render.py", "node/firewall_readback.py",
+                 "node/firewall_meaning.py", "common/marks.py"):
+        source = Path(__file__).resolve().parent.parent / "executors" / name
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found += [(name, n) for n in names if n.split(".")[0] in forbidden
+                      or n.startswith("executors") and n != "executors.common.marks"]
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("open",
+                                                                                  "__import__"):
+                found.append((name, node.func.id))
     assert found == []

@@ -5,6 +5,9 @@
 - Issuing is idempotent: issuing again, with the old or the new requests, changes nothing.
 - A rotation changes no container outside its holders: every container recreated, at either
   step (provider first, then holders), runs on a holder node and refers to the credential.
+  A provider's own admin secret is rotated provider first too: nothing changes before the
+  provider reports it in force, and then its server's own container is never recreated
+  ("in-place": only its env file changes), while another container that uses it is.
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ from nacl.public import PrivateKey
 from pyrsistent import pmap
 
 import resolver
-from executors.ca import init_ca
-from executors.issuer import issue, rotate
-from executors.keys import public_key_b64
+from executors.control.ca import init_ca
+from executors.control.issuer import issue, rotate
+from executors.common.keys import public_key_b64
 from resolver._plan import container_changes
-from resolver._rotation import holder_nodes, provider_applied
+from resolver._rotation import (
+    holder_nodes,
+    provider_applied,
+    server_held_credentials,
+    server_held_secrets,
+)
 
 from .strategies import NODE_NAMES, worlds
 
@@ -88,21 +96,25 @@ def test_rotation_changes_no_container_outside_its_holders(world, data):
     ledger = issued.ledger
     assert ledger.credentials, "with_binding guarantees a grant, so a credential to rotate"
     chosen = data.draw(st.sampled_from(sorted(ledger.credentials)))
-    rotated = rotate(ledger, [chosen], world.mesh, entropy=_counter())
+    server_held = server_held_credentials(world.catalogue, world.mesh)
+    rotated = rotate(ledger, [chosen], world.mesh, entropy=_counter(), server_held=server_held)
     assert {c for c in rotated.credentials
             if rotated.credentials[c] != ledger.credentials[c]} == {chosen}
     step1 = resolve(world, rotated)
     # every provider reports whatever is pending: only the rotated credential may move holders
-    promoted = {c: provider_applied(cred, cred.pending.generation) if cred.pending else cred
+    promoted = {c: provider_applied(cred, cred.pending.generation, credential_id=c) if cred.pending else cred
                 for c, cred in step1.ledger.credentials.items()}
     step2 = resolve(world, attrs.evolve(step1.ledger, credentials=pmap(promoted)))
     holders = set(holder_nodes(ledger.credentials[chosen]))
     for before, after in ((issued, step1), (step1, step2)):
         for change in container_changes(before.declarations, after.declarations):
             assert change.node in holders, f"{change} is outside the holders {holders}"
-            assert change.action == "recreate"
             decl = after.declarations[change.node]
             container = next(c for c in decl.containers if c.name == change.container)
             assert chosen in {s.credential for s in container.secrets}, change
+            held = chosen in server_held_secrets(decl, container)
+            assert change.action == ("in-place" if held else "recreate"), change
+            assert not (chosen in server_held and before is issued), \
+                f"{change}: a server's admin changed a container before the server had it"
         for node in set(before.declarations) - holders:
             assert before.declarations[node].digest == after.declarations[node].digest, node

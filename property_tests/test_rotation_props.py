@@ -14,6 +14,9 @@ provider must accept and is granted, retired generations, the stated window, whe
 rotation is in progress) and the physical invariants hold: every holder's generation is
 accepted (two slots: always; one password: except the holders in the stated window), and a
 retired generation is never accepted again.
+
+ServerAdminMachine models a provider's own admin secret and a server that keeps the password
+it was initialised with: it is what `mesh rotate DIR secret/<postgres>/admin` must never lock out.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ class RotationMachine(RuleBasedStateMachine):
         cred = first_generation({n: f"sealed-{n}-1" for n in self.holders},
                                 slot="a" if dual else None)
         self.provider_has = {1}  # the provider's real state: what its grant put in force
-        cred = provider_applied(cred, 1)
+        cred = provider_applied(cred, 1, credential_id=self.id)
         reporting = self.holders[:max(0, len(self.holders) - silent)]
         self.holds = {n: (1 if n in reporting else 0) for n in self.holders}  # 0: holds nothing
         for node in reporting:
@@ -158,7 +161,7 @@ class RotationMachine(RuleBasedStateMachine):
         target = {g for g in (newest, older) if g is not None}
         self.dropped_by_provider |= self.provider_has - target
         self.provider_has = target  # the model's grant, put in force for real
-        self.cred = provider_applied(self.cred, newest)
+        self.cred = provider_applied(self.cred, newest, credential_id=self.id)
         self.model.provider_in_force(newest)
 
     @rule()
@@ -178,7 +181,8 @@ class RotationMachine(RuleBasedStateMachine):
     @rule(back=st.integers(1, 3))
     def stale_provider_report(self, back):
         before = self.cred
-        self.cred = provider_applied(self.cred, max(1, self.cred.provider_applied - back))
+        self.cred = provider_applied(self.cred, max(1, self.cred.provider_applied - back),
+                                     credential_id=self.id)
         assert attrs.evolve(self.cred, provider_applied=0) == attrs.evolve(before,
                                                                             provider_applied=0)
 
@@ -223,8 +227,9 @@ TestRotation = RotationMachine.TestCase
 
 
 class OwnSecretMachine(RuleBasedStateMachine):
-    """A module's own secret: active at once, the old one kept sealed until its holder applied.
-    The model counts generations and decides by itself when the rotation is over."""
+    """A module's own secret that no server holds (an app's token): active at once, the old
+    one kept sealed until its holder applied. The model counts generations and decides by
+    itself when the rotation is over."""
 
     @initialize()
     def issued(self):
@@ -267,6 +272,110 @@ class OwnSecretMachine(RuleBasedStateMachine):
 TestOwnSecret = OwnSecretMachine.TestCase
 
 
+class ServerAdminMachine(RuleBasedStateMachine):
+    """A provider's own admin secret, against a plain model of its server.
+
+    The server holds exactly one admin password, set when its data directory was initialised;
+    recreating its container with another value in the environment changes nothing. Only the
+    provisioner changes it: it logs in with the generation its declaration says is in force,
+    else the pending one; if the server accepted the one in force and a pending one is
+    declared, it changes the password to the pending one. An apply that cannot log in fails,
+    and a failed apply's report is never recorded. `mesh applied` records the last report only
+    when it names the declaration in force now (the digest check), as `record_applied` does:
+    the provider's granted generation first, then what its containers hold. The operator may
+    change the password by hand, and later set it back to the generation in force.
+
+    At every step: the ledger still holds sealed a generation the server accepts (unless the
+    operator changed it by hand), never retires the generation the server holds, and tells
+    holders only a generation the server has accepted."""
+
+    ID = "secret/pg@anchor/admin"
+
+    @initialize()
+    def initialised(self):
+        self.cred = provider_applied(first_generation({"anchor": "sealed-1"}), 1,
+                                     credential_id=self.ID)
+        self.cred = holder_applied(self.cred, "anchor", 1)
+        self.server = 1  # the generation whose password the server accepts
+        self.accepted_ever = {1}
+        self.by_hand = False
+        self.report = None  # (declared (active, pending), granted, held) of the last success
+        self.rotations = 0
+
+    def declared(self):
+        pending = self.cred.pending.generation if self.cred.pending else None
+        return self.cred.active.generation, pending
+
+    @rule()
+    def rotate(self):
+        try:
+            self.cred = begin_rotation(self.ID, self.cred, {"anchor": "sealed-x"},
+                                       server_held=True)
+        except RotationError:
+            assert in_progress(self.cred) is not None
+            return
+        self.rotations += 1
+
+    @rule(recreate=st.booleans())
+    def node_applies(self, recreate):
+        """An apply of the declaration in force: containers (a recreate never changes the
+        server's password), then the provisioner."""
+        active, pending = self.declared()
+        tried = [active] + ([pending] if pending is not None else [])
+        if self.server not in tried or self.by_hand:
+            self.report = None  # failed: nothing recorded (the record says so)
+            return
+        if pending is not None and self.server == active:
+            self.server = pending  # ALTER ROLE, authenticated with the one in force
+            self.accepted_ever.add(pending)
+        self.report = ((active, pending), self.server, active)
+
+    @rule()
+    def operator_reports(self):
+        if self.report is None or self.report[0] != self.declared():
+            return  # a failed apply, or a declaration no longer in force: refused
+        _, granted, held = self.report
+        self.cred = provider_applied(self.cred, granted, credential_id=self.ID)
+        self.cred = holder_applied(self.cred, "anchor", held)
+
+    @rule()
+    def changed_by_hand(self):
+        self.by_hand = True
+
+    @rule()
+    def set_back_by_hand(self):
+        if self.by_hand:
+            self.by_hand = False
+            self.server = self.cred.active.generation
+
+    @invariant()
+    def never_locked_out(self):
+        sealed = {g.generation for g in (self.cred.active, self.cred.pending,
+                                         self.cred.retiring) if g is not None}
+        assert self.server in sealed, \
+            f"the server holds generation {self.server}; the ledger keeps only {sorted(sealed)}"
+        assert self.server not in self.cred.retired
+
+    @invariant()
+    def holders_told_only_what_the_server_accepted(self):
+        assert self.cred.active.generation in self.accepted_ever, \
+            f"holders are told generation {self.cred.active.generation}, which the server " \
+            f"never accepted"
+
+    @invariant()
+    def the_old_one_retires_only_once_the_holder_applied(self):
+        applied = self.cred.applied.get("anchor", 0)
+        if self.cred.retiring is not None:
+            assert applied < self.cred.active.generation
+        assert all(g < applied for g in self.cred.retired), \
+            f"retired {list(self.cred.retired)} before the holder applied a newer one ({applied})"
+        newest = max(g.generation for g in (self.cred.active, self.cred.pending) if g)
+        assert newest == self.rotations + 1
+
+
+TestServerAdmin = ServerAdminMachine.TestCase
+
+
 def test_rotation_is_refused_by_name_while_one_is_in_progress():
     cred = first_generation({"anchor": "s"}, slot="a")
     cred = begin_rotation("c", cred, {"anchor": "t"})
@@ -280,8 +389,8 @@ def test_rotation_is_refused_by_name_while_one_is_in_progress():
 
 def test_dual_grant_is_the_same_while_pending_and_while_retiring():
     cred = first_generation({"anchor": "s", "lab": "s"}, slot="a")
-    cred = provider_applied(cred, 1)
+    cred = provider_applied(cred, 1, credential_id="c")
     pending = begin_rotation("c", cred, pmap({"anchor": "t", "lab": "t"}))
-    promoted = provider_applied(pending, 2)
+    promoted = provider_applied(pending, 2, credential_id="c")
     assert grant_view(pending) == grant_view(promoted)
     assert promoted.active.slot == "b" and promoted.retiring.slot == "a"

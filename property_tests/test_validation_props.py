@@ -627,8 +627,12 @@ def test_a_line_of_broken_yaml_is_refused_where_it_is(world, data):
         load_mesh(broken, "mesh.yaml")
     note(broken)
     faults = raised.value.faults
-    assert all(f.message.startswith("YAML: ") and f.expected == "well-formed YAML"
-               for f in faults), faults
+    if damage == "mesh: twice":  # well-formed YAML, refused by the reader for the key it repeats
+        assert [(f.message, f.expected) for f in faults] == [
+            ("duplicate key 'mesh' (first at line 1)", "each key once")], faults
+    else:
+        assert all(f.message.startswith("YAML: ") and f.expected == "well-formed YAML"
+                   for f in faults), faults
     assert any(at + 1 <= f.line <= at + 3 for f in faults), (at + 1, faults)
 
 

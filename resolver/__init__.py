@@ -14,21 +14,25 @@ from ._declaration import (
     ContainerDecl,
     Declaration,
     FirewallAllow,
+    FirewallExposure,
     FirewallFloor,
     FirewallIntent,
+    FirewallLocal,
     GrantDecl,
     HealthDecl,
+    HeldDecl,
+    InstanceRendering,
     MountDecl,
     Problem,
     ProviderDecl,
     PublishedPort,
     Request,
-    Resolution,
     SecretRef,
     StateDirDecl,
     secret_token,
 )
-from ._errors import Fault, InputError, MeshError, ResolutionError
+from ._resolution import Resolution
+from ._errors import Fault, InputError, MeshError, ResolutionError, one_line
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._ledger import (
     EMPTY_LEDGER,
@@ -41,7 +45,8 @@ from ._ledger import (
     NodeSerial,
     PortAssignment,
 )
-from ._load import DocumentPositions, load_document, parse_yaml
+from ._load import DocumentPositions, Parsed, load_document, parse_document, parse_yaml
+from ._yaml import LIMITS, MAX_DOCUMENT_BYTES, decode_document
 from ._documents import (
     Inputs,
     dump_ledger,
@@ -59,6 +64,7 @@ from ._model import (
     Artifact,
     CaConfig,
     Container,
+    Exposure,
     Floor,
     Health,
     HttpCheck,
@@ -81,15 +87,18 @@ from ._model import (
 __all__ = [
     "structure", "unstructure", "yaml_key",
     "AccessDecl", "Binding", "BindingDecl", "Change", "ContainerDecl", "Declaration",
-    "FirewallAllow", "FirewallFloor", "FirewallIntent", "GrantDecl", "HealthDecl", "MountDecl",
+    "FirewallAllow", "FirewallExposure", "FirewallFloor", "FirewallIntent", "FirewallLocal",
+    "GrantDecl", "HealthDecl", "HeldDecl", "InstanceRendering", "MountDecl",
     "Problem", "ProviderDecl", "PublishedPort", "Request", "Resolution", "SecretRef", "StateDirDecl",
     "secret_token",
-    "Fault", "InputError", "MeshError", "ResolutionError",
+    "Fault", "InputError", "MeshError", "ResolutionError", "one_line",
     "NO_SOURCES", "Catalogue", "Sources",
     "EMPTY_LEDGER", "LEDGER_VERSION", "BuildRecord", "Certificate", "Credential", "Generation",
     "Ledger", "NodeSerial", "PortAssignment",
-    "DocumentPositions", "load_document", "parse_yaml",
-    "Access", "Artifact", "CaConfig", "Container", "Floor", "Health", "HttpCheck", "Instance",
+    "DocumentPositions", "Parsed", "load_document", "parse_document", "parse_yaml",
+    "LIMITS", "MAX_DOCUMENT_BYTES", "decode_document",
+    "Access", "Artifact", "CaConfig", "Container", "Exposure", "Floor", "Health", "HttpCheck",
+    "Instance",
     "Listen", "Mesh", "Module", "Mount", "Node", "Part", "PortRange", "Provide", "Provision",
     "Provisions", "Require", "StateDir", "Substrate",
     "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",
@@ -101,9 +110,11 @@ __all__ = [
 from ._resolve import credential_id, resolve, secret_id  # noqa: E402
 from ._render import container_name, declaration_digest  # noqa: E402
 from ._select import select_provider, Selection  # noqa: E402
+from ._records import newest_written, next_serial, record_declared  # noqa: E402
 
 __all__ += ["resolve", "credential_id", "secret_id", "container_name", "declaration_digest",
-            "select_provider", "Selection"]
+            "select_provider", "Selection", "newest_written", "next_serial",
+            "record_declared"]
 
 from ._picture import (  # noqa: E402
     EdgeView,

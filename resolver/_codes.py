@@ -30,8 +30,19 @@ PORT_RANGE_EXHAUSTED = "port-range-exhausted"
 BLOCKED_BY_PROVIDER = "blocked-by-provider"  # a required provider is itself blocked
 MISSING_PUBLIC_KEY = "missing-public-key"  # a node holds secrets but has no key to seal to
 UNKNOWN_DEFAULT = "unknown-default"  # a mesh default / substrate names a missing instance
+UNKNOWN_LISTEN = "unknown-listen"  # an `expose:` names no listen of the instance's module
+MOVE_WITH_STATE = "move-with-state"  # a move of an instance owning state, data fate unsaid
+STATE_FROM_MISMATCH = "state-from-mismatch"  # state-from names a node it was not on
+
+# refusals of a mesh-wide setting (they block no instance: the setting is not applied)
+FLOOR_CONFLICT = "floor-conflict"  # a floor (or ssh-port) on a host port kept by an instance
+
+# the state of a refused instance that was declared before (a warning: nothing is removed)
+HELD = "held"  # it keeps its last good declaration until the refusal is fixed
 
 # informational
 PENDING_CREDENTIAL = "pending-credential"
 PROVIDER_MOVED = "provider-moved"
 PORT_RELEASED = "port-released"
+EXPOSURE_FAMILY = "exposure-family"  # an exposure source of the other family than the node's address
+STALE_STATE_FROM = "stale-state-from"  # state-from with no move to confirm: remove it

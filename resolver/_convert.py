@@ -54,10 +54,11 @@ def _describe(value: Any) -> str:
         return "nothing (null)"
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"a number ({value})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        shown = repr(value)
+        return f"a string ({shown if len(shown) <= 60 else shown[:50] + '…' + shown[-5:]})"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):

@@ -1,4 +1,4 @@
-"""What resolution produces: per-node declarations, bindings, problems, requests, the new ledger.
+"""What resolution produces: per-node declarations, per-instance renderings, bindings, problems.
 
 Invariants:
 - A declaration is the whole desired state of one node; it carries no secret value, only
@@ -9,6 +9,9 @@ Invariants:
 - Collections are ordered deterministically (containers in declaration order, everything else
   sorted) so the canonical serialisation, and with it the digest, is byte-stable.
 - The digest covers everything in the declaration except `serial` and `digest` themselves.
+- A node's declaration is assembled from one InstanceRendering per instance declared on it
+  (plus the grants and firewall allows its instances' consumers on other nodes need); a held
+  instance's rendering is the one last written for it, byte for byte (resolver/_records.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Optional
 import attrs
 from pyrsistent.typing import PMap, PVector
 
-from ._ledger import Ledger
 from ._model import EMPTY_MAP, EMPTY_VEC
 
 SECRET_TOKEN = "${{secret:{}}}"  # format with a credential id
@@ -75,6 +77,9 @@ class ContainerDecl:
     run_once: bool = False
     health: Optional[HealthDecl] = None
     labels: PMap[str, str] = EMPTY_MAP
+    # The container's MAC address on the runtime's bridge: set for the containers of an
+    # instance bound to a provider on its own node, whose firewall opening names it.
+    mac: Optional[str] = None
 
 
 @attrs.frozen(order=True)
@@ -111,6 +116,28 @@ class FirewallFloor:
     reason: str
 
 
+@attrs.frozen(order=True)
+class FirewallLocal:
+    """A provider port opened to its bound consumers on the same node: their containers, by
+    the MAC address each is created with, arriving on the container runtime's bridge."""
+
+    port: int
+    protocol: str
+    macs: PVector[str]  # the consumers' containers, sorted
+    reason: str
+
+
+@attrs.frozen(order=True)
+class FirewallExposure:
+    """A listen opened beyond the mesh (mesh.yaml `expose:`): to anywhere (`any`), or to IPv4
+    and IPv6 addresses and prefixes, written canonically (`192.168.1.0/24`, `fd00::/64`)."""
+
+    port: int
+    protocol: str
+    sources: PVector[str]
+    reason: str
+
+
 @attrs.frozen
 class FirewallIntent:
     address: str  # the node's own address
@@ -118,6 +145,8 @@ class FirewallIntent:
     floors: PVector[FirewallFloor] = EMPTY_VEC
     # every node address of the mesh, when a floor of this node admits them all (else empty)
     mesh_sources: PVector[str] = EMPTY_VEC
+    local: PVector[FirewallLocal] = EMPTY_VEC  # same-node bindings
+    expose: PVector[FirewallExposure] = EMPTY_VEC  # openings beyond the mesh
 
 
 @attrs.frozen(order=True)
@@ -150,6 +179,9 @@ class ProviderDecl:
     port: int  # the assigned host port
     container_port: int
     admin: Optional[SecretRef] = None  # the credential the provisioner authenticates with
+    # a rotation of that admin credential in progress: the generation the provisioner puts in
+    # force on the running server (authenticating with `admin`) before holders are told it
+    admin_pending: Optional[SecretRef] = None
 
 
 @attrs.frozen(order=True)
@@ -163,6 +195,39 @@ class BindingDecl:
     values: PMap[str, str]
     secret: Optional[SecretRef] = None
     kind: str = "none"  # grant kind, for verify
+
+
+@attrs.frozen(order=True)
+class HeldDecl:
+    """An instance refused now and held at its last good declaration: one per refusal."""
+
+    instance: str
+    code: str  # the refusal's problem code
+    message: str
+    file: str = ""
+    line: int = 0
+    col: int = 0
+
+
+@attrs.frozen
+class InstanceRendering:
+    """One instance's part of the declarations, as written: its own containers, state
+    directories, accesses, what it provides and the binding values it is told on its node, and
+    what its providers' nodes hold for it (its grants and the firewall allows it needs, by
+    provider node). The ledger keeps the last written one of each instance: what the instance
+    keeps, byte for byte, while it is refused (held)."""
+
+    node: str
+    containers: PVector[ContainerDecl] = EMPTY_VEC
+    state_dirs: PVector[StateDirDecl] = EMPTY_VEC
+    accesses: PVector[AccessDecl] = EMPTY_VEC  # instances: itself only, with its own mode
+    providers: PVector[ProviderDecl] = EMPTY_VEC
+    bindings: PVector[BindingDecl] = EMPTY_VEC  # as the consumer
+    grants: PMap[str, PVector[GrantDecl]] = EMPTY_MAP  # provider node → grants for it
+    allows: PMap[str, PVector[FirewallAllow]] = EMPTY_MAP  # provider node → one per binding
+    locals: PMap[str, PVector[FirewallLocal]] = EMPTY_MAP  # its own node → one per binding
+    exposures: PVector[FirewallExposure] = EMPTY_VEC  # its listens opened beyond the mesh
+    claims: PVector[str] = EMPTY_VEC  # the singular things it claims on its node, kept held
 
 
 @attrs.frozen
@@ -179,8 +244,9 @@ class Declaration:
     grants: PVector[GrantDecl] = EMPTY_VEC
     providers: PVector[ProviderDecl] = EMPTY_VEC  # what the instances here provide
     bindings: PVector[BindingDecl] = EMPTY_VEC  # bindings whose consumer runs on this node
-    instances: PVector[str] = EMPTY_VEC  # instances declared here (blocked ones are absent)
+    instances: PVector[str] = EMPTY_VEC  # instances declared here, held ones included
     certificate: Optional[str] = None  # the node certificate's PEM (public)
+    held: PVector[HeldDecl] = EMPTY_VEC  # instances refused now, kept at their last good state
 
 
 @attrs.frozen(order=True)
@@ -213,7 +279,7 @@ class Problem:
     col: int = 0
     state: Optional[str] = None  # for unsatisfied requirements: no-provider, provider-not-assigned, …
     candidates: PVector[str] = EMPTY_VEC
-    blocks: PVector[str] = EMPTY_VEC  # instances left out of their declarations because of it
+    blocks: PVector[str] = EMPTY_VEC  # instances refused because of it (absent, or held)
 
     @property
     def where(self) -> str:
@@ -238,18 +304,3 @@ class Change:
     kind: str
     subject: str
     message: str
-
-
-@attrs.frozen
-class Resolution:
-    declarations: PMap[str, Declaration]
-    bindings: PVector[Binding]
-    problems: PVector[Problem]
-    requests: PVector[Request]
-    changes: PVector[Change]
-    ledger: Ledger
-    artifacts: str = "external"  # external | self-hosting
-
-    @property
-    def refused(self) -> bool:
-        return any(p.severity == "error" for p in self.problems)

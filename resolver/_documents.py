@@ -1,17 +1,21 @@
 """Loading the four input documents from text, and writing the ledger back as text.
 
 Invariants:
-- Pure: text and a file name in; (model, DocumentPositions) out, or InputError carrying every
-  fault of the document (structure faults, then, once it structures, validation faults).
+- Pure: text (or the bytes of a file, or a Parsed document) and a file name in; (model,
+  DocumentPositions) out, or InputError carrying every fault of the document (reading faults
+  located at the byte or node, structure faults, then, once it structures, validation
+  faults). The limits of _yaml bound the time and memory of every load.
 - A ledger is refused at an unknown version before its shape is looked at, so a newer ledger
   is never half-read (and, since nothing here writes files, never overwritten).
 - load_inputs gathers the faults of every document before raising, so one run shows them all.
 - dump_ledger is deterministic: `version` first, every other key sorted, so equal ledgers are
-  equal text and load_ledger(dump_ledger(x)) == x.
+  equal text and load_ledger(dump_ledger(x)) == x. Each rendering under `declared` is written
+  as one canonical JSON text (fast to read); load_ledger also reads one written as a mapping.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Optional
 
 import attrs
@@ -62,9 +66,25 @@ def load_mesh(text: str, file: str) -> tuple[Mesh, DocumentPositions]:
     return _structured(text, file, Mesh, validate_mesh)
 
 
+def _ledger_precheck(data, where: DocumentPositions) -> Optional[Fault]:
+    """The version first; then each `declared` rendering, written as one JSON text (see
+    dump_ledger), read back in place so the converter structures it like any mapping."""
+    fault = ledger_version_fault(data, where)
+    if fault is not None or not isinstance(data.get("declared"), dict):
+        return fault
+    for name, value in data["declared"].items():
+        if isinstance(value, str):
+            try:
+                data["declared"][name] = json.loads(value)
+            except ValueError as error:
+                return where.fault(("declared", name), f"the rendering of {name} is not JSON "
+                                   f"({error})", "a rendering as `mesh plan --out` records it")
+    return None
+
+
 def load_ledger(text: str, file: str) -> tuple[Ledger, DocumentPositions]:
     """A ledger at version 1; any other version is refused with its position."""
-    return _structured(text, file, Ledger, validate_ledger, precheck=ledger_version_fault)
+    return _structured(text, file, Ledger, validate_ledger, precheck=_ledger_precheck)
 
 
 class _Text:
@@ -98,9 +118,15 @@ def dump_yaml(data: Any) -> str:
 
 
 def dump_ledger(ledger: Ledger) -> str:
-    """The ledger as YAML text: `version` first, then every key sorted."""
+    """The ledger as YAML text: `version` first, then every key sorted. Each `declared`
+    rendering is one canonical JSON text (a single YAML scalar): a rendering is a whole
+    instance's declaration, and as nested YAML it would make every command's read of the
+    ledger about ten times slower."""
     body = _sorted(unstructure(ledger))
     body.pop("version", None)
+    if "declared" in body:
+        body["declared"] = {name: json.dumps(rendering, sort_keys=True, separators=(",", ":"))
+                            for name, rendering in body["declared"].items()}
     return dump_yaml({"version": ledger.version, **body})
 
 
@@ -118,8 +144,8 @@ from ._artifacts import validate_artifact_store_modules, validate_build_graph  #
 
 
 def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
-    """Load a whole mesh from texts keyed like Sources ("mesh", "provisions", "ledger",
-    "module:<name>"), each (text, file). No "ledger" means the empty ledger; no
+    """Load a whole mesh from documents keyed like Sources ("mesh", "provisions", "ledger",
+    "module:<name>"), each (text, UTF-8 bytes or a Parsed; file). No "ledger" means the empty ledger; no
     "provisions", none defined. Raises one InputError with the faults of every document."""
     faults: list[Fault] = []
     positions: dict[str, DocumentPositions] = {}
@@ -149,7 +175,8 @@ def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
         if module is not None:
             modules[name] = module
     sources = Sources(pmap(positions))
-    faults.extend(validate_catalogue(modules, provisions.provisions, sources))
+    unloaded = {k[len("module:"):] for k in documents if k.startswith("module:")} - set(modules)
+    faults.extend(validate_catalogue(modules, provisions.provisions, sources, unloaded))
     catalogue = Catalogue(modules=pmap(modules), provisions=provisions.provisions)
     if not faults:  # the artifact rules need a catalogue whose references already hold
         faults.extend(validate_artifact_store_modules(catalogue, sources))

@@ -20,7 +20,7 @@ import textwrap
 import unicodedata
 from typing import Iterable, Mapping, Optional, Sequence
 
-from ._declaration import Resolution
+from ._resolution import Resolution
 from ._model import Mesh
 from ._picture import (
     HELD,

@@ -5,11 +5,21 @@ Invariants:
 - Bad input is never reported one fault at a time: InputError carries every fault of the
   documents it was given, each located as file:line:col with what was expected.
 - Positions are 1-based when printed (ruamel's are 0-based; the conversion happens here).
+- A fault prints as one line, whatever the input held: one_line escapes every character that
+  is not printable (line breaks, control characters and terminal escapes, bidi overrides).
 """
 
 from __future__ import annotations
 
 import attrs
+
+
+def one_line(text: str) -> str:
+    """`text` with each character that is not printable written as its escape (`\\x85`,
+    `\\u2028`, `\\x1b`), so it prints as one line and cannot drive a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class MeshError(Exception):
@@ -28,7 +38,8 @@ class Fault:
 
     def __str__(self) -> str:
         where = self.file if self.line == 0 else f"{self.file}:{self.line}:{self.col}"
-        return f"{where}: {self.message}" + (f"; expected {self.expected}" if self.expected else "")
+        text = f"{where}: {self.message}" + (f"; expected {self.expected}" if self.expected else "")
+        return one_line(text)
 
 
 class InputError(MeshError):

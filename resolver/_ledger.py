@@ -8,6 +8,9 @@ Invariants:
   change only by an explicit operator act (rotate, refresh, renew, bind) or when their instance
   is gone (released, and the plan says so).
 - Every key is a string so the ledger round-trips through YAML unchanged.
+- `nodes` and `declared` record what was written out, not what was resolved: only
+  resolver.record_declared (called by whatever writes declarations) changes them, so a serial
+  or a held rendering always refers to a declaration a node may have been handed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Optional
 import attrs
 from pyrsistent.typing import PMap, PVector
 
+from ._declaration import InstanceRendering
 from ._model import EMPTY_MAP, EMPTY_VEC
 
 LEDGER_VERSION = 1
@@ -35,6 +39,9 @@ class Generation:
     generation: int
     slot: Optional[str] = None  # "a" | "b" for providers that hold two logins, else None
     sealed: PMap[str, str] = EMPTY_MAP  # holder node → base64 sealed box
+    # the same value sealed to the control node, which issued it: what lets the issuer re-seal
+    # it to new holders when an instance moves (never told to a holder, never a holder itself)
+    escrow: PMap[str, str] = EMPTY_MAP
 
 
 @attrs.frozen
@@ -70,7 +77,8 @@ class Certificate:
 
 @attrs.frozen
 class NodeSerial:
-    """The serial of a node's declaration; it increases exactly when the digest changes."""
+    """The serial and digest of the last declaration written for a node; the next one written
+    keeps the serial when its digest is the same, and takes serial + 1 otherwise."""
 
     serial: int
     digest: str
@@ -95,7 +103,8 @@ class Ledger:
     pins: PMap[str, str] = EMPTY_MAP  # "repository:tag" → "sha256:…"
     mirrored: PMap[str, str] = EMPTY_MAP  # digest → registry address that holds it
     builds: PMap[str, BuildRecord] = EMPTY_MAP  # "module/artifact" → build record
-    nodes: PMap[str, NodeSerial] = EMPTY_MAP  # node → last declaration serial and digest
+    nodes: PMap[str, NodeSerial] = EMPTY_MAP  # node → last declaration written: serial, digest
+    declared: PMap[str, InstanceRendering] = EMPTY_MAP  # instance → its last written rendering
 
 
 EMPTY_LEDGER = Ledger()

@@ -2,8 +2,8 @@
 
 Invariants:
 - Pure: text and a file name in, model (or InputError) out. Reading files is the caller's job.
-- ruamel's round-trip tree is kept only to find positions (a SourceMap); the model is built
-  from plain data by the strict converter and never sees a ruamel type.
+- The text is read by _yaml (bounded, located); its position tree is kept only to find
+  positions, and the model is built from plain data by the strict converter.
 - Every fault of a document is reported, not the first; a fault under a key points at the key
   as the user wrote it (`run-once`, not `run_once`).
 """
@@ -19,117 +19,85 @@ from cattrs.errors import (
     ForbiddenExtraKeysError,
     IterableValidationNote,
 )
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from ._convert import _describe, structure, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
+from ._yaml import read_yaml
 
 Path = tuple
 
 
 @attrs.frozen
 class DocumentPositions:
-    """Positions of one parsed document: the round-trip tree, used only to look things up."""
+    """Positions of one parsed document (the position tree of _yaml), used only to look
+    things up."""
 
     file: str
-    tree: Any = attrs.field(eq=False, repr=False)
+    tree: Any = attrs.field(eq=False, repr=False)  # (line, col, child), see _yaml.Child
     skip: int = 0  # leading path elements that are not in the text (a wrapping key)
 
-    def _walk(self, path: Path):
-        """The deepest node along `path`, its parent, and the last key found."""
-        node, parent, last = self.tree, None, None
-        for key in path[self.skip:]:
-            if isinstance(node, CommentedMap) and key in node:
-                parent, last, node = node, key, node[key]
-            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-                parent, last, node = node, key, node[key]
-            else:
-                break
-        return node, parent, last
-
     def position(self, path: Path, *, at_key: bool = False) -> tuple[int, int]:
-        """1-based (line, col) of the value at `path` (or of its key with at_key)."""
-        node, parent, last = self._walk(path)
-        try:
-            if parent is None:
-                if isinstance(node, (CommentedMap, CommentedSeq)):
-                    return node.lc.line + 1, node.lc.col + 1
-                return 1, 1
-            if isinstance(parent, CommentedMap):
-                line, col = parent.lc.key(last) if at_key else parent.lc.value(last)
-            else:
-                line, col = parent.lc.item(last)
-            return line + 1, col + 1
-        except (AttributeError, KeyError, IndexError, TypeError):
-            return 1, 1
+        """1-based (line, col) of the value at `path` (or of its key with at_key); the
+        deepest place along `path` that the document has."""
+        line, col, child = self.tree
+        key_at = None
+        for key in path[self.skip:]:
+            try:
+                if isinstance(child, dict) and key in child:
+                    k_line, k_col, line, col, child = child[key]
+                    key_at = (k_line, k_col)
+                    continue
+                if isinstance(child, list) and type(key) is int and 0 <= key < len(child):
+                    line, col, child = child[key]
+                    key_at = None
+                    continue
+            except TypeError:  # an unhashable path element: not in the document
+                pass
+            break
+        if at_key and key_at is not None:
+            return key_at
+        return line, col
 
     def key_order(self, path: Path) -> tuple[str, ...]:
         """The keys of the mapping at `path` in the order the document writes them (the model's
-        maps do not keep it); empty when nothing at `path` is a mapping. Plain strings only, so
-        no round-trip type leaves this object."""
-        node = self.tree
+        maps do not keep it); empty when nothing at `path` is a mapping. Plain strings only."""
+        _line, _col, child = self.tree
         for key in path[self.skip:]:
-            if isinstance(node, CommentedMap) and key in node:
-                node = node[key]
-            elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-                node = node[key]
+            if isinstance(child, dict) and isinstance(key, str) and key in child:
+                child = child[key][4]
+            elif isinstance(child, list) and type(key) is int and 0 <= key < len(child):
+                child = child[key][2]
             else:
                 return ()
-        if not isinstance(node, CommentedMap):
+        if not isinstance(child, dict):
             return ()
-        return tuple(str(k) for k in node if isinstance(k, str))
+        return tuple(k for k in child if isinstance(k, str))
 
     def fault(self, path: Path, message: str, expected: str = "", *, at_key: bool = False) -> Fault:
         line, col = self.position(path, at_key=at_key)
         return Fault(self.file, line, col, message, expected)
 
 
-def _plain(node: Any) -> Any:
-    """ruamel's round-trip types → plain dict / list / str / int / float / bool / None."""
-    if isinstance(node, dict):
-        return {_plain(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    if isinstance(node, bool):
-        return bool(node)
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    return node
+def parse_yaml(text, file: str) -> tuple[Any, DocumentPositions]:
+    """Parse one YAML document (text, or bytes that must be UTF-8) into plain data and its
+    positions; every fault (encoding, limits, syntax, duplicate keys) is an InputError
+    located at the offending byte, node or alias."""
+    data, tree = read_yaml(text, file)
+    return data, DocumentPositions(file, tree)
 
 
-def _text_position(text: str, index: Optional[int]) -> tuple[int, int]:
-    """1-based (line, col) of a character index (the reader reports indices, not marks)."""
-    if not isinstance(index, int) or index < 0:
-        return 1, 1
-    index = min(index, len(text))
-    return text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1
+@attrs.frozen(eq=False)
+class Parsed:
+    """A document already parsed (by parse_document), handed to a loader in place of its
+    text so that it is not parsed twice (the executor reads mesh.yaml's paths first)."""
+
+    data: Any
+    where: DocumentPositions
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, DocumentPositions]:
-    """Parse YAML text; syntax errors become InputError with the parser's position."""
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
-    try:
-        tree = yaml.load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        what = " ".join(x for x in (exc.context, exc.problem) if x) or "malformed YAML"
-        raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
-    except YAMLError as exc:
-        line, col = _text_position(text, getattr(exc, "position", None))
-        what = getattr(exc, "reason", None) or str(exc).split("\n")[0]
-        if getattr(exc, "character", None) is not None:
-            what = f"character {exc.character!r} is not allowed ({what})"
-        raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
-    return _plain(tree), DocumentPositions(file, tree)
+def parse_document(text, file: str) -> Parsed:
+    return Parsed(*parse_yaml(text, file))
 
 
 def structure_faults(exc: BaseException, where: DocumentPositions, path: Path = ()) -> list[Fault]:
@@ -171,7 +139,8 @@ def _known_keys(cls: Optional[type]) -> str:
 
 def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
                   precheck=None, validate=None):
-    """Parse and structure one document. Returns (model, positions) or raises InputError.
+    """Parse and structure one document (text, UTF-8 bytes, or a Parsed). Returns (model,
+    positions) or raises InputError.
 
     `wrap` nests the document under one key before structuring (provisions.yaml is a bare
     mapping of provision names; its model has one field).
@@ -180,7 +149,10 @@ def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None
     `validate(model, where)` returns the faults between keys. When some values have the wrong
     type, the document is structured once more with those values replaced by neutral ones, so
     `validate` still runs and reports the rest; its faults at a replaced value are dropped."""
-    data, where = parse_yaml(text, file)
+    if isinstance(text, Parsed):
+        data, where = text.data, text.where
+    else:
+        data, where = parse_yaml(text, file)
     if data is None:
         raise InputError([Fault(file, 1, 1, "the document is empty", f"a {cls.__name__} mapping")])
     if not isinstance(data, dict):

@@ -189,13 +189,29 @@ class Node:
 
 
 @attrs.frozen
+class Exposure:
+    """A listen opened beyond the mesh: to anywhere (`any`) or to named IPv4/IPv6 addresses and
+    prefixes. It opens the listen's assigned host port; it never assigns or moves one."""
+
+    to: PVector[str]
+    reason: str = ""
+
+
+@attrs.frozen
 class Instance:
-    """A module assigned to a node. The instance's name is its identity; its node may change."""
+    """A module assigned to a node. The instance's name is its identity; its node may change.
+
+    Moving an instance whose module owns state directories is refused until the instance says
+    what happens to the data: `state-from: <old node>` (the operator copied it from there) or
+    `fresh: true` (it may start empty, on this and any later move)."""
 
     module: str
     node: str
     parts: PVector[str] = EMPTY_VEC
     bind: PMap[str, str] = EMPTY_MAP  # requirement name (`as`) → provider instance
+    expose: PMap[str, Exposure] = EMPTY_MAP  # listen name → who beyond the mesh may reach it
+    state_from: Optional[str] = None  # the node its state directories were copied from
+    fresh: bool = False  # its state may start empty when it moves
 
 
 @attrs.frozen

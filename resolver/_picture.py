@@ -9,9 +9,9 @@ Invariants:
 - Every request and every rotation in progress is shown once per thing it concerns: on the
   binding edges that carry the credential, on the instance that owns a secret, on the node
   a certificate is for; what concerns nothing drawn is a note of the picture, never lost.
-- Two hooks for inputs other branches add: `held` (instance → refusal code: an instance that
-  keeps its last good declaration) is an argument; a node's exposures (ports opened to named
-  sources outside the mesh) are read from its firewall intent in `_openings` alone.
+- Held instances (refused, kept at their last good declaration) are read from the
+  declarations' `held` lists; a node's exposures (ports opened to named sources outside the
+  mesh) from its firewall intent, in `_openings` alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Iterable, Mapping, Optional
 
 import attrs
 
-from ._declaration import FirewallIntent, Problem, Resolution
+from ._declaration import FirewallIntent, Problem
+from ._resolution import Resolution
 from ._model import Mesh
 from ._rotation import OWN_SECRET_PREFIX, in_progress
 
@@ -127,8 +128,8 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
                  held: Mapping[str, str] = None) -> MeshPicture:
     """The whole mesh as views. `node_order`/`instance_order` are the names as mesh.yaml writes
     them (Sources.key_order); `held` maps each instance kept on its last good declaration to
-    the refusal's code (empty until held instances exist)."""
-    held = dict(held or {})
+    the refusal's code, by default as the declarations list them (`held_codes`)."""
+    held = dict(held_codes(resolution) if held is None else held)
     requested = _requested(resolution)
     rotating = _rotating(resolution)
     shown_credentials: set[str] = set()
@@ -243,16 +244,24 @@ def focus(picture: MeshPicture, nodes: Iterable[str]) -> MeshPicture:
 
 
 def _openings(intent: Optional[FirewallIntent]):
-    """(floors, allows, exposures) of a node's firewall intent.
-
-    Exposures (issue 13: a listen opened to named sources outside the mesh) join the intent
-    as their own field; until then there are none, and this is the one line to fill."""
+    """(floors, allows, exposures) of a node's firewall intent; exposures are listens opened
+    to named sources beyond the mesh (mesh.yaml `expose:`)."""
     if intent is None:
         return (), (), ()
     floors = tuple(Opening(f.port, f.protocol, tuple(f.sources), f.reason) for f in intent.floors)
     allows = tuple(Opening(a.port, a.protocol, tuple(a.sources), a.reason) for a in intent.allow)
-    exposures: tuple[Opening, ...] = ()
+    exposures = tuple(Opening(e.port, e.protocol, tuple(e.sources), e.reason)
+                      for e in intent.expose)
     return floors, allows, exposures
+
+
+def held_codes(resolution: Resolution) -> dict[str, str]:
+    """instance → the code of its first refusal, for every instance a declaration holds."""
+    found: dict[str, str] = {}
+    for declaration in resolution.declarations.values():
+        for h in sorted(declaration.held, key=lambda h: (h.file, h.line, h.col, h.code)):
+            found.setdefault(h.instance, h.code)
+    return found
 
 
 def _requested(resolution: Resolution) -> dict[str, list[tuple[str, str]]]:

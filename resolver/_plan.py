@@ -3,7 +3,10 @@
 Invariants:
 - Pure comparison of declarations: it never looks at a machine. A container is "create"
   when new, "remove" when gone, "recreate" when any part of its definition differs (an
-  environment is fixed at creation, so the honest verb is recreate), and absent otherwise.
+  environment is fixed at creation, so the honest verb is recreate), and absent otherwise;
+  except "in-place" when the only difference is a new generation of a secret its provisioner
+  puts in force on the running server (a provider's admin, in the server's own container: see
+  _rotation.server_held_secrets), which rewrites its env file and never recreates it.
 - Every recreate names its causes ("env DB_HOST", "image", "secret <id> generation 1 → 2"),
   so a rotation's plan shows every container it touches and why; values of secrets never
   appear, only credential ids and generations.
@@ -18,6 +21,7 @@ from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from ._declaration import ContainerDecl, Declaration
+from ._rotation import server_held_secrets
 
 
 @attrs.frozen(order=True)
@@ -25,11 +29,14 @@ class ContainerChange:
     node: str
     container: str
     instance: str
-    action: str  # create | recreate | remove
+    action: str  # create | recreate | remove | in-place
     causes: PVector[str] = pvector()
 
 
-def container_causes(old: ContainerDecl, new: ContainerDecl) -> list[str]:
+def container_causes(old: ContainerDecl, new: ContainerDecl,
+                     in_place: frozenset = frozenset()) -> list[str]:
+    """Why `old` becomes `new`; a generation change of a credential in `in_place` is left out
+    (the caller states it apart)."""
     causes = []
     if old.image != new.image:
         causes.append(f"image {old.image} → {new.image}")
@@ -40,11 +47,11 @@ def container_causes(old: ContainerDecl, new: ContainerDecl) -> list[str]:
     new_secrets = {s.credential: s.generation for s in new.secrets}
     for cred in sorted(set(old_secrets) | set(new_secrets)):
         before, after = old_secrets.get(cred, "none"), new_secrets.get(cred, "none")
-        if before != after:
+        if before != after and not (cred in in_place and before != "none" and after != "none"):
             before = "pending" if before is None else before
             after = "pending" if after is None else after
             causes.append(f"secret {cred} generation {before} → {after}")
-    for field in ("command", "ports", "mounts", "run_once", "health", "labels"):
+    for field in ("command", "ports", "mounts", "run_once", "health", "labels", "mac"):
         if getattr(old, field) != getattr(new, field):
             causes.append(field.replace("_", "-"))
     return causes
@@ -64,8 +71,23 @@ def container_changes(old: Mapping[str, Declaration],
             elif a is None:
                 changes.append(ContainerChange(node, name, b.instance, "remove"))
             else:
-                causes = container_causes(b, a)
+                held = server_held_secrets(new[node], a) & server_held_secrets(old[node], b)
+                causes = container_causes(b, a, held)
                 if causes:
                     changes.append(ContainerChange(node, name, a.instance, "recreate",
                                                    pvector(causes)))
+                    continue
+                moved = _in_place_causes(b, a, held)
+                if moved:
+                    changes.append(ContainerChange(node, name, a.instance, "in-place",
+                                                   pvector(moved)))
     return changes
+
+
+def _in_place_causes(old: ContainerDecl, new: ContainerDecl, held: frozenset) -> list[str]:
+    before = {s.credential: s.generation for s in old.secrets}
+    after = {s.credential: s.generation for s in new.secrets}
+    return [f"secret {cred} generation {before[cred]} → {after[cred]} is in force on the "
+            f"running server; only its env file is rewritten"
+            for cred in sorted(held) if cred in before and cred in after
+            and before[cred] != after[cred]]

@@ -4,9 +4,20 @@ Invariants:
 - Each check names exactly the instances it blocks (Problem.blocks) and points at the input
   that causes it (file:line:col through Sources); nothing else is touched.
 - Where two instances contend for one thing (a claim, a fixed port, a state path, a
-  mesh-scoped provision), the one the ledger already records keeps it, else the first by name:
-  adding an instance never takes a thing from one that holds it.
-- Warnings (a default naming nothing, a node with no key to seal to) block nothing.
+  mesh-scoped provision), an instance refused already but held at its last written rendering
+  keeps it (what it holds is in that rendering), else the one the ledger already records,
+  else the first by name: adding an instance, or a typo in one, never takes a thing from the
+  one that holds it.
+- Warnings (a node with no key to seal to) block nothing; nor do the errors that name no
+  instance (a default or substrate naming nothing): they fail `mesh check` and are stated in
+  the plan. A provision provided under a name provisions.yaml does not define blocks its
+  instance, as one required under such a name does.
+- A kept host port never moves: a floor (or a node's ssh-port) that collides with one is
+  refused at the floor's position, naming the holder, and is not applied; it blocks no
+  instance.
+- A move of an instance that owns state directories is refused until the instance says what
+  happens to the data (`state-from: <old node>` or `fresh: true`); the state directories
+  left on the old node are named either way, and nothing there is ever removed.
 """
 
 from __future__ import annotations
@@ -14,6 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _codes as codes
+from ._declaration import Change
+from ._held import held_candidates, kept_ports
 from ._model import Module
 from ._render import state_host_path
 
@@ -43,6 +56,12 @@ def check_placement(r: "_Resolver") -> None:
                           f"instance {name} installs part {part!r}, which module "
                           f"{module.name} does not have", path=("instances", name, "parts", i),
                           instance=name, blocks=[name])
+        for i, provide in enumerate(module.provides):
+            if provide.provision not in r.catalogue.provisions:
+                r.problem(codes.UNKNOWN_PROVISION,
+                          f"{name} provides {provide.provision!r}, which provisions.yaml does "
+                          f"not define", doc=f"module:{module.name}",
+                          path=("provides", i, "provision"), instance=name, blocks=[name])
         offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
         for i, facility in enumerate(module.facilities):
             if facility not in offered:
@@ -71,17 +90,22 @@ def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str) 
 
 
 def check_mesh_scope(r: "_Resolver") -> None:
+    held = held_candidates(r)
     providers: dict[str, list[str]] = {}
     for name in r.placed():
         for provide in r.module_of(name).provides:
             providers.setdefault(provide.provision, []).append(name)
+    for name, rendering in held.items():
+        for provide in rendering.providers:
+            providers.setdefault(provide.provision, []).append(name)
     for provision, names in sorted(providers.items()):
         definition = r.catalogue.provisions.get(provision)
+        names = sorted(set(names))
         if definition is None or definition.scope != "mesh" or len(names) < 2:
             continue
-        keep = r.first_holder(names)
+        keep = r.first_holder(names, held)
         for name in names:
-            if name != keep:
+            if name != keep and name not in held:
                 r.problem(codes.SECOND_MESH_PROVIDER,
                           f"{provision} is mesh-scoped and {keep} already provides it; "
                           f"{name} is a second provider", path=("instances", name),
@@ -89,6 +113,7 @@ def check_mesh_scope(r: "_Resolver") -> None:
 
 
 def check_claims(r: "_Resolver") -> None:
+    held = held_candidates(r)
     by_node: dict[tuple, list[str]] = {}
     for name in r.placed():
         module, node = r.module_of(name), r.instances[name].node
@@ -98,12 +123,21 @@ def check_claims(r: "_Resolver") -> None:
             if listen.fixed is not None:
                 by_node.setdefault((node, "port", listen.fixed, listen.protocol),
                                    []).append(name)
+    for name, rendering in held.items():  # a held instance keeps what it holds
+        for claim in rendering.claims:
+            by_node.setdefault((rendering.node, "claim", claim), []).append(name)
+        for container in rendering.containers:
+            for p in container.ports:
+                by_node.setdefault((rendering.node, "port", p.host_port, p.protocol),
+                                   []).append(name)
     for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
         names = sorted(set(names))
         node = key[0]
         floor_ports = r.floor_ports(node)
         if key[1] == "port" and (key[2], key[3]) in floor_ports:
             for name in names:
+                if name in held:
+                    continue  # a kept port: check_floors refused the floor instead
                 r.problem(codes.PORT_CONFLICT,
                           f"{name} fixes host port {key[2]}/{key[3]} on node {node}, which "
                           f"is a floor every node keeps", path=("instances", name),
@@ -111,36 +145,121 @@ def check_claims(r: "_Resolver") -> None:
             continue
         if len(names) < 2:
             continue
-        keep = r.first_holder(names)
+        keep = r.first_holder(names, held)
         code = codes.DUPLICATE_CLAIM if key[1] == "claim" else codes.PORT_CONFLICT
-        what = f"claim {key[2]!r}" if key[1] == "claim" else f"fixed host port {key[2]}/{key[3]}"
+        what = f"claim {key[2]!r}" if key[1] == "claim" else f"host port {key[2]}/{key[3]}"
         for name in names:
-            if name != keep:
+            if name != keep and name not in held:
                 r.problem(code, f"{name} and {keep} both take {what} on node {node}; "
                           f"{keep} keeps it", path=("instances", name), instance=name,
                           candidates=names, blocks=[name])
 
 
 def check_state_paths(r: "_Resolver") -> None:
+    held = held_candidates(r)
     owners: dict[tuple, list[tuple]] = {}
     for name in r.placed():
         module, node = r.module_of(name), r.instances[name].node
         for dir_name, state in module.state.items():
             owners.setdefault((node, state_host_path(name, state.path)), []).append(
                 (name, module.name, dir_name))
+    for name, rendering in held.items():
+        for d in rendering.state_dirs:
+            owners.setdefault((rendering.node, d.path), []).append((name, "", d.name))
     for (node, path), holders in sorted(owners.items()):
         names = sorted({h[0] for h in holders})
         if len(holders) < 2:
             continue
-        keep = r.first_holder(names) if len(names) > 1 else None
+        keep = r.first_holder(names, held) if len(names) > 1 else None
         for name, module_name, dir_name in sorted(holders):
-            if name == keep:
+            if name == keep or name in held:
                 continue
             r.problem(codes.STATE_PATH_OWNERS,
                       f"state path {path} on node {node} has several owners: "
                       f"{', '.join(f'{h[0]}/{h[2]}' for h in sorted(holders))}",
                       doc=f"module:{module_name}", path=("state", dir_name, "path"),
                       instance=name, candidates=names, blocks=[name])
+
+
+def check_floors(r: "_Resolver") -> None:
+    kept = kept_ports(r)
+    for index, floor in enumerate(r.mesh.floors):
+        holders = sorted((node, holder) for node in sorted(r.nodes)
+                         for port, holder in kept.get(node, {}).items() if port == floor.port)
+        if not holders:
+            continue
+        r.refused_floors.add(index)
+        where = ", ".join(f"{holder} on node {node}" for node, holder in holders)
+        r.problem(codes.FLOOR_CONFLICT,
+                  f"floor {floor.port}/{floor.protocol} collides with host port {floor.port} "
+                  f"kept by {where}: a kept port never moves, so this floor is not applied; "
+                  f"give the floor another port (or remove the instance first)",
+                  path=("floors", index, "port"),
+                  candidates=sorted({holder.split("/", 1)[0] for _, holder in holders}))
+    for node in sorted(r.nodes):
+        ssh = r.mesh.nodes[node].ssh_port
+        holder = kept.get(node, {}).get(ssh)
+        if holder is None:
+            continue
+        r.ssh_conflicts.add(node)
+        r.problem(codes.FLOOR_CONFLICT,
+                  f"ssh-port {ssh} of node {node} is host port {ssh} kept by {holder}: a kept "
+                  f"port never moves; give the node's ssh another port (or remove the "
+                  f"instance first)", path=("nodes", node, "ssh-port"),
+                  candidates=[holder.split("/", 1)[0]])
+
+
+def previous_node(r: "_Resolver", name: str):
+    """The node an instance was last declared on (its rendering, else its recorded ports)."""
+    rendering = r.ledger.declared.get(name)
+    if rendering is not None:
+        return rendering.node
+    nodes = {entry.node for entry in r.ledger.ports.get(name, {}).values()}
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def check_moves(r: "_Resolver") -> None:
+    for name in r.names:
+        inst, module = r.instances[name], r.module_of(name)
+        if module is None or inst.node not in r.nodes:
+            continue
+        before = previous_node(r, name)
+        if before is None or before == inst.node:
+            if inst.state_from is not None and before is not None:
+                r.problem(codes.STALE_STATE_FROM,
+                          f"{name} is on {inst.node} already: `state-from: "
+                          f"{inst.state_from}` confirms no move now; remove it, so that a "
+                          f"later move asks again", path=("instances", name, "state-from"),
+                          instance=name, severity="info")
+            continue
+        if not module.state:
+            continue
+        paths = ", ".join(state_host_path(name, s.path) for _, s in sorted(module.state.items()))
+        if inst.fresh:
+            r.changes.append(Change("state-left-behind", name,
+                                    f"{name} moves from {before} to {inst.node} with `fresh: "
+                                    f"true`: it starts with empty state directories on "
+                                    f"{inst.node}; on {before} these stay as they are (a move "
+                                    f"deletes nothing): {paths}"))
+        elif inst.state_from == before:
+            r.changes.append(Change("state-left-behind", name,
+                                    f"{name} moves from {before} to {inst.node}; `state-from: "
+                                    f"{before}` says its state was copied to {inst.node}; on "
+                                    f"{before} these stay as they are (a move deletes "
+                                    f"nothing): {paths}"))
+        elif inst.state_from is not None:
+            r.problem(codes.STATE_FROM_MISMATCH,
+                      f"`state-from: {inst.state_from}` names a node {name} was not on: "
+                      f"{name} was on {before}; copy its state directories from {before} to "
+                      f"{inst.node} and say `state-from: {before}`",
+                      path=("instances", name, "state-from"), instance=name, blocks=[name])
+        else:
+            r.problem(codes.MOVE_WITH_STATE,
+                      f"{name} moves from {before} to {inst.node}, but its state directories "
+                      f"stay on {before}: {paths}. Copy them to {inst.node} and add "
+                      f"`state-from: {before}` to the instance, or add `fresh: true` to start "
+                      f"empty; until then {name} stays on {before}",
+                      path=("instances", name, "node"), instance=name, blocks=[name])
 
 
 def check_public_keys(r: "_Resolver") -> None:
@@ -165,8 +284,7 @@ def check_defaults(r: "_Resolver") -> None:
         if name not in r.mesh.instances:
             r.problem(codes.UNKNOWN_DEFAULT,
                       f"the mesh default for {provision} names {name}, which is not an "
-                      f"instance of this mesh", path=("defaults", provision),
-                      severity="warning")
+                      f"instance of this mesh", path=("defaults", provision))
     for role in ("store", "broker"):
         name = getattr(r.mesh.substrate, role)
         if name is not None and name not in r.mesh.instances:

@@ -1,4 +1,4 @@
-"""Rendering resolved bindings, ports and logins into per-node declarations.
+"""Rendering resolved bindings, ports and logins into one rendering per live instance.
 
 Invariants:
 - Every value a consumer is told comes from one place: the provider node's address and the
@@ -6,8 +6,12 @@ Invariants:
   derived from the same assignment, so the two ends agree by construction.
 - Secrets appear only as `${secret:<credential id>}` tokens plus a SecretRef with the
   generation in force; a declaration never holds a value.
+- Everything is attributed to one instance: its own containers, state directories,
+  accesses and provides; as a consumer, its binding values and, by provider node, its grants
+  and firewall allows. _assemble.py puts renderings together into node declarations, so a
+  held instance's rendering (the one last written) fits in exactly where a live one would.
 - A node's declaration digest is sha256 over the canonical JSON of the declaration without
-  serial and digest; the serial increases exactly when that digest changes.
+  serial and digest (declaration_digest).
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ from ._declaration import (
     ContainerDecl,
     Declaration,
     FirewallAllow,
-    FirewallFloor,
-    FirewallIntent,
+    FirewallLocal,
     GrantDecl,
     HealthDecl,
+    InstanceRendering,
     MountDecl,
     ProviderDecl,
     PublishedPort,
@@ -38,7 +42,7 @@ from ._declaration import (
     StateDirDecl,
     secret_token,
 )
-from ._ledger import NodeSerial
+from ._firewall import consumer_container_macs, exposures_of
 from ._rotation import grant_view
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,13 +75,16 @@ def declaration_digest(declaration: Declaration) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
+def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
+    """Every live instance's rendering, and the bindings (as the plan lists them)."""
     from ._resolve import RESOURCE_KEYS, binding_record, secret_id
 
     mesh, instances = r.mesh, r.instances
     address = {n: node.address for n, node in mesh.nodes.items()}
-    live = [n for n in r.placed()]
-    live_set = set(live)
+    live = r.placed()
+    parts: dict[str, dict] = {name: {"containers": [], "state_dirs": [], "accesses": {},
+                                     "providers": [], "bindings": [], "grants": {},
+                                     "allows": {}, "locals": {}} for name in live}
 
     # --- module-own secrets, one credential each, held by the instance's node only
     own_secrets: dict[tuple, SecretRef] = {}
@@ -87,11 +94,12 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             own_secrets[(name, secret)] = r.secret_ref(secret_id(name, secret), {node},
                                                        f"secret {secret} of {name}")
 
-    # --- binding values and grants
+    # --- binding values, grants and firewall allows: the consumer's, by provider node
     values_of: dict[tuple, dict] = {}
-    bindings, grants, binding_decls = [], {}, {}
+    bindings = []
     for key in sorted(bound):
         b = bound[key]
+        mine = parts[b.consumer]
         provider_node = instances[b.provider].node
         consumer_node = instances[b.consumer].node
         values = {"host": address[provider_node], "port": str(assigned[(b.provider, b.listen)])}
@@ -115,7 +123,7 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             grant_slot = newest.slot if newest else slot
             admin_name = next((p.admin for p in r.module_of(b.provider).provides
                                if p.provision == b.requirement.provision), None)
-            grants.setdefault(provider_node, []).append(GrantDecl(
+            mine["grants"].setdefault(provider_node, []).append(GrantDecl(
                 provision=b.requirement.provision, kind=b.kind, provider=b.provider,
                 consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
                 credential=grant_secret, slot=grant_slot,
@@ -131,44 +139,57 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
             values["url"] = template.format_map(_Missing(values))
         values_of[key] = values
         bindings.append(binding_record(r, b, values, secret))
-        binding_decls.setdefault(consumer_node, []).append(BindingDecl(
+        mine["bindings"].append(BindingDecl(
             consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
             provision=b.requirement.provision, values=pmap(values), secret=secret, kind=b.kind))
+        if provider_node != consumer_node:
+            listen = r.module_of(b.provider).listens[b.listen]
+            mine["allows"].setdefault(provider_node, []).append(FirewallAllow(
+                assigned[(b.provider, b.listen)], listen.protocol,
+                pvector([address[consumer_node]]), f"{b.provider}/{b.listen}"))
 
     # --- what each instance provides, with its provisioner's admin credential
-    providers: dict[str, list] = {}
     for name in live:
         for provide in r.module_of(name).provides:
             if (name, provide.listen) not in assigned:
                 continue
             definition = r.catalogue.provisions.get(provide.provision)
-            providers.setdefault(instances[name].node, []).append(ProviderDecl(
+            parts[name]["providers"].append(ProviderDecl(
                 instance=name, provision=provide.provision,
                 kind=definition.grant if definition is not None else "none",
                 listen=provide.listen, port=assigned[(name, provide.listen)],
                 container_port=r.module_of(name).listens[provide.listen].port,
-                admin=own_secrets.get((name, provide.admin)) if provide.admin else None))
+                admin=own_secrets.get((name, provide.admin)) if provide.admin else None,
+                admin_pending=_pending_ref(r, secret_id(name, provide.admin))
+                if provide.admin else None))
 
-    # --- containers, state, accesses per node
-    containers: dict[str, list] = {}
-    state_dirs: dict[str, list] = {}
-    accesses: dict[str, dict] = {}
+    # --- consumers bound on their own node are let in by their containers' MAC addresses
+    mac_of, consumer_macs = consumer_container_macs(r, bound, container_name)
+    for key in sorted(bound):
+        b = bound[key]
+        provider_node = instances[b.provider].node
+        if provider_node != instances[b.consumer].node or not consumer_macs.get(b.consumer):
+            continue  # a consumer with no container has nothing to let in
+        listen = r.module_of(b.provider).listens[b.listen]
+        parts[b.consumer]["locals"].setdefault(provider_node, []).append(FirewallLocal(
+            assigned[(b.provider, b.listen)], listen.protocol,
+            pvector(consumer_macs[b.consumer]), f"{b.provider}/{b.listen}"))
+
+    # --- containers, state, accesses
     for name in live:
-        inst, module = instances[name], r.module_of(name)
+        inst, module, mine = instances[name], r.module_of(name), parts[name]
         node = inst.node
         facilities = _facility_paths(mesh.nodes[node].facilities)
         long_running = [c.name for c in module.containers if not c.run_once
                         and (c.part is None or c.part in inst.parts)]
         for dir_name, state in sorted(module.state.items()):
             uid, _, gid = state.owner.partition(":")
-            state_dirs.setdefault(node, []).append(StateDirDecl(
-                path=state_host_path(name, state.path), uid=int(uid), gid=int(gid or uid), mode=state.mode,
-                instance=name, name=dir_name))
+            mine["state_dirs"].append(StateDirDecl(
+                path=state_host_path(name, state.path), uid=int(uid), gid=int(gid or uid),
+                mode=state.mode, instance=name, name=dir_name))
         for access in module.accesses.values():
-            entry = accesses.setdefault(node, {}).setdefault(access.path, [set(), "ro"])
-            entry[0].add(name)
-            if access.mode == "rw":
-                entry[1] = "rw"
+            if mine["accesses"].get(access.path) != "rw":
+                mine["accesses"][access.path] = access.mode
         for container in module.containers:
             if container.part is not None and container.part not in inst.parts:
                 continue
@@ -193,86 +214,35 @@ def render_declarations(r: "_Resolver", bound: dict, assigned: dict, logins: dic
                 else:
                     mounts.append(MountDecl("facility", facilities.get(m.facility, m.facility),
                                             m.target, m.read_only))
-            containers.setdefault(node, []).append(ContainerDecl(
+            mine["containers"].append(ContainerDecl(
                 name=container_name(mesh.mesh, name, container.name), instance=name,
                 container=container.name, image=r.image_reference(module, container.artifact),
                 command=container.command, env=pmap(env), secrets=pvector(sorted(refs)),
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=_health(container.health, module, name, assigned),
                 labels=pmap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
-                             "mesh.container": container.name})))
+                             "mesh.container": container.name}),
+                mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
-    # --- firewall intent
-    mesh_sources = sorted({n.address for n in mesh.nodes.values()})
-    allow: dict[tuple, dict] = {}
-    for key in sorted(bound):
-        b = bound[key]
-        pnode, cnode = instances[b.provider].node, instances[b.consumer].node
-        if pnode == cnode:
-            continue
-        listen = r.module_of(b.provider).listens[b.listen]
-        entry = allow.setdefault((pnode, assigned[(b.provider, b.listen)], listen.protocol),
-                                 {"sources": set(), "what": f"{b.provider}/{b.listen}",
-                                  "consumers": set()})
-        entry["sources"].add(address[cnode])
-        entry["consumers"].add(b.consumer)
-    broker = mesh.substrate.broker
-    allow_by_node: dict[str, list] = {}
-    for (pnode, port, proto), e in sorted(allow.items()):
-        allow_by_node.setdefault(pnode, []).append(FirewallAllow(
-            port, proto, pvector(sorted(e["sources"])),
-            f"{e['what']} for {', '.join(sorted(e['consumers']))}"))
-    live_by_node: dict[str, list] = {}
-    for n in live:
-        live_by_node.setdefault(instances[n].node, []).append(n)
-    declarations, serials = {}, {}
-    for node_name in sorted(mesh.nodes):
-        node = mesh.nodes[node_name]
-        floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
-        if broker in live_set and instances[broker].node == node_name:
-            listen_name = next((p.listen for p in r.module_of(broker).provides
-                                if p.provision == "amqp"), None)
-            if listen_name and (broker, listen_name) in assigned:
-                floors.append(FirewallFloor(assigned[(broker, listen_name)], "tcp",
-                                            pvector(mesh_sources), "broker (enrolment)"))
-        for f in mesh.floors:
-            floors.append(FirewallFloor(f.port, f.protocol,
-                                        pvector(mesh_sources if f.sources == "mesh" else []),
-                                        f.reason or f"floor {f.port}/{f.protocol}"))
-        allows = allow_by_node.get(node_name, [])
-        # the mesh's addresses are part of a node's declaration only where a floor admits them
-        # all: adding a node must not change the declaration of a node it has nothing to do with
-        admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
-        cert = r.ledger.certificates.get(node_name)
-        decl = Declaration(
-            mesh=mesh.mesh, node=node_name, address=node.address,
-            containers=pvector(containers.get(node_name, [])),
-            state_dirs=pvector(sorted(state_dirs.get(node_name, []),
-                                      key=lambda d: (d.path, d.instance, d.name))),
-            accesses=pvector(AccessDecl(path, mode, pvector(sorted(names)))
-                             for path, (names, mode) in sorted(accesses.get(node_name, {}).items())),
-            firewall=FirewallIntent(node.address, pvector(allows), pvector(sorted(floors)),
-                                    pvector(mesh_sources if admits_mesh else [])),
-            grants=pvector(sorted(grants.get(node_name, []),
-                                  key=lambda g: (g.provider, g.consumer, g.provision))),
-            providers=pvector(sorted(providers.get(node_name, []),
-                                     key=lambda p: (p.instance, p.provision))),
-            bindings=pvector(sorted(binding_decls.get(node_name, []),
-                                    key=lambda b: (b.consumer, b.requirement))),
-            instances=pvector(live_by_node.get(node_name, [])),
-            certificate=cert.pem if cert is not None else None,
-        )
-        digest = declaration_digest(decl)
-        previous = r.ledger.nodes.get(node_name)
-        if previous is not None and previous.digest == digest:
-            serial = previous.serial
-        else:
-            serial = (previous.serial if previous is not None else 0) + 1
-        declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
-        serials[node_name] = NodeSerial(serial, digest)
-    for node_name, previous in r.ledger.nodes.items():
-        serials.setdefault(node_name, previous)  # a removed node keeps its last serial
-    return pmap(declarations), bindings, pmap(serials)
+    renderings = {}
+    for name in live:
+        mine = parts[name]
+        renderings[name] = InstanceRendering(
+            node=instances[name].node,
+            containers=pvector(mine["containers"]),
+            state_dirs=pvector(sorted(mine["state_dirs"])),
+            accesses=pvector(AccessDecl(path, mode, pvector([name]))
+                             for path, mode in sorted(mine["accesses"].items())),
+            providers=pvector(sorted(mine["providers"], key=lambda p: (p.instance, p.provision))),
+            bindings=pvector(sorted(mine["bindings"], key=lambda b: (b.consumer, b.requirement))),
+            grants=pmap({node: pvector(sorted(g, key=lambda g: (g.provider, g.consumer,
+                                                                 g.provision)))
+                         for node, g in mine["grants"].items()}),
+            allows=pmap({node: pvector(a) for node, a in mine["allows"].items()}),
+            locals=pmap({node: pvector(a) for node, a in mine["locals"].items()}),
+            exposures=exposures_of(r, name, assigned),
+            claims=pvector(sorted(set(r.module_of(name).claims))))
+    return renderings, bindings
 
 
 class _Missing(dict):
@@ -336,6 +306,13 @@ def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
         return value
 
     return PLACEHOLDER.sub(one, raw)
+
+
+def _pending_ref(r, cred_id):
+    """The pending generation of a rotation of `cred_id` in progress, or None."""
+    cred = r.credentials.get(cred_id)
+    pending = cred.pending if cred is not None else None
+    return SecretRef(cred_id, pending.generation) if pending is not None else None
 
 
 def _refs_for(r, cred_id):

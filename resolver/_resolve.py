@@ -4,8 +4,12 @@ Invariants:
 - Pure and deterministic: the same inputs give the same Resolution, whatever the order of
   nodes, modules or instances in the input (everything is walked in sorted order).
 - A refusal blocks exactly the instances it names (and, through bindings, their consumers);
-  a blocked instance is absent from its node's declaration and present in problems. Nothing
-  else changes because of it.
+  nothing else changes because of it. A blocked instance that was declared before (the
+  ledger's `declared` holds its last written rendering) is held: its node's declaration keeps
+  that rendering byte for byte, with the refusal, and a `held` problem says so. One never
+  declared is absent. Only removing an instance from mesh.yaml removes what it had.
+- A kept host port never moves: blocked and held instances keep theirs reserved, and a floor
+  that collides with one is refused (resolver/_refusals.py).
 - Issued things (ports, logins, bindings, serials) come from the ledger when recorded and are
   only added, never re-picked, so resolving with the ledger it produced is a fixed point.
 - Every consumer, on the provider's node or not, is told the provider node's address and the
@@ -20,29 +24,35 @@ import attrs
 from pyrsistent import pmap, pvector
 
 from . import _codes as codes
+from ._assemble import assemble
 from ._declaration import (
     Binding,
     Change,
     Problem,
     Request,
-    Resolution,
     SecretRef,
 )
+from ._held import held_candidates, held_instances, keeps_optional, was_bound
+from ._ports import assign_ports, new_ports
 from ._inputs import NO_SOURCES, Catalogue, Sources
-from ._issue import PortBook, derive_login
-from ._ledger import Ledger, PortAssignment
+from ._issue import derive_login
+from ._ledger import Ledger
 from ._model import Mesh, Module, Require
 from ._artifacts import artifact_key, image_reference
 from ._certs import certificate_requests
 from ._refusals import (
     check_claims,
     check_defaults,
+    check_floors,
     check_mesh_scope,
+    check_moves,
     check_placement,
     check_public_keys,
     check_state_paths,
 )
-from ._render import render_declarations
+from ._firewall import check_exposures
+from ._render import render_instances
+from ._resolution import Resolution
 from ._select import select_provider
 
 DUAL_LOGIN_KINDS = ("database+login",)
@@ -91,6 +101,8 @@ class _Resolver:
         self.credentials = dict(ledger.credentials)
         self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
         self.assigned_ports: Optional[dict] = None
+        self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
+        self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
         self._mirrorable = self._mirrored = 0
         self.unpinned: set = set()  # (instance, artifact) already reported
 
@@ -128,37 +140,44 @@ class _Resolver:
 
     # ------------------------------------------------------------------ singular things
 
-    def first_holder(self, names: list[str]) -> str:
-        """The instance that keeps a singular thing: one already recorded, else the first."""
+    def first_holder(self, names: list[str], held=()) -> str:
+        """The instance that keeps a singular thing: a held one, else one already recorded,
+        else the first."""
         recorded = [n for n in names if n in self.recorded_ports or n in self.recorded_bindings
-                    or n in self.recorded_providers]
-        return sorted(recorded or names)[0]
+                    or n in self.recorded_providers or n in self.ledger.declared]
+        return sorted([n for n in names if n in held] or recorded or names)[0]
 
     def floor_ports(self, node: str) -> set:
-        ports = {(self.mesh.nodes[node].ssh_port, "tcp")}
-        ports.update((f.port, f.protocol) for f in self.mesh.floors)
+        """The floors a node keeps that no kept host port collides with (check_floors)."""
+        ports = set() if node in self.ssh_conflicts else {(self.mesh.nodes[node].ssh_port, "tcp")}
+        ports.update((f.port, f.protocol) for i, f in enumerate(self.mesh.floors)
+                     if i not in self.refused_floors)
         return ports
 
     # ------------------------------------------------------------------ bindings
 
-    def candidates_index(self):
+    def candidates_index(self, held: dict):
         by_provision: dict[str, list[str]] = {}
         by_module: dict[str, list[str]] = {}
         for name in self.names:  # blocked providers stay candidates: see propagate_blocks
             module = self.module_of(name)
-            if module is None:
-                continue
-            by_module.setdefault(module.name, []).append(name)
-            for provide in module.provides:
-                lst = by_provision.setdefault(provide.provision, [])
+            if module is None:  # a held one still provides what its rendering says
+                provides = [p.provision for p in held[name].providers] if name in held else []
+            else:
+                by_module.setdefault(module.name, []).append(name)
+                provides = [p.provision for p in module.provides]
+            for provision in provides:
+                lst = by_provision.setdefault(provision, [])
                 if name not in lst:
                     lst.append(name)
         return by_provision, by_module
 
     def bind_all(self) -> dict[tuple, _Bound]:
-        by_provision, by_module = self.candidates_index()
+        held = held_candidates(self)
+        by_provision, by_module = self.candidates_index(held)
         instance_nodes = {n: self.instances[n].node for n in self.names
                           if self.module_of(n) is not None}
+        instance_nodes.update({n: rendering.node for n, rendering in held.items()})
         bound: dict[tuple, _Bound] = {}
         local_index: dict[tuple, list] = {}  # (what, node) → candidates on that node
         for key, names in list(by_provision.items()) + [(("module", m), n)
@@ -201,6 +220,20 @@ class _Resolver:
                 if selection.provider is None:
                     self.refuse_requirement(name, module, index, req, what, selection)
                     continue
+                if self.module_of(selection.provider) is None:
+                    # a held provider whose module is unknown now: it serves nothing new, and
+                    # what it served stays held with it
+                    named = selection.provider
+                    optional = req.optional and not was_bound(self, name, req.as_, named)
+                    self.problem(codes.BLOCKED_BY_PROVIDER,
+                                 f"{name} requires {what} ({req.as_}) from {named} "
+                                 f"({selection.chosen_by}), which is itself refused "
+                                 f"({', '.join(self.blocked[named])}) and held",
+                                 doc=f"module:{module.name}", path=("requires", index),
+                                 instance=name, requirement=req.as_,
+                                 severity="warning" if optional else "error",
+                                 blocks=[] if optional else [name])
+                    continue
                 listen = self.serving_listen(selection.provider, req)
                 bound[(name, req.as_)] = _Bound(name, req, selection.provider,
                                                 selection.chosen_by, listen)
@@ -235,7 +268,7 @@ class _Resolver:
         else:
             message = (f"{name} requires {what} ({req.as_}) from {selection.named}, whose node "
                        f"{self.instances[selection.named].node!r} is not in the mesh")
-        if req.optional:
+        if req.optional and not keeps_optional(self, name, req, selection):
             self.problem(state, message + "; the requirement is optional, so it stays unbound",
                          doc=doc, path=path, instance=name, requirement=req.as_,
                          severity="warning", state=state, candidates=selection.candidates)
@@ -250,7 +283,7 @@ class _Resolver:
             changed = False
             for (consumer, as_), b in sorted(bound.items()):
                 if self.live(consumer) and not self.live(b.provider):
-                    if b.requirement.optional:
+                    if b.requirement.optional and not was_bound(self, consumer, as_, b.provider):
                         continue
                     module = self.module_of(consumer)
                     index = list(module.requires).index(b.requirement)
@@ -266,71 +299,6 @@ class _Resolver:
             del bound[key]
 
     # ------------------------------------------------------------------ ports and logins
-
-    def assign_ports(self) -> dict:
-        """(instance, listen) → host port for every live instance; records in the new ledger."""
-        books: dict[str, PortBook] = {}
-        for node in sorted(self.nodes):
-            books[node] = PortBook(self.mesh.host_ports.first, self.mesh.host_ports.last,
-                                   (p for p, _proto in self.floor_ports(node)))
-        assigned: dict[tuple, int] = {}
-        live = self.placed()
-        for name in live:  # fixed ports first: they are claims (conflicts refused already)
-            node = self.instances[name].node
-            for listen_name, listen in sorted(self.module_of(name).listens.items()):
-                if listen.fixed is not None:
-                    books[node].reserve(listen.fixed)
-                    assigned[(name, listen_name)] = listen.fixed
-        pending = []
-        for name in live:  # recorded ports next, so a newcomer never takes them
-            node = self.instances[name].node
-            recorded = self.recorded_ports.get(name, {})
-            for listen_name, listen in sorted(self.module_of(name).listens.items()):
-                if listen.fixed is not None:
-                    continue
-                entry = recorded.get(listen_name)
-                if entry is not None and entry.node == node and books[node].reserve(entry.port):
-                    assigned[(name, listen_name)] = entry.port
-                else:
-                    pending.append((name, listen_name, entry))
-        for name, listen_name, entry in pending:
-            node = self.instances[name].node
-            book = books[node]
-            if entry is not None and book.in_range(entry.port) and book.reserve(entry.port):
-                port = entry.port
-            else:
-                port = book.take_lowest()
-            if port is None:
-                self.problem(codes.PORT_RANGE_EXHAUSTED,
-                             f"no free host port left on node {node} in "
-                             f"{self.mesh.host_ports.first}-{self.mesh.host_ports.last} for "
-                             f"{name}/{listen_name}", path=("host-ports",), instance=name,
-                             blocks=[name])
-                continue
-            assigned[(name, listen_name)] = port
-            if entry is not None and entry.node != node:
-                self.changes.append(Change("moved", name,
-                                           f"{name} moved from node {entry.node} to {node}: "
-                                           f"{listen_name} is now {node}:{port} (was "
-                                           f"{entry.node}:{entry.port})"))
-        return assigned
-
-    def new_ports(self, assigned: dict) -> pmap:
-        ports: dict[str, dict] = {}
-        for (name, listen_name), port in assigned.items():
-            if self.module_of(name).listens[listen_name].fixed is not None:
-                continue
-            ports.setdefault(name, {})[listen_name] = PortAssignment(
-                self.instances[name].node, port)
-        for name, entries in self.ledger.ports.items():
-            if name not in self.mesh.instances:
-                for listen_name, entry in sorted(entries.items()):
-                    self.changes.append(Change("port-released", name,
-                                               f"{name} is gone: host port {entry.node}:"
-                                               f"{entry.port} ({listen_name}) is released"))
-            elif name not in ports or not self.live(name):
-                ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-        return pmap({k: pmap(v) for k, v in ports.items()})
 
     def assign_logins(self, bound: dict) -> dict[str, str]:
         logins: dict[str, str] = {}
@@ -360,9 +328,16 @@ class _Resolver:
             return SecretRef(cred_id, None)
         newest = cred.pending or active  # a holder sealed into a pending rotation is satisfied
         missing = sorted(set(holders) - set(newest.sealed))
-        if missing:
-            self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
-                                         f"not sealed to {', '.join(missing)}", active.slot))
+        extra = sorted(set(newest.sealed) - set(holders))
+        if missing or extra:  # the holders changed (a move): the same values, re-sealed
+            what = [f"to {', '.join(missing)}"] if missing else []
+            what += [f"no longer to {', '.join(extra)}"] if extra else []
+            numbers = sorted(g.generation for g in (cred.retiring, active, cred.pending)
+                             if g is not None)
+            self.requests.append(Request(
+                "credential", cred_id, pvector(sorted(holders)),
+                f"re-seal generation {', '.join(map(str, numbers))} {' and '.join(what)}; "
+                f"no new generation", active.slot))
         return SecretRef(cred_id, active.generation)
 
     def certificate_requests(self) -> None:
@@ -372,16 +347,20 @@ class _Resolver:
 
     def run(self) -> Resolution:
         check_placement(self)
+        check_moves(self)
         check_mesh_scope(self)
+        check_floors(self)
         check_claims(self)
         check_state_paths(self)
         check_defaults(self)
+        check_exposures(self)
         bound = self.bind_all()
         self.propagate_blocks(bound)
-        assigned = self.assigned_ports = self.assign_ports()
+        assigned = self.assigned_ports = assign_ports(self)
         self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
         logins = self.assign_logins(bound)
-        declarations, bindings, node_serials = render_declarations(self, bound, assigned, logins)
+        renderings, bindings = render_instances(self, bound, assigned, logins)
+        declarations = assemble(self, renderings, held_instances(self))
         self.certificate_requests()
         check_public_keys(self)
         new_bindings = {}
@@ -395,10 +374,11 @@ class _Resolver:
                        if k not in live_creds and self._credential_parties_present(k)}
         ledger = attrs.evolve(
             self.ledger,
-            ports=self.new_ports(assigned),
+            ports=new_ports(self, assigned),
             bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
             logins=pmap({**kept_logins, **logins}),
-            nodes=node_serials,
+            declared=pmap({k: v for k, v in self.ledger.declared.items()
+                           if k in self.mesh.instances}),
         )
         requests = sorted(set(self.requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
                                                              q.slot or ""))
@@ -410,6 +390,7 @@ class _Resolver:
             changes=pvector(sorted(set(self.changes))),
             ledger=ledger,
             artifacts=self.artifact_state,
+            renderings=pmap(renderings),
         )
 
     def _credential_parties_present(self, cred_id: str) -> bool:
@@ -422,13 +403,20 @@ class _Resolver:
         """host:port of the mesh's own artifact store, when one is live (self-hosting possible)."""
         if not hasattr(self, "_registry"):
             self._registry = None
+            stores = []
             for name in self.placed():
                 for provide in self.module_of(name).provides:
                     if provide.provision == "artifact-store" and self.assigned_ports is not None:
                         port = self.assigned_ports.get((name, provide.listen))
-                        if port is not None and self._registry is None:
-                            node = self.instances[name].node
-                            self._registry = f"{self.mesh.nodes[node].address}:{port}"
+                        if port is not None:
+                            stores.append((name, self.instances[name].node, port))
+            for name, rendering in held_candidates(self).items():  # held, it still serves
+                for provide in rendering.providers:
+                    if provide.provision == "artifact-store":
+                        stores.append((name, rendering.node, provide.port))
+            if stores:
+                _name, node, port = min(stores)
+                self._registry = f"{self.mesh.nodes[node].address}:{port}"
         return self._registry
 
     def image_reference(self, module: Module, artifact_name: str) -> str:

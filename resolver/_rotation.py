@@ -9,11 +9,23 @@ Invariants:
 - Single credentials (slot None: one password per account, e.g. an AMQP broker account) rotate
   provider first; once the provider applies, the old generation is retired at once and every
   holder that has not applied the new one yet is in a window the plan states.
-- A module's own secret (`secret/<instance>/<name>`) has no provider apart from its holder:
-  the new generation is active at once and the old one stays `retiring` (still sealed, so an
-  admin password can be changed with the old one) until the holder reports the new applied.
+- A provider's own admin secret (`secret/<instance>/<name>` named by a `provides[].admin`; its
+  server holds it) is server-held: rotated provider first too. Pending: holders and the server's
+  container keep the generation in force, and the provisioner changes the password on the
+  running server, authenticating with that generation, then reports the new one in force.
+  Promoted: it is active, and the old one stays `retiring` (sealed, no longer accepted by the
+  server) until its holder node reports the new one applied; only then is it retired. So the
+  ledger never retires the only generation the server accepts, and never tells a holder one
+  the server does not accept yet. The server's own container reads it only to initialise an
+  empty data directory, so a new generation never recreates it (`server_held_secrets`).
+- Any other module's own secret has no provider apart from its holder: the new generation is
+  active at once and the old one stays `retiring` until the holder reports the new applied.
 - A retired generation is never accepted again; generation numbers only grow.
 - One rotation at a time per credential: rotating again while one is in progress is refused.
+- `record_applied` takes a node's report: the generations its provisioners reported in force
+  (never more than that) and the generations its containers hold.
+- Holders changing (an instance moved) is not a rotation: reseal() keeps every generation's
+  number and slot and seals the same values to exactly the new holders.
 """
 
 from __future__ import annotations
@@ -70,22 +82,55 @@ def in_progress(credential: Credential) -> Optional[str]:
     return None
 
 
-def first_generation(sealed: Mapping[str, str], slot: Optional[str] = None) -> Credential:
+def first_generation(sealed: Mapping[str, str], slot: Optional[str] = None,
+                     escrow: Mapping[str, str] = pmap()) -> Credential:
     """A newly issued credential: generation 1, told to holders at once (nothing to retire)."""
-    return Credential(active=Generation(generation=1, slot=slot, sealed=pmap(sealed)))
+    return Credential(active=Generation(generation=1, slot=slot, sealed=pmap(sealed),
+                                        escrow=pmap(escrow)))
 
 
-def provider_first(credential_id: str) -> bool:
+def provider_first(credential_id: str, server_held: bool = False) -> bool:
     """Whether a rotated generation waits for a provider: every credential but a module's own
-    secret, whose only holder is its own node."""
-    return not credential_id.startswith(OWN_SECRET_PREFIX)
+    secret whose only holder is its own node; a server-held own secret (a provider's admin)
+    waits for its server."""
+    return server_held or not credential_id.startswith(OWN_SECRET_PREFIX)
+
+
+def is_own_secret(credential_id: str) -> bool:
+    return credential_id.startswith(OWN_SECRET_PREFIX)
+
+
+def server_held_credentials(catalogue, mesh) -> frozenset[str]:
+    """The own secrets a provider's server holds: `secret/<instance>/<admin>` for each
+    `provides[].admin` of each instance's module (what `mesh rotate` rotates provider first)."""
+    held = set()
+    for name, instance in mesh.instances.items():
+        module = catalogue.modules.get(instance.module)
+        for provide in (module.provides if module is not None else ()):
+            if provide.admin is not None:
+                held.add(f"{OWN_SECRET_PREFIX}{name}/{provide.admin}")
+    return frozenset(held)
+
+
+def server_held_secrets(declaration, container) -> frozenset[str]:
+    """The credentials `container` holds that its provisioner puts in force on the running
+    server instead: the admin secret of a provider whose server this container is (it publishes
+    the provider's listen). Such a container reads the value only when it initialises an empty
+    data directory (POSTGRES_PASSWORD, RABBITMQ_DEFAULT_PASS), so a new generation of it is
+    written to its env file and never recreates it."""
+    published = {port.listen for port in container.ports}
+    return frozenset(p.admin.credential for p in declaration.providers
+                     if p.admin is not None and p.instance == container.instance
+                     and p.listen in published)
 
 
 def begin_rotation(credential_id: str, credential: Credential,
-                   sealed: Mapping[str, str]) -> Credential:
-    """A new generation (values sealed per holder node). A provider's credential waits as
-    `pending` until the provider put it in force (dual credentials take the idle slot); a
-    module's own secret is active at once, the old one retiring until its holder applied."""
+                   sealed: Mapping[str, str], escrow: Mapping[str, str] = pmap(), *,
+                   server_held: bool = False) -> Credential:
+    """A new generation (values sealed per holder node, and to the control node's escrow). A
+    provider's credential, and a server-held own secret, waits as `pending` until the provider
+    put it in force (dual credentials take the idle slot); any other module's own secret is
+    active at once, the old one retiring until its holder applied."""
     if credential.active is None:
         raise RotationError(f"credential {credential_id} has never been issued; "
                             f"`mesh plan --issue` issues it")
@@ -93,21 +138,46 @@ def begin_rotation(credential_id: str, credential: Credential,
     if reason is not None:
         raise RotationError(f"credential {credential_id} is already rotating: {reason}")
     new = Generation(generation=next_generation_number(credential),
-                     slot=idle_slot(credential), sealed=pmap(sealed))
-    if provider_first(credential_id):
+                     slot=idle_slot(credential), sealed=pmap(sealed), escrow=pmap(escrow))
+    if provider_first(credential_id, server_held):
         return attrs.evolve(credential, pending=new)
     return attrs.evolve(credential, active=new, retiring=credential.active)
 
 
-def provider_applied(credential: Credential, generation: int) -> Credential:
-    """The provider reports `generation` (and everything its grant asked for) in force."""
+def reseal(credential: Credential, holders, sealed_for) -> Credential:
+    """The credential with each generation's value sealed to exactly `holders`: a holder that
+    stays keeps its sealed box, a new holder gets `sealed_for(generation, nodes)` (node →
+    sealed box of the same value), a node no longer holding it loses its box and its applied
+    report. Generation numbers, slots and the rotation state do not change."""
+    holders = set(holders)
+
+    def one(generation: Optional[Generation]) -> Optional[Generation]:
+        if generation is None:
+            return None
+        kept = {n: v for n, v in generation.sealed.items() if n in holders}
+        missing = sorted(holders - set(kept))
+        if missing:
+            kept.update(sealed_for(generation, missing))
+        return attrs.evolve(generation, sealed=pmap(kept))
+
+    return attrs.evolve(credential, active=one(credential.active),
+                        pending=one(credential.pending), retiring=one(credential.retiring),
+                        applied=pmap({n: g for n, g in credential.applied.items()
+                                      if n in holders}))
+
+
+def provider_applied(credential: Credential, generation: int, *,
+                     credential_id: str) -> Credential:
+    """The provider reports `generation` (and everything its grant asked for) in force. A
+    promoted own secret (a server's admin) keeps the old generation sealed as `retiring` until
+    its holder applied the new one; an account's single password retires the old at once."""
     credential = attrs.evolve(credential,
                               provider_applied=max(credential.provider_applied, generation))
     pending = credential.pending
     if pending is None or generation < pending.generation:
         return credential  # a stale or repeated report changes nothing
     old = credential.active
-    if is_dual(credential):
+    if is_dual(credential) or is_own_secret(credential_id):
         promoted = attrs.evolve(credential, active=pending, pending=None, retiring=old)
     else:
         promoted = attrs.evolve(credential, active=pending, pending=None,
@@ -185,14 +255,22 @@ def describe_rotation(credential_id: str, credential: Credential) -> str:
         return (f"{credential_id}: generation {pending.generation} goes to idle login slot "
                 f"{pending.slot} on the provider first; then holders ({holders}) move to it while "
                 f"generation {active.generation} (slot {active.slot}) stays valid: no window")
+    if pending is not None and is_own_secret(credential_id):
+        return (f"{credential_id}: the provisioner changes the password on the running server "
+                f"from generation {active.generation} to {pending.generation} first "
+                f"(authenticating with {active.generation}) and waits until the server accepts "
+                f"it; then its holders ({holders}) are told {pending.generation}: the server's "
+                f"own container is not recreated (it reads it only to initialise an empty data "
+                f"directory); any other container that uses it is recreated, and cannot "
+                f"authenticate between the two applies (WINDOW)")
     if pending is not None:
         return (f"{credential_id}: the provider replaces generation {active.generation} with "
                 f"{pending.generation} first, then holders ({holders}) are moved; WINDOW: between "
                 f"the provider applying and each holder applying, that holder cannot "
                 f"authenticate (one credential per account)")
     if credential.retiring is not None and not is_dual(credential):
-        return (f"{credential_id}: generation {active.generation} is active at once for its "
-                f"holder ({holders}), which recreates what uses it; generation "
+        return (f"{credential_id}: generation {active.generation} is active for its holder "
+                f"({holders}), which rewrites or recreates what uses it; generation "
                 f"{credential.retiring.generation} stays sealed until "
                 f"{', '.join(waiting_holders(credential))} report(s) it applied")
     if credential.retiring is not None:
@@ -214,7 +292,7 @@ def report_applied(ledger: Ledger, credential_id: str, node: str, *,
     if credential is None:
         return ledger
     if provider is not None:
-        credential = provider_applied(credential, provider)
+        credential = provider_applied(credential, provider, credential_id=credential_id)
     if holder is not None:
         credential = holder_applied(credential, node, holder)
     return attrs.evolve(ledger, credentials=ledger.credentials.set(credential_id, credential))
@@ -222,19 +300,37 @@ def report_applied(ledger: Ledger, credential_id: str, node: str, *,
 
 __all__ = [
     "RotationError", "SLOTS", "OWN_SECRET_PREFIX", "provider_first", "is_dual", "holder_nodes", "next_generation_number", "idle_slot",
-    "in_progress", "first_generation", "begin_rotation", "provider_applied", "holder_applied",
+    "in_progress", "first_generation", "begin_rotation", "reseal", "provider_applied",
+    "holder_applied",
     "waiting_holders", "holder_generation", "provider_generations", "accepted_generations",
     "grant_view", "window_holders", "describe_rotation", "report_applied", "record_applied",
+    "declared_grants", "is_own_secret", "server_held_credentials", "server_held_secrets",
 ]
 
 
-def record_applied(ledger: Ledger, node: str, declaration) -> Ledger:
+def declared_grants(declaration) -> dict[str, int]:
+    """What a declaration asks its node's provisioners to put in force: each grant's newest
+    generation and each provider's pending admin generation (credential id → generation)."""
+    granted: dict[str, int] = {}
+    for grant in declaration.grants:
+        if grant.credential.generation is not None:
+            granted[grant.credential.credential] = grant.credential.generation
+    for provider in declaration.providers:
+        pending = provider.admin_pending
+        if pending is not None and pending.generation is not None:
+            granted[pending.credential] = pending.generation
+    return granted
+
+
+def record_applied(ledger: Ledger, node: str, declaration,
+                   granted: Optional[Mapping[str, int]] = None) -> Ledger:
     """The ledger after `node` reported its whole `declaration` applied.
 
-    As the provider, each grant's credential generation is in force. As a holder, the node holds
-    what its containers and binding files refer to; a node that holds a credential only to
-    grant it (the provider's node) holds its grant's generation. Provider reports go first, so
-    a generation promoted by this report counts for the holders that applied it."""
+    As the provider, `granted` (the generations its provisioners reported in force; the
+    declaration's grants when not given) is in force. As a holder, the node holds what its
+    containers and binding files refer to; a node that holds a credential only to grant it (the
+    provider's node) holds its grant's generation. Provider reports go first, so a generation
+    promoted by this report counts for the holders that applied it."""
     held: dict[str, int] = {}
     for container in declaration.containers:
         for ref in container.secrets:
@@ -245,13 +341,14 @@ def record_applied(ledger: Ledger, node: str, declaration) -> Ledger:
         ref = binding.secret
         if ref is not None and ref.generation is not None:
             held[ref.credential] = min(held.get(ref.credential, ref.generation), ref.generation)
-    granted: dict[str, int] = {}
     for grant in declaration.grants:
-        if grant.credential.generation is not None:
-            granted[grant.credential.credential] = grant.credential.generation
         admin = grant.admin  # the provisioner authenticates with it: held, not granted
         if admin is not None and admin.generation is not None:
             held.setdefault(admin.credential, admin.generation)
+    for provider in declaration.providers:
+        if provider.admin is not None and provider.admin.generation is not None:
+            held.setdefault(provider.admin.credential, provider.admin.generation)
+    granted = dict(declared_grants(declaration) if granted is None else granted)
     for credential_id, generation in sorted(granted.items()):
         ledger = report_applied(ledger, credential_id, node, provider=generation)
     for credential_id, generation in sorted(granted.items()):

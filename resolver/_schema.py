@@ -54,6 +54,7 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("Floor", "port"): PORT,
     ("Floor", "protocol"): {"enum": list(PROTOCOLS)},
     ("Floor", "sources"): {"enum": list(FLOOR_SOURCES)},
+    ("Exposure", "to"): {"minItems": 1},
     ("CaConfig", "validity_days"): {"minimum": 1},
     ("CaConfig", "renew_before_days"): {"minimum": 0},
     ("Ledger", "version"): {"const": LEDGER_VERSION},
@@ -62,6 +63,10 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("Generation", "slot"): {"enum": list(LOGIN_SLOTS)},
     ("Ledger", "pins"): {"additionalProperties": {"type": "string",
                                                   "pattern": "^sha256:[0-9a-f]{64}$"}},
+    # written as one JSON text per instance (resolver/_documents.dump_ledger)
+    ("Ledger", "declared"): {"additionalProperties": {
+        "type": "string", "contentMediaType": "application/json",
+        "contentSchema": {"$ref": "#/$defs/InstanceRendering"}}},
 }
 
 # Keys the loader requires although the model has a default (the ledger's version).

@@ -16,9 +16,12 @@ import base64
 import binascii
 import ipaddress
 import re
+import string
 from typing import Iterable, Optional
 
-from ._errors import Fault
+from ._certs import epoch_seconds
+from ._errors import Fault, MeshError
+from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
 from ._model import GRANT_KINDS, Health, Mesh, Module, Provisions
@@ -38,10 +41,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNER = re.compile(r"^[0-9]+:[0-9]+$")
 OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-URL_FIELD = re.compile(r"\{([^{}]*)\}")
 
 
-class PlaceholderSyntaxError(ValueError):
+class PlaceholderSyntaxError(MeshError, ValueError):
     """An env value whose `${…}` cannot be read."""
 
 
@@ -341,11 +343,27 @@ def validate_provisions(provisions: Provisions, where: DocumentPositions) -> lis
             if key in provision.keys[:i]:
                 f.at(path + ("keys", i), f"key {key!r} is listed twice", "each key once")
         if provision.url is not None:
-            for field in URL_FIELD.findall(provision.url):
-                if field not in provision.keys or field == "url":
-                    f.at(path + ("url",), f"url template names {{{field}}}, not one of its keys",
-                         "fields from keys: " + _listing(k for k in provision.keys if k != "url"))
+            _url_template(provision.url, provision.keys, path + ("url",), f)
     return f.items
+
+
+def _url_template(url: str, keys, path: tuple, f: _Faults) -> None:
+    """A url template is text with `{key}` fields only (`{{` and `}}` for braces): no format
+    spec, conversion, attribute or index (the resolver fills it with str.format_map)."""
+    fields = "fields from keys: " + _listing(k for k in keys if k != "url")
+    try:
+        parts = list(string.Formatter().parse(url))
+    except ValueError as exc:
+        f.at(path, f"the url template cannot be read ({exc})", "{key} fields and {{ }} for braces")
+        return
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if spec or conversion:
+            f.at(path, f"url template field {{{field}}} has a format spec or conversion",
+                 "plain {key} fields")
+        elif field not in keys or field == "url":
+            f.at(path, f"url template names {{{field}}}, not one of its keys", fields)
 
 
 # --------------------------------------------------------------------------- mesh.yaml
@@ -379,6 +397,11 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$", name):
             f.at(("instances", name), f"instance name {name!r} is not a plain name",
                  "letters, digits, '-', '_', '.', '@'", key=True)
+        for listen, exposure in instance.expose.items():
+            _exposure(("instances", name, "expose", listen), listen, exposure, f)
+        if instance.state_from is not None and instance.fresh:
+            f.at(("instances", name, "fresh"), "state-from and fresh: true both say what "
+                 "happens to the state of a move", "one of them", key=True)
     ports = mesh.host_ports
     for key, value in (("first", ports.first), ("last", ports.last)):
         f.port(("host-ports", key), value, HOST_PORT_FLOOR)
@@ -395,6 +418,35 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         f.at(("ca", "renew-before-days"), f"renew-before-days {mesh.ca.renew_before_days}",
              "0 or more, and less than validity-days")
     return f.items
+
+
+def _exposure(path: tuple, listen: str, exposure, f: _Faults) -> None:
+    f.name(path, listen, "exposed listen", key=True)
+    if not exposure.to:
+        f.at(path + ("to",), "an exposure to nobody", "at least one source: any, an address "
+             "or a network such as 192.168.1.0/24 or fd00::/64")
+    seen: dict[str, int] = {}
+    for i, source in enumerate(exposure.to):
+        canonical = canonical_source(source)
+        if canonical is None:
+            f.at(path + ("to", i), _bad_source(source),
+                 "any, an IPv4 or IPv6 address, or a network such as 192.168.1.0/24 or fd00::/64")
+        elif canonical in seen:
+            f.at(path + ("to", i), f"source {source!r} is listed twice "
+                 f"(as entry {seen[canonical] + 1} too)", "each source once")
+        else:
+            seen[canonical] = i
+    if "any" in seen and len(seen) > 1:
+        f.at(path + ("to", seen["any"]), "`any` already opens the listen to every source, so "
+             "the other sources say nothing", "either any alone, or named sources")
+
+
+def _bad_source(source: str) -> str:
+    try:
+        network = ipaddress.ip_network(source, strict=False)
+    except ValueError:
+        return f"{source!r} is not an address or a network"
+    return f"{source!r} has host bits set (the network is {network})"
 
 
 def _is_x25519_key(text: str) -> bool:
@@ -436,6 +488,14 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
                      "a generation from 1")
             if generation.slot is not None:
                 f.choice(path + (slot_name, "slot"), generation.slot, LOGIN_SLOTS)
+    for node, certificate in ledger.certificates.items():
+        for key, value in (("not-before", certificate.not_before),
+                           ("not-after", certificate.not_after)):
+            try:
+                epoch_seconds(value)
+            except MeshError:
+                f.at(("certificates", node, key), f"{key} {value!r} is not a valid time",
+                     "ISO 8601 with an offset, e.g. 2026-01-31T12:00:00Z")
     for pin, digest in ledger.pins.items():
         if not DIGEST.match(digest):
             f.at(("pins", pin), f"pin {pin!r} is not a digest", "sha256: and 64 hex digits")
@@ -445,11 +505,13 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
 # --------------------------------------------------------------------------- the catalogue
 
 
-def validate_catalogue(modules, provisions, sources) -> list[Fault]:
+def validate_catalogue(modules, provisions, sources, unloaded=frozenset()) -> list[Fault]:
     """Faults between catalogue documents: placeholder keys, build bases, module listens.
 
-    `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources.
-    Unknown provisions and modules are left to the resolver (they block instances)."""
+    `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources;
+    `unloaded` names the modules whose manifests have faults of their own, whose artifacts are
+    therefore not named missing again. Unknown provisions and modules are left to the
+    resolver (they block instances)."""
     faults: list[Fault] = []
 
     def at(name: str, path: tuple, message: str, expected: str, key: bool = True) -> None:
@@ -482,6 +544,8 @@ def validate_catalogue(modules, provisions, sources) -> list[Fault]:
                 if "/" not in base:
                     continue
                 owner, _, wanted = base.partition("/")
+                if owner in unloaded:
+                    continue  # its manifest's own faults are reported; this would follow from them
                 if owner not in modules or wanted not in modules[owner].artifacts:
                     at(name, ("artifacts", artifact_name, "base", j), f"no artifact {base!r} in the catalogue",
                        "module/artifact naming an artifact of a catalogue module", key=False)

@@ -15,8 +15,8 @@ set -a
 set +a
 
 if [ -f pyproject.toml ]; then
-    echo "[test] $PYTHON -m pip install -e '.[test]'"
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'
+    echo "[test] $PYTHON -m pip install -e '.[node,control,test]'"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[node,control,test]'
 else
     echo "[test] no pyproject.toml: skipping pip install"
 fi

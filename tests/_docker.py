@@ -48,7 +48,7 @@ def docker_host() -> str:
 
 
 def engine():
-    from executors import docker_engine
+    from executors.node import docker_engine
 
     api = docker_engine.connect(docker_host())
     try:
@@ -114,12 +114,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http_get(url: str, timeout: float = 10.0) -> str:
-    """GET with retries until `timeout` (a container's httpd takes a moment to listen)."""
+def http_get(url: str, timeout: float = 30.0) -> str:
+    """GET with retries until `timeout` (a container's httpd takes a moment to listen, and a
+    CGI reply on a loaded two-core machine can take seconds)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=3) as reply:
+            with urllib.request.urlopen(url, timeout=10) as reply:
                 return reply.read().decode()
         except OSError:
             if time.monotonic() > deadline:

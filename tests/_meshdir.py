@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from executors.cli import main
+from executors.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -2,8 +2,11 @@
 
 Invariants:
 - Everything runs inside named namespaces this module creates (`mfw-<pid>-…`): three nodes
-  wired to a bridge in a fourth "switch" namespace, addresses 10.77.0.1–3/24. No command here
-  runs nft, iptables or the executor in the root namespace: each goes through `nsenter --net`.
+  (or `count`) wired to a bridge in a "switch" namespace, addresses 10.77.0.<i>/24 (or the
+  `subnet` given) and fd77::<i>/64. No command here runs nft, iptables or the executor in the
+  root namespace: each goes through `nsenter --net`. `attach_host()` gives the root namespace
+  one address on the segment (a veth into the switch), for services that run on the host side
+  (a broker); nothing else of the root namespace changes.
 - Whatever is created is removed again (listeners, dockerds, namespaces), on failure too;
   leftovers of a crashed earlier run (its pid gone) are removed before a new topology is built.
 """
@@ -26,6 +29,7 @@ from typing import Optional
 REPO = Path(__file__).resolve().parent.parent
 NETNS_DIR = Path("/var/run/netns")
 SUBNET = "10.77.0"
+SUBNET6 = "fd77:"
 PREFIX = "mfw"
 
 
@@ -61,15 +65,20 @@ def remove_stale() -> None:
 
 
 class Topology:
-    """Three node namespaces n1..n3 on one bridged segment; n1 is the provider in the tests."""
+    """Node namespaces n1..n3 (or n1..n<count>) on one bridged segment, IPv4 and IPv6; n1 is
+    the provider in the tests."""
 
-    def __init__(self, tag: str = "t"):
+    def __init__(self, tag: str = "t", count: int = 3, subnet: str = SUBNET):
         self.tag = f"{PREFIX}-{os.getpid()}-{tag}"
         self.switch = f"{self.tag}sw"
-        self.nodes = {f"n{i}": f"{self.tag}n{i}" for i in (1, 2, 3)}
-        self.addresses = {f"n{i}": f"{SUBNET}.{i}" for i in (1, 2, 3)}
+        self.subnet = subnet
+        numbers = range(1, count + 1)
+        self.nodes = {f"n{i}": f"{self.tag}n{i}" for i in numbers}
+        self.addresses = {f"n{i}": f"{subnet}.{i}" for i in numbers}
+        self.addresses6 = {f"n{i}": f"{SUBNET6}:{i}" for i in numbers}
         self._processes: list[subprocess.Popen] = []
         self._created: list[str] = []
+        self._host_link: Optional[str] = None
 
     # -- lifecycle
 
@@ -102,12 +111,27 @@ class Topology:
                "peer", "name", "eth0", "netns", netns)
             sh("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
             sh("ip", "-n", netns, "addr", "add", f"{self.addresses[node]}/24", "dev", "eth0")
+            sh("ip", "-n", netns, "addr", "add", f"{self.addresses6[node]}/64", "dev", "eth0",
+               "nodad")
             sh("ip", "-n", netns, "link", "set", "eth0", "up")
         deadline = time.monotonic() + 10
         while not self.reachable("n2", "n1"):  # the bridge forwards once its ports are up
             if time.monotonic() > deadline:
                 raise RuntimeError("the test bridge did not come up within 10 s")
             time.sleep(0.2)
+
+    def attach_host(self, index: int = 254) -> str:
+        """The root namespace on the segment at <subnet>.<index>/24 (a veth into the switch);
+        returns that address."""
+        link = f"mh{os.getpid() % 100000}{self.tag[-1]}"[:15]
+        sh("ip", "link", "add", link, "type", "veth", "peer", "name", "hub", "netns",
+           self.switch)
+        self._host_link = link
+        sh("ip", "-n", self.switch, "link", "set", "hub", "master", "br0", "up")
+        address = f"{self.subnet}.{index}"
+        sh("ip", "addr", "add", f"{address}/24", "dev", link)
+        sh("ip", "link", "set", link, "up")
+        return address
 
     def reachable(self, source: str, target: str) -> bool:
         """Whether `target` answers at all (a refused connection to a closed port is an answer)."""
@@ -129,6 +153,9 @@ class Topology:
                     process.kill()
                     process.wait()
         self._processes.clear()
+        if self._host_link is not None:
+            sh("ip", "link", "del", self._host_link, check=False)
+            self._host_link = None
         for name in reversed(self._created):
             sh("ip", "netns", "del", name, check=False)
         self._created.clear()
@@ -158,18 +185,21 @@ class Topology:
         return self.run(node, sys.executable, "-m", "executors.cli", *args, check=False,
                         cwd=str(REPO), env=env)
 
-    def listen(self, node: str, port: int) -> None:
-        """A TCP listener on `node`'s address that answers `ok` to every connection."""
+    def listen(self, node: str, port: int, address: Optional[str] = None) -> None:
+        """A TCP listener on `node`'s address (or `address`, IPv4 or IPv6) that answers `ok`
+        to every connection."""
         code = (
             "import socket, sys\n"
-            "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "family = socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+            "s = socket.socket(family); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
             "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(64)\n"
             "print('ready', flush=True)\n"
             "while True:\n"
             "    c, _ = s.accept(); c.sendall(b'ok\\n'); c.close()\n"
         )
         process = subprocess.Popen(
-            self.argv(node, sys.executable, "-c", code, self.addresses[node], str(port)),
+            self.argv(node, sys.executable, "-c", code, address or self.addresses[node],
+                      str(port)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self._processes.append(process)
@@ -244,9 +274,10 @@ class NamespacedDockerd:
 
     IMAGE = "mesh-test/fw-busybox:1"
 
-    def __init__(self, topology: Topology, node: str):
+    def __init__(self, topology: Topology, node: str, extra_args: tuple = ()):
         self.topology = topology
         self.node = node
+        self.extra_args = tuple(extra_args)  # e.g. ("--userland-proxy=false",)
         name = topology.nodes[node]
         self.socket = f"/run/{name}.sock"
         self.host = f"unix://{self.socket}"
@@ -263,7 +294,8 @@ class NamespacedDockerd:
             self.process = subprocess.Popen(
                 self.topology.argv(self.node, "dockerd", "--host", self.host,
                                    "--data-root", self.data_root, "--exec-root", self.exec_root,
-                                   "--pidfile", self.pidfile, "--storage-driver", "vfs"),
+                                   "--pidfile", self.pidfile, "--storage-driver", "vfs",
+                                   *self.extra_args),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )

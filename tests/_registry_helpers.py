@@ -2,7 +2,7 @@
 
 Each RegistryProcess is Debian's docker-registry (distribution v2) with its own config and
 storage in a temporary directory, on a free loopback port, no auth; it is stopped by its pid.
-Images are pushed over the HTTP API with plain `requests` (independent of executors/registry.py,
+Images are pushed over the HTTP API with plain `requests` (independent of executors/control/registry.py,
 the code under test), or through the Docker Engine (`docker import` + `docker push`) when one runs.
 """
 

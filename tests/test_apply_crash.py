@@ -21,7 +21,7 @@ from pyrsistent import pmap
 
 from resolver import BindingDecl, SecretRef, StateDirDecl
 
-from executors.apply import NodePaths, observe, render
+from executors.node.apply import NodePaths, observe, render
 from _docker import (cleanup, container, declaration, engine, env_image, env_of, free_port,
                      http_get, http_health, unique_mesh, write_declaration)
 
@@ -77,7 +77,7 @@ def test_sigkill_at_random_points_then_rerun_converges(tmp_path):
                                   SecretRef("cred", serial))])
 
     # sealed values for every generation used, in a ledger file opened by the node key
-    from executors import keys
+    from executors.common import keys
     from resolver import Credential, Generation, Ledger, dump_ledger
 
     public = keys.create_node_key(tmp_path / "n1.key")

@@ -13,9 +13,9 @@ from pyrsistent import pvector
 
 from resolver import HealthDecl, SecretRef, secret_token
 
-from executors import cli
-from executors.apply import NodePaths, apply_declaration, observe, render
-from executors.apply_diff import diff
+from executors.cli import main as cli
+from executors.node.apply import NodePaths, apply_declaration, observe, render
+from executors.node.apply_diff import diff
 from _docker import (cleanup, container, declaration, engine, env_image, env_of, free_port,
                      http_get, http_health, unique_mesh, write_declaration)
 
@@ -80,7 +80,7 @@ def test_apply_creates_labelled_containers_on_the_node_address_and_reapply_does_
     assert info["Image"] == image
     assert env_of(http_get(f"http://127.0.0.1:{port}/cgi-bin/env"))["DB_HOST"] == "db.one"
     assert set(managed(api, mesh)) == {f"{mesh}-web"}  # the completed step was removed
-    assert (state / "steps" / f"{mesh}-init.digest").exists()
+    assert (state / ".mesh" / "steps" / f"{mesh}-init.digest").exists()
 
     code, again, _ = apply_json(capsys, path, "--state-root", state)
     assert code == 0 and again["ops"] == [] and again["serial_applied"] == 1
@@ -328,7 +328,7 @@ def test_firewall_intent_goes_through_the_firewall_executor_before_containers(
     runs.mkdir()
     script = (
         "import sys\n"
-        "from executors import cli\n"
+        "from executors.cli import main as cli\n"
         f"argv = ['apply', {path!r}, '--json', '--state-root', {str(tmp_path / 's')!r}, "
         "'--stop-timeout', '1']\n"
         "for run in ('first', 'second'):\n"
@@ -378,7 +378,7 @@ def test_an_image_named_by_digest_is_pulled_only_when_missing(api, mesh, tmp_pat
     try:
         import io
 
-        from executors.report import LivePrinter, Report
+        from executors.common.report import LivePrinter, Report
 
         said = io.StringIO()
         report = apply_declaration(decl, api=api, state_root=tmp_path / "s", stop_timeout=1,

@@ -1,4 +1,4 @@
-"""The quick no-op check of `mesh apply` (executors/apply_fast.py) against the real engine.
+"""The quick no-op check of `mesh apply` (executors/node/apply_fast.py) against the real engine.
 
 It must answer exactly as the full path does for a converged node (text, --json, --dry-run),
 and decline to the full path for every kind of drift, which then fixes it, after which the
@@ -24,7 +24,13 @@ from pyrsistent import pmap, pvector
 from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, FirewallIntent,
                       SecretRef, StateDirDecl, secret_token)
 
-from executors import apply_fast, cli, cmd_apply, keys
+from executors.node import apply_fast
+
+from executors.cli import main as cli
+
+from executors.cli import apply as cmd_apply
+
+from executors.common import keys
 from _docker import (cleanup, container, declaration, docker_host, engine, env_image,
                      unique_mesh, write_declaration)
 
@@ -142,7 +148,7 @@ def test_a_no_op_with_sealed_secrets_answers_as_the_full_path_and_a_new_ledger_d
     assert "credential generations in force: db-cred 3" in fast[1]
     fast, full = run(capsys, *argv, "--json"), run(capsys, *argv, "--json", "--no-fast")
     assert fast[3] and (fast[0], fast[1]) == (full[0], full[1])
-    assert secret not in json.dumps(json.loads((tmp_path / "state" / "noop.json").read_text()))
+    assert secret not in json.dumps(json.loads((tmp_path / "state" / ".mesh" / "noop.json").read_text()))
     # without the secrets the full path refuses: so must the check not answer
     code, _, err, fast_answered = run(capsys, path, "--state-root", tmp_path / "state")
     assert code == 1 and not fast_answered and "no sealed secrets were given" in err
@@ -196,25 +202,25 @@ def chown_a_state_dir(node):
 
 
 def edit_an_env_file(node):
-    env_file = node.state / "env" / f"{node.name('db')}.env"
+    env_file = node.state / ".mesh" / "env" / f"{node.name('db')}.env"
     env_file.write_text(env_file.read_text() + "EXTRA=1\n")
     return [("write-file", str(env_file))]
 
 
 def chmod_a_binding_file(node):
-    binding = node.state / "bindings" / "app@n1--db.env"
+    binding = node.state / ".mesh" / "bindings" / "app@n1--db.env"
     os.chmod(binding, 0o644)
     return [("write-file", str(binding))]
 
 
 def add_a_stray_env_file(node):
-    stray = node.state / "env" / "stray.env"
+    stray = node.state / ".mesh" / "env" / "stray.env"
     stray.write_text("A=1\n")
     return [("remove-file", str(stray))]
 
 
 def remove_a_run_once_marker(node):
-    (node.state / "steps" / f"{node.name('init')}.digest").unlink()
+    (node.state / ".mesh" / "steps" / f"{node.name('init')}.digest").unlink()
     return [("run-step", node.name("init"))]
 
 
@@ -285,7 +291,7 @@ def test_the_check_declines_what_it_does_not_handle(node, capsys, monkeypatch):
         with redirect_stdout(io.StringIO()) as out:
             assert apply_fast.try_noop(args, out) is None, argv
         assert out.getvalue() == ""
-    lock = os.open(node.state / "lock", os.O_RDWR)
+    lock = os.open(node.state / ".mesh" / "lock", os.O_RDWR)
     try:  # another apply holds the lock: the full path waits for it, the check does not
         fcntl.flock(lock, fcntl.LOCK_EX)
         assert apply_fast.try_noop(parsed(node.path, "--state-root", node.state),
@@ -314,7 +320,7 @@ def test_a_firewall_intent_applied_with_no_firewall_is_checked_only_with_no_fire
 FIREWALL_SCRIPT = """
 import io, json, sys
 import nftables
-from executors import cli
+from executors.cli import main as cli
 
 argv = ["apply", sys.argv[1], "--state-root", sys.argv[2], "--stop-timeout", "1"]
 
@@ -338,7 +344,7 @@ for extra in ([], ["--json"], ["--dry-run"]):
     seen["same " + " ".join(extra)] = [run(*extra), run(*extra, "--no-fast")]
 nftables.Nftables().cmd("delete table inet mesh")
 seen["table deleted"] = [ops(run("--json")), run()[2]]
-with open(sys.argv[2] + "/firewall.digest", "w") as handle:
+with open(sys.argv[2] + "/.mesh/firewall.digest", "w") as handle:
     handle.write("sha256:other\\n")
 seen["record changed"] = [ops(run("--json")), run()[2]]
 print(json.dumps(seen))
@@ -380,7 +386,7 @@ def test_a_firewall_intent_in_force_is_checked_like_the_firewall_executor_does(
 
 def test_a_fast_no_op_imports_neither_the_resolver_nor_the_sdk(node):
     script = (
-        "import sys; from executors import cli\n"
+        "import sys; from executors.cli import main as cli\n"
         f"code = cli.main(['apply', {str(node.path)!r}, '--state-root', {str(node.state)!r}, "
         f"'--docker-host', {docker_host()!r}])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "

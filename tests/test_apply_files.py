@@ -13,8 +13,10 @@ from pyrsistent import pmap, pvector
 
 from resolver import AccessDecl, BindingDecl, MountDecl, SecretRef, StateDirDecl, secret_token
 
-from executors import cli, keys
-from executors.apply import apply_declaration
+from executors.cli import main as cli
+
+from executors.common import keys
+from executors.node.apply import apply_declaration
 from _docker import cleanup, container, declaration, engine, env_image, unique_mesh, \
     write_declaration
 
@@ -180,8 +182,8 @@ def test_secrets_are_unsealed_into_0600_env_and_binding_files_and_never_reported
     assert code == 0, err
     report = json.loads(out)
     assert report["generations"] == {"db-cred": 3}
-    env_file = state / "env" / f"{mesh}-web.env"
-    binding_file = state / "bindings" / "app@n1--db.env"
+    env_file = state / ".mesh" / "env" / f"{mesh}-web.env"
+    binding_file = state / ".mesh" / "bindings" / "app@n1--db.env"
     assert env_file.read_text() == f"DB_HOST=10.0.0.2\nDB_URL=postgres://u:{secret}@h/db\n"
     assert binding_file.read_text() == f"host=10.0.0.2\npassword={secret}\n"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
@@ -189,7 +191,7 @@ def test_secrets_are_unsealed_into_0600_env_and_binding_files_and_never_reported
     assert secret not in out and secret not in err
     labels = api.inspect_container(f"{mesh}-web")["Config"]["Labels"]
     assert secret not in json.dumps(labels)
-    assert not [p for p in (state / "env").iterdir() if p.name.startswith(".")]
+    assert not [p for p in (state / ".mesh" / "env").iterdir() if p.name.startswith(".")]
 
 
 def test_secrets_without_a_key_and_pending_generations_are_refused(api, mesh, tmp_path, capsys):
@@ -205,7 +207,7 @@ def test_secrets_without_a_key_and_pending_generations_are_refused(api, mesh, tm
     assert "no sealed secrets were given" in messages
     assert "has not been issued yet" in messages
     assert "not among its declared secrets" in messages
-    assert not (tmp_path / "state" / "env").exists()
+    assert not (tmp_path / "state" / ".mesh" / "env").exists()
 
 
 def test_ports_published_on_every_address_are_refused(api, mesh, tmp_path, capsys):
@@ -230,7 +232,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(api, mesh, tmp_path, capsys
     assert code == 0
     assert "create-dir" in out and "create-container" in out and "planned" in out
     assert not target.exists()
-    assert not (tmp_path / "state" / "env").exists()
+    assert not (tmp_path / "state" / ".mesh" / "env").exists()
     assert api.containers(all=True, filters={"label": f"mesh.mesh={mesh}"}) == []
 
 
@@ -264,3 +266,39 @@ def test_a_malformed_declaration_is_located_and_exits_2(tmp_path, capsys):
     assert code == 2
     assert f"{bad}:4:" in err
     assert "Traceback" not in err
+
+
+def test_the_digest_recorded_is_the_contents_not_the_digest_a_file_claims(
+        api, mesh, tmp_path, capsys):
+    """A declaration edited by hand keeps the `digest` it was written with; the node records
+    the digest of what it applied (the resolver's declaration_digest), so `mesh applied`
+    cannot take the edited declaration for the one the mesh declared."""
+    import resolver
+
+    target = tmp_path / "data"
+    decl = declaration(mesh, state_dirs=[StateDirDecl(str(target), 0, 0, "0700",
+                                                      "app@n1", "data")])
+    claimed = resolver.declaration_digest(attrs.evolve(decl, state_dirs=pvector()))
+    edited = attrs.evolve(decl, digest=claimed)  # says it is the declaration without the dir
+    path = write_declaration(tmp_path / "d.json", edited)
+    code, report, _ = apply_json(capsys, path, "--state-root", tmp_path / "state")
+    assert code == 0, report
+    actual = resolver.declaration_digest(decl)
+    assert actual != claimed
+    assert report["digest"] == actual
+    record = json.loads((tmp_path / "state" / ".mesh" / "applied.json").read_text())
+    assert record["digest"] == actual
+
+
+def test_one_declaration_is_a_file_or_the_newest_of_a_spool(tmp_path):
+    """`mesh verify` and `mesh firewall` read one declaration: a file, or of a spool
+    directory the newest by serial (the one `mesh apply` applies), whatever the names."""
+    from executors.node.runner import load_declaration
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    newer = attrs.evolve(declaration("m", containers=[]), serial=7)
+    write_declaration(spool / "a-newer.json", newer)
+    write_declaration(spool / "b-older.json", attrs.evolve(newer, serial=3))
+    assert load_declaration(str(spool)).serial == 7
+    assert load_declaration(str(spool / "b-older.json")).serial == 3

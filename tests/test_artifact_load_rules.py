@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from resolver import InputError
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,10 +18,10 @@ from cryptography.x509.oid import NameOID
 from pyrsistent import pmap
 
 import resolver
-from executors.ca import CaError, init_ca, load_ca, sign_node, verify_node_certificate
-from executors.issuer import issue, renew
-from executors.keys import create_node_key
-from executors.loading import load_mesh_dir
+from executors.control.ca import CaError, init_ca, load_ca, sign_node, verify_node_certificate
+from executors.control.issuer import issue, renew
+from executors.common.keys import create_node_key
+from executors.control.loading import load_mesh_dir
 from resolver import EMPTY_LEDGER, CaConfig, Mesh, Node
 from resolver._certs import certificate_requests, epoch_seconds
 

@@ -15,7 +15,7 @@ import pytest
 from ruamel.yaml import YAML
 
 import resolver
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 from resolver import InputError, load_module, load_provisions
 from resolver._artifacts import validate_artifact_store_modules, validate_build_graph
 

@@ -101,7 +101,7 @@ def test_second_apply_with_nothing_changed_performs_no_transaction(topology, fre
     # The library call agrees: no step, no transaction.
     code = (
         "import json, sys, resolver\n"
-        "from executors.firewall import apply_firewall\n"
+        "from executors.node.firewall import apply_firewall\n"
         "d = resolver.structure(json.load(open(sys.argv[1])), resolver.Declaration)\n"
         "r = apply_firewall(d.firewall, sys.argv[2])\n"
         "print(json.dumps({'steps': len(r.steps), 'transactions': r.transactions, 'ok': r.ok}))\n"
@@ -132,23 +132,25 @@ def test_broker_floor_opens_to_mesh_sources_only(topology, fresh, tmp_path):
 
 
 BROKEN_APPLY = """
-import copy, json, sys, attrs, resolver
-from executors import firewall as fw
-from executors.firewall_render import render
+import json, sys, attrs, resolver
+from executors.node import firewall as fw
+from executors.node.firewall_render import render
 d = resolver.structure(json.load(open(sys.argv[1])), resolver.Declaration)
 state, how = sys.argv[2], sys.argv[3]
 good = render(d.firewall)
-document = copy.deepcopy(good.document)
-for command in document["nftables"]:
-    added = command.get("add", {})
-    if how == "bad-hook" and added.get("chain", {}).get("name") == "forward":
-        added["chain"]["hook"] = "no-such-hook"          # refused by libnftables' parser
-    if how == "kernel" and "set" in added:
-        added["set"]["size"] = 1                          # refused by the kernel (ENFILE):
-        added["set"]["elem"] = added["set"]["elem"] + ["10.77.0.99"]  # two elements, room for one
-    if how == "no-ssh" and "rule" in added and "ssh" in (added["rule"].get("comment") or ""):
-        command.clear(); command["add"] = {"table": {"family": "inet", "name": "mesh"}}
-broken = attrs.evolve(good, document=document, digest="sha256:" + "0" * 64)
+lines = []
+for line in good.text.splitlines():
+    if how == "bad-value" and line.startswith("add set inet mesh tcp_v4 "):
+        line = line.replace(" } }", ", 10.77.0.99 . 70000 } }")  # refused by libnftables
+    if how == "unreadable" and line.startswith("add chain inet mesh forward "):
+        line = line.replace("hook forward", "hook no-such-hook")  # not a line the mesh writes
+    if how == "no-ssh" and line.startswith("add rule inet mesh input tcp dport @tcp_any"):
+        continue
+    lines.append(line)
+    if how == "kernel" and line.startswith("add table"):  # refused by the kernel: intervals
+        lines.append("add set inet mesh tcp_v4_net { type ipv4_addr . inet_service; flags "
+                     "interval; elements = { 10.77.0.0/24 . 5432, 10.77.0.0/25 . 5432 } }")
+broken = attrs.evolve(good, text="\\n".join(lines) + "\\n", digest="sha256:" + "0" * 64)
 nft = fw.open_nftables()
 ops = fw.diff(broken.digest, fw.observe(nft, state))
 report = fw.apply(ops, broken, nft, state, fw.FirewallReport(), check_first=how != "kernel")
@@ -159,7 +161,7 @@ print(json.dumps({"ok": report.ok, "lines": report.lines(), "transactions": repo
 """
 
 
-@pytest.mark.parametrize("how", ["bad-hook", "kernel"])
+@pytest.mark.parametrize("how", ["bad-value", "kernel", "unreadable"])
 def test_failing_batch_leaves_the_old_rules_in_force(topology, fresh, how):
     intent = intent_for(topology, bound=("n2",))
     assert apply(topology, fresh, intent).returncode == 0
@@ -169,12 +171,15 @@ def test_failing_batch_leaves_the_old_rules_in_force(topology, fresh, how):
     assert not out["ok"]
     assert out["running"] == out["good"] == out["recorded"]
     reason = " ".join(out["lines"])
-    if how == "bad-hook":
+    if how == "bad-value":
         assert out["transactions"] == 0  # the dry-run check caught it
-        assert "batch check failed" in reason and "no-such-hook" in reason
+        assert "batch check failed" in reason and "out of range" in reason
+    elif how == "unreadable":
+        assert out["transactions"] == 0  # the mesh's own reading caught it
+        assert "cannot be read back" in reason and "no-such-hook" in reason
     else:
         assert out["transactions"] == 1  # sent unchecked: the kernel refused and rolled back
-        assert "kernel refused" in reason and "Too many open files" in reason
+        assert "kernel refused" in reason and "File exists" in reason
     assert topology.nft_tables("n1", skip=())["inet mesh"] == before
     assert topology.connects("n2", "n1", PROVIDER_PORT)
     assert not topology.connects("n3", "n1", PROVIDER_PORT)

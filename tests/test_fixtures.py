@@ -12,7 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 import resolver
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = sorted(p.parent for p in FIXTURES.glob("**/expected.yaml"))
@@ -32,14 +32,29 @@ def resolve_case(case: Path):
 def test_fixture_gives_exactly_its_expected_problems(case):
     expected = expected_of(case)
     resolution = resolve_case(case)
-    errors = sorted((p.code, p.instance) for p in resolution.problems if p.severity == "error")
-    assert errors == sorted((e["code"], e["instance"]) for e in expected["problems"])
+    errors = sorted((p.code, p.instance or "") for p in resolution.problems
+                    if p.severity == "error")
+    assert errors == sorted((e["code"], e["instance"] or "") for e in expected["problems"])
+    held = set(expected.get("held", []))
+    assert set(resolution.held) == held
+    declared = {c.instance for d in resolution.declarations.values() for c in d.containers}
     for problem in resolution.problems:
         if problem.severity == "error":
             assert problem.line > 0, f"{problem.code} has no position"
+            if problem.instance is None:  # about the mesh: a default naming nothing, or a
+                # mesh-wide setting refused (a floor on a kept port names the holders)
+                if problem.code == resolver.FLOOR_CONFLICT:
+                    assert problem.candidates
+                assert not problem.blocks
+                continue
             assert problem.instance in problem.blocks
-            declared = {c.instance for d in resolution.declarations.values() for c in d.containers}
-            assert problem.instance not in declared
+            assert (problem.instance in declared) == (problem.instance in held)
+    for name in held:  # held: its declaration is the one the ledger records, byte for byte
+        rendering = resolution.ledger.declared[name]
+        node = resolution.declarations[rendering.node]
+        assert [c for c in node.containers if c.instance == name] == list(rendering.containers)
+        assert any(p.code == resolver.HELD and p.instance == name and p.line > 0
+                   for p in resolution.problems)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "bindings" in expected_of(c)],

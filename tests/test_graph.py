@@ -19,8 +19,8 @@ import pytest
 from pyrsistent import pmap, pvector
 
 import resolver
-from executors.cmd_graph import render
-from executors.loading import load_mesh_dir
+from executors.cli.graph import render
+from executors.control.loading import load_mesh_dir
 from resolver import Floor, Instance, Mesh, Node, Opening, Require, mesh_dot, mesh_picture
 from resolver._dot import render_dot
 from resolver._rotation import begin_rotation, first_generation
@@ -140,20 +140,20 @@ def test_held_instances_are_red_with_the_code_they_are_held_by():
 
 def test_floors_allows_and_exposures_are_on_their_node():
     inputs, resolution = load("homelab")
-    mesh = attrs.evolve(inputs.mesh, floors=pvector([Floor(9100, "tcp", "mesh", "node metrics")]))
+    instances = inputs.mesh.instances
+    jellyfin = attrs.evolve(instances["jellyfin@lab"], expose=pmap({"http": resolver.Exposure(
+        to=pvector(["203.0.113.0/24"]), reason="for the family")}))
+    mesh = attrs.evolve(inputs.mesh, floors=pvector([Floor(9100, "tcp", "mesh", "node metrics")]),
+                        instances=instances.set("jellyfin@lab", jellyfin))
     resolution = resolver.resolve(inputs.catalogue, mesh, inputs.ledger, now=NOW)
-    picture = mesh_picture(resolution, mesh, node_order=("home", "lab"))
-    lab = next(n for n in picture.nodes if n.name == "lab")
-    exposed = attrs.evolve(lab, exposures=(Opening(443, "tcp", ("203.0.113.0/24",),
-                                                   "jellyfin@lab/http for the family"),))
-    picture = attrs.evolve(picture, nodes=tuple(exposed if n.name == "lab" else n
-                                                for n in picture.nodes))
-    dot = render_dot(picture)
+    port = next(a.port for a in resolution.declarations["lab"].firewall.expose)
+    dot = render_dot(mesh_picture(resolution, mesh, node_order=("home", "lab")))
     firewall = statement(dot, "firewall:lab")
     assert "floor 2222/tcp from anywhere (ssh)" in firewall
     assert "floor 9100/tcp from the mesh's nodes (node metrics)" in firewall
     assert "allow 20006/tcp from 10.44.0.10 (postgres@lab/postgres for umami@home)" in firewall
-    assert "expose 443/tcp from 203.0.113.0/24 (jellyfin@lab/http for the family)" in firewall
+    assert f"expose {port}/tcp from 203.0.113.0/24 (" in firewall, firewall
+    assert "for the family" in firewall
     home = statement(dot, "firewall:home")
     assert "floor 20005/tcp from the mesh's nodes (broker (enrolment))" in home
     assert "expose" not in home

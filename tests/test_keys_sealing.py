@@ -8,8 +8,8 @@ import stat
 import pytest
 from pyrsistent import pmap, pvector
 
-from executors.issuer import IssueError, issue, rotate
-from executors.keys import (
+from executors.control.issuer import IssueError, issue, rotate
+from executors.common.keys import (
     KeyError_,
     UnsealError,
     create_node_key,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import resolver
-from executors import cli
-from executors.loading import load_mesh_dir, write_atomic, write_ledger
+from executors.cli import main as cli
+from executors.common.atomic import write_atomic
+from executors.control.loading import load_mesh_dir, write_ledger
 from resolver import (
     EMPTY_LEDGER,
     InputError,
@@ -438,22 +439,29 @@ def test_placeholder_key_must_be_offered_by_the_provision(tmp_path):
     assert (fault.line, fault.col) == locate(app, "DATABASE_URL:")
 
 
-def test_missing_files_are_faults_with_their_path(tmp_path):
+def test_missing_files_are_faults_at_the_top_of_mesh_yaml_that_implies_them(tmp_path):
+    """No `catalogue:` key: the default catalogue's missing files are located at the top of
+    the mesh.yaml that left the path to its default, and name the file."""
     directory = mesh_dir(tmp_path, catalogue__provisions_yaml=None)
     (directory / "catalogue" / "empty").mkdir()
     faults = faults_of(load_mesh_dir, directory)
-    assert sorted(f.message for f in faults) == [
-        "module empty's manifest is missing", "the provision definitions is missing"]
-    assert all(f.line == 0 for f in faults)
-    assert any(f.file.endswith("catalogue/empty/module.yaml") for f in faults)
+    assert [(f.line, f.col) for f in faults] == [(1, 1), (1, 1)]
+    assert all(f.file.endswith("mesh/mesh.yaml") for f in faults)
+    messages = sorted(f.message for f in faults)
+    assert messages[0].startswith("module empty's manifest ")
+    assert messages[0].endswith("catalogue/empty/module.yaml is missing")
+    assert messages[1].endswith("catalogue/provisions.yaml is missing")
+    assert all("the default (no `catalogue:` key)" in f.expected for f in faults)
     missing = faults_of(load_mesh_dir, tmp_path / "nowhere")
-    assert missing[0].message == "is not a directory"
+    assert missing[0].message == "is missing"
 
 
-def test_missing_catalogue_and_broken_mesh_are_reported_together(tmp_path):
+def test_missing_catalogue_is_located_at_its_key_and_reported_with_other_faults(tmp_path):
     root = write_tree(tmp_path, {"mesh.yaml": "mesh: m\nnodes: []\ncatalogue: cat\n"})
-    messages = sorted(f.message for f in faults_of(load_mesh_dir, root))
-    assert messages == ["nodes is a list", "the catalogue directory is missing"]
+    faults = faults_of(load_mesh_dir, root)
+    assert [(f.line, f.col, f.message.split(" /")[0]) for f in faults] == [
+        (2, 8, "nodes is a list"), (3, 12, "the catalogue directory")]
+    assert faults[1].message.endswith("/cat is missing")
 
 
 def test_placeholders_parse_and_render():
@@ -524,7 +532,9 @@ def test_check_subprocess_exit_codes_and_no_traceback(tmp_path):
 
 def test_schema_command(tmp_path):
     code, out, _ = run_cli("schema")
-    assert code == 0 and out.split() == ["module", "provisions", "mesh", "ledger", "declaration"]
+    assert code == 0 and out.split() == ["module", "provisions", "mesh", "ledger", "declaration",
+                                         "message-envelope", "declaration-message", "report",
+                                         "enrolment-request", "enrolment-answer"]
     code, out, _ = run_cli("schema", "mesh")
     assert code == 0 and '"$schema": "https://json-schema.org/draft/2020-12/schema"' in out
     code, _, err = run_cli("schema", "nonsense")

@@ -13,8 +13,8 @@ import pytest
 
 import resolver
 
-from executors.keys import load_private_key, unseal_for_node
-from executors.loading import load_mesh_dir, write_ledger
+from executors.common.keys import load_private_key, unseal_for_node
+from executors.control.loading import load_mesh_dir, write_ledger
 from resolver._rotation import holder_nodes, report_applied
 
 from _meshdir import fixture_dirs, fixture_id, prepare, run_cli

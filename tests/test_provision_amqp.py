@@ -26,9 +26,9 @@ from resolver import Declaration, GrantDecl, SecretRef
 
 import _pg
 import _rabbit
-from executors.provision_amqp import hash_matches
-from executors.provisioners import Endpoint, provision_grants
-from executors.report import LivePrinter, Report
+from executors.node.provisioners.amqp_plan import hash_matches
+from executors.node.provisioners import Endpoint, provision_grants
+from executors.common.report import LivePrinter, Report
 
 pytestmark = pytest.mark.integration
 
@@ -318,7 +318,7 @@ def test_the_admin_account_is_never_managed_even_when_marked(broker):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from executors.provision_amqp import (  # noqa: E402
+from executors.node.provisioners.amqp_plan import (  # noqa: E402
     DesiredAccount,
     Observed,
     UserFacts,

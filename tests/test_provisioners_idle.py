@@ -8,8 +8,8 @@ from pathlib import Path
 import attrs
 
 import resolver
-from executors.loading import load_mesh_dir
-from executors.provisioners import AMQP_KIND, POSTGRES_KIND, idle_providers
+from executors.control.loading import load_mesh_dir
+from executors.node.provisioners import AMQP_KIND, POSTGRES_KIND, idle_providers
 
 GENESIS = Path(__file__).resolve().parent.parent / "fixtures" / "genesis"
 

@@ -63,7 +63,7 @@ def test_resolver_module_is_pure(path: Path):
     ("from pathlib import Path\n", "imports pathlib"),
     ("from datetime import datetime\n", "imports datetime"),
     ("def f():\n    import random\n", "imports random"),
-    ("from executors.loading import load_mesh_dir\n", "imports executors.loading"),
+    ("from executors.control.loading import load_mesh_dir\n", "imports executors.control.loading"),
     ("m = __import__('socket')\n", "calls __import__()"),
     ("import importlib\nimportlib.import_module('os')\n", "imports importlib"),
     ("with open('x') as f:\n    pass\n", "calls open()"),
@@ -82,10 +82,11 @@ def test_scan_allows_pure_imports():
 
 # The executors' diffs and renderings are pure functions too (observe → diff → apply keeps
 # only observe and apply impure); they are held to the same rule.
-PURE_EXECUTOR_MODULES = ["apply_diff.py", "firewall_render.py"]
+PURE_EXECUTOR_MODULES = ["apply_diff.py", "firewall_render.py", "firewall_readback.py",
+                         "firewall_meaning.py", "marks.py"]
 
 
 @pytest.mark.parametrize("name", PURE_EXECUTOR_MODULES)
 def test_pure_executor_module_is_pure(name: str):
-    path = RESOLVER.parent / "executors" / name
+    path = RESOLVER.parent / "executors" / "node" / name
     assert forbidden_uses(path.read_text(), str(path)) == []

@@ -26,9 +26,9 @@ from _registry_helpers import (
     push_index,
     served_digest,
 )
-from executors import cli
-from executors.loading import load_mesh_dir, write_ledger
-from executors.registry import RegistryClient, RegistryError
+from executors.cli import main as cli
+from executors.control.loading import load_mesh_dir, write_ledger
+from executors.control.registry import RegistryClient, RegistryError
 from resolver import BuildRecord
 
 pytestmark = [

@@ -10,10 +10,11 @@ import pytest
 from pyrsistent import pmap, pvector
 
 import resolver
-from executors.loading import load_mesh_dir
+from executors.control.loading import load_mesh_dir
 from resolver import ContainerDecl, Declaration, GrantDecl, SecretRef
 from resolver._rotation import (
     begin_rotation,
+    declared_grants,
     first_generation,
     grant_view,
     provider_applied,
@@ -67,7 +68,7 @@ def test_record_applied_walks_a_dual_rotation_to_retirement():
 
 
 def test_a_provider_node_that_also_holds_does_not_retire_before_its_containers_moved():
-    cred = provider_applied(first_generation({"lab": "s1"}, slot="a"), 1)
+    cred = provider_applied(first_generation({"lab": "s1"}, slot="a"), 1, credential_id=CRED)
     cred = begin_rotation(CRED, cred, {"lab": "s2"})
     ledger = Ledger(credentials=pmap({CRED: cred}))
     anchor, lab = _declarations(cred)
@@ -117,17 +118,26 @@ def test_rotation_end_to_end_through_the_cli(tmp_path):
     code, output = run_cli("rotate", mesh_dir, cred)
     assert code == 0, output
 
-    def digest(node):
+    def declared(node):
         inputs = load_mesh_dir(mesh_dir)
         return resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                                sources=inputs.sources).declarations[node].digest
+                                sources=inputs.sources).declarations[node]
+
+    def digest(node):
+        return declared(node).digest
 
     code, output = run_cli("applied", mesh_dir, "lab", "--digest", digest("lab"))
     assert code == 0, output
     assert "recreate home/" in output  # the holder moves once the provider applied
     for node in ("home", "lab"):
         report = tmp_path / f"{node}.json"
+        # a record of an earlier version (written before its provisioners ran) is refused
         report.write_text(json.dumps({"digest": digest(node)}))
+        code, output = run_cli("applied", mesh_dir, node, "--report", report)
+        assert code == 1 and "earlier version" in output
+        report.write_text(json.dumps({
+            "version": 2, "node": node, "result": "applied", "serial": declared(node).serial,
+            "digest": digest(node), "granted": declared_grants(declared(node))}))
         assert run_cli("applied", mesh_dir, node, "--report", report)[0] == 0
     state = load_mesh_dir(mesh_dir).ledger.credentials[cred]
     assert state.active.generation == 2 and state.retiring is None and list(state.retired) == [1]

@@ -98,7 +98,7 @@ def test_a_written_ledger_validates():
                          ids=lambda p: p.name)
 def test_resolved_declarations_validate(directory):
     import resolver
-    from executors.loading import load_mesh_dir
+    from executors.control.loading import load_mesh_dir
 
     if not hasattr(resolver, "resolve"):
         pytest.skip("resolver.resolve is not written yet")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from _registry_helpers import REGISTRY_BINARY, RegistryProcess, push_image, served_digest
-from executors import cli
-from executors.loading import load_mesh_dir
+from executors.cli import main as cli
+from executors.control.loading import load_mesh_dir
 from resolver import InputError
 from resolver._artifacts import validate_artifact_store_modules
 

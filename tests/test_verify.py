@@ -31,10 +31,11 @@ from resolver import (
 
 import _pg
 import _rabbit
-from executors import cli, keys
-from executors.provisioners import Endpoint, provision_grants
-from executors.report import Report
-from executors.verify import verify_declaration
+from executors.cli import main as cli
+from executors.common import keys
+from executors.node.provisioners import Endpoint, provision_grants
+from executors.common.report import Report
+from executors.node.verify import verify_declaration
 
 pytestmark = pytest.mark.integration
 
@@ -213,8 +214,8 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
 
     import resolver
     from _meshdir import FIXTURES, prepare, run_cli
-    from executors.cmd_apply import secret_source_from
-    from executors.loading import load_mesh_dir
+    from executors.node.runner import secret_source_from
+    from executors.control.loading import load_mesh_dir
 
     pg_admin = _pg.require_pg()
     _, mq_user, mq_admin = _rabbit.rabbit_admin()
@@ -261,7 +262,9 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
             values["host"], values["port"] = ((pg_host, str(pg_port)) if b.kind == kinds[0]
                                               else (amqp_host, str(amqp_port)))
             bindings.append(attrs.evolve(b, values=pmap(values)))
-        consumer = attrs.evolve(declaration, bindings=pvector(bindings))
+        # the consumer's side: the fixture's providers (their admins at the fixture's
+        # addresses) are not this test's servers
+        consumer = attrs.evolve(declaration, bindings=pvector(bindings), providers=pvector())
         results = verify_declaration(consumer, secret_source, timeout=5)
         checked = [r for r in results if r.status != "requires-nothing"]
         assert len(checked) == 10

@@ -90,7 +90,7 @@ def test_the_walkthrough_end_to_end(tmp_path):
         first = env_of(http_get(f"http://127.0.0.1:{port}/cgi-bin/env"))
         assert first["WHERE"] == f"127.0.0.1:{port}"
         assert len(first["TOKEN"]) >= 32
-        run("applied", ".", "solo", "--report", state / "applied.json")
+        run("applied", ".", "solo", "--report", state / ".mesh" / "applied.json")
         rotated = run("rotate", ".", "secret/web@solo/token").stdout
         assert "recreate solo/" in rotated
         run("plan", ".", "--out", "out")
@@ -106,7 +106,7 @@ def test_the_walkthrough_end_to_end(tmp_path):
             assert not any(secret in text for text in printed), "a secret was printed"
             for path in written:
                 assert secret.encode() not in path.read_bytes(), f"{path} holds a secret"
-        env_files = list((state / "env").iterdir())
+        env_files = list((state / ".mesh" / "env").iterdir())
         assert env_files and all(p.stat().st_mode & 0o777 == 0o600 for p in env_files)
     finally:
         cleanup(api, name)

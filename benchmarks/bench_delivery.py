@@ -1,0 +1,399 @@
+"""Benchmark: delivery over the broker, against the broker's own raw publish + consume.
+
+Part 1, simulated agents. For 10, 100 and 1,000 nodes (each running one container instance),
+the control plane (this process, the library `mesh control` runs) publishes every node's
+signed declaration, confirmed by the broker; simulated agents (worker processes) take each
+message off its node's queue, verify it exactly as the agent does (common/messages.open_signed
+against the pinned CA, node/agent.check_body), build the agent's report (node/agent.Agent) and
+publish it in the node's name, confirmed, then acknowledge; the control plane takes the
+reports and handles them as it does (control/inbox: kept, judged against the mesh, recorded).
+They do not touch Docker. Timed from the first publish to the last report handled.
+In the same run, the raw limit: the same message bytes published (confirmed) to the same
+queues, consumed by the same workers, each answered with a reply of a report's size
+(confirmed), the replies consumed; no signing, no verifying, no handling. Prints both,
+the ratio, and the cost per node (linear in nodes is the target; ratio at 1,000 nodes ≤ 2).
+The simulated agents of one worker share one connection and publish each report with the
+`user_id` of the node it speaks for (an `impersonator` account of this benchmark; a real
+node's account may not), so what is measured is the per-message work, not 1,000 TCP
+connections.
+
+Part 2, one real node: an enrolled `mesh agent` process applying to the real Docker Engine
+(firewall left alone). Time from publish to its report handled, for a change of one
+container's environment (recreated) and for a republish of the same declaration (a no-op).
+
+Needs scripts/services.sh (RabbitMQ, Docker, the registry). Cleans up its vhost, accounts
+and containers.
+
+    python3 benchmarks/bench_delivery.py [--sizes 10 100 1000] [--workers 2] [--repetitions 3]
+                                         [--real-node-repetitions 5] [--no-real-node]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import requests  # noqa: E402
+
+DIGEST = "sha256:" + "ab" * 32
+MODULE = """\
+name: app
+artifacts:
+  image: {repository: registry.invalid/bench/app, tag: "1"}
+containers:
+  - name: main
+    artifact: image
+    env: {GREETING: hello}
+"""
+
+
+def service_broker() -> dict:
+    env = {}
+    path = Path("/var/lib/mesh-test/env")
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            env[key] = value
+    env.update({k: v for k, v in os.environ.items() if k.startswith("MESH_TEST_")})
+    amqp = env.get("MESH_TEST_RABBIT_AMQP", "amqp://127.0.0.1:5672")
+    return {"amqp": amqp.split("//", 1)[1], "api": env.get("MESH_TEST_RABBIT_API",
+                                                          "http://127.0.0.1:15672"),
+            "admin": env.get("MESH_TEST_RABBIT_USER", "mesh-admin"),
+            "password_file": env.get("MESH_TEST_RABBIT_PASSWORD_FILE",
+                                     "/var/lib/mesh-test/rabbit-admin")}
+
+
+def synthetic_mesh(directory: Path, name: str, nodes: int) -> list[str]:
+    from executors.control.ca import init_ca
+    from executors.control.loading import load_mesh_dir
+
+    names = [f"n{i:04d}" for i in range(nodes)]
+    (directory / "catalogue" / "app").mkdir(parents=True)
+    (directory / "catalogue" / "provisions.yaml").write_text("{}\n")
+    (directory / "catalogue" / "app" / "module.yaml").write_text(MODULE)
+    lines = [f"mesh: {name}", "catalogue: catalogue", "nodes:"]
+    lines += [f"  {n}: {{address: 10.{i // 250}.{i % 250}.1}}" for i, n in enumerate(names)]
+    lines += ["instances:"] + [f"  app@{n}: {{module: app, node: {n}}}" for n in names]
+    (directory / "mesh.yaml").write_text("\n".join(lines) + "\n")
+    (directory / "ledger.yaml").write_text(f"version: 1\npins:\n  registry.invalid/bench/app:1: "
+                                           f"'{DIGEST}'\n")
+    init_ca(directory, load_mesh_dir(directory).mesh)
+    return names
+
+
+def make_control(directory: Path, broker: dict):
+    from executors.control.broker_settings import settings_from
+    from executors.control.control_loop import Control
+    from executors.control.control_state import ControlState
+    from executors.control.loading import load_mesh_dir
+
+    inputs = load_mesh_dir(directory)
+    settings = settings_from(inputs, broker=broker["amqp"], api=broker["api"],
+                             admin=broker["admin"], admin_password_file=broker["password_file"])
+    return Control(mesh_dir=directory, settings=settings, state=ControlState(directory),
+                   say=lambda line: None, issue=False)
+
+
+class Impersonator:
+    """This benchmark's account: all rights in the mesh's vhost, the `impersonator` tag."""
+
+    def __init__(self, broker: dict, vhost: str):
+        self.api, self.vhost = broker["api"], vhost
+        self.auth = (broker["admin"], Path(broker["password_file"]).read_text().strip())
+        self.user = f"bench-{uuid.uuid4().hex[:8]}"
+        self.password = uuid.uuid4().hex
+        base = f"{self.api}/api"
+        requests.put(f"{base}/users/{self.user}", json={"password": self.password,
+                                                         "tags": "impersonator"},
+                     auth=self.auth, timeout=10).raise_for_status()
+        requests.put(f"{base}/permissions/{quote(vhost, safe='')}/{self.user}",
+                     json={"configure": ".*", "write": ".*", "read": ".*"}, auth=self.auth,
+                     timeout=10).raise_for_status()
+
+    def remove(self) -> None:
+        requests.delete(f"{self.api}/api/users/{self.user}", auth=self.auth, timeout=10)
+
+
+def remove_mesh(broker: dict, mesh: str) -> None:
+    auth = (broker["admin"], Path(broker["password_file"]).read_text().strip())
+    api, vhost = broker["api"], f"mesh.{mesh}"
+    requests.delete(f"{api}/api/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=30)
+    for user in requests.get(f"{api}/api/users", auth=auth, timeout=10).json():
+        if user["name"].startswith(vhost + "."):
+            requests.delete(f"{api}/api/users/{quote(user['name'], safe='')}", auth=auth,
+                            timeout=10)
+    for parameter in requests.get(f"{api}/api/global-parameters", auth=auth, timeout=10).json():
+        if parameter["name"].startswith("mesh-mark:") and vhost in parameter["name"]:
+            requests.delete(f"{api}/api/global-parameters/{quote(parameter['name'], safe='')}",
+                            auth=auth, timeout=10)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def worker(job: dict, ready, done) -> None:
+    """Simulated agents for `job["nodes"]`: verify and report (mode mesh) or answer (raw)."""
+    import pika
+
+    from executors.common import amqp, messages
+    from executors.node.agent import Agent, check_body
+    from executors.node.agent_config import AgentConfig, BrokerLogin
+
+    host, port = job["amqp"].split(":")
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        host, int(port), job["vhost"], pika.PlainCredentials(job["user"], job["password"])))
+    consume = connection.channel()
+    consume.basic_qos(prefetch_count=500)
+    replies = connection.channel()
+    replies.confirm_delivery()
+    names = amqp.FleetNames(job["mesh"])
+    agents, cas = {}, messages.load_certificate(job["ca"])
+    for node in job["nodes"]:
+        config = AgentConfig(path="-", mesh=job["mesh"], node=node, key="-",
+                             ca_fingerprint=messages.certificate_fingerprint(cas),
+                             broker_host=host, broker_port=int(port), vhost=job["vhost"],
+                             state_root=job["state"], verify=False, ca_certificate=job["ca"],
+                             login=BrokerLogin(host, int(port), job["vhost"],
+                                               names.node_user(node), "-"))
+        agents[node] = Agent(config, say=lambda line: None)
+    reply = b"x" * job["reply_size"]
+    count = {"n": 0}
+
+    def on_message(channel, method, props, body, node):
+        if job["mode"] == "mesh":
+            agent = agents[node]
+            verified = messages.open_signed(body, kind=messages.DECLARATION, ca=agent.ca,
+                                            mesh=job["mesh"])
+            declaration = check_body(verified, agent.config)
+            record = {"version": 2, "mesh": job["mesh"], "node": node, "result": "applied",
+                      "serial": declaration.serial, "digest": declaration.digest,
+                      "generations": {}, "granted": {}, "not_provisioned": [], "failed": None}
+            report = agent._report("message", result="applied", message_id=props.message_id,
+                                   serial=declaration.serial, digest=declaration.digest,
+                                   serial_applied=declaration.serial, record=record)
+            amqp.publish(replies, amqp.REPORTS, amqp.REPORTS, messages.plain(report),
+                         amqp.properties(message_id=f"report/{node}", kind="report",
+                                         user_id=names.node_user(node)))
+        else:
+            amqp.publish(replies, amqp.REPORTS, amqp.REPORTS, reply,
+                         amqp.properties(message_id=f"raw/{node}", kind="raw"))
+        channel.basic_ack(method.delivery_tag)
+        count["n"] += 1
+
+    for node in job["nodes"]:
+        consume.basic_consume(names.node_queue(node),
+                              lambda ch, m, p, b, node=node: on_message(ch, m, p, b, node))
+    ready.put(job["index"])
+    while count["n"] < len(job["nodes"]):
+        connection.process_data_events(time_limit=0.5)
+    done.put(job["index"])
+    connection.close()
+
+
+def start_workers(mode: str, shards: list[list[str]], base: dict):
+    context = multiprocessing.get_context("fork")
+    ready, done = context.Queue(), context.Queue()
+    processes = []
+    for index, nodes in enumerate(shards):
+        job = dict(base, nodes=nodes, mode=mode, index=index)
+        process = context.Process(target=worker, args=(job, ready, done), daemon=True)
+        process.start()
+        processes.append(process)
+    for _ in processes:
+        ready.get(timeout=120)
+    return processes, done
+
+
+def take_reports(control, channel, expected: int, handle: bool) -> None:
+    """Consume `expected` messages off the reports queue; with `handle`, as control does."""
+    import pika
+
+    from executors.common import amqp
+
+    connection = channel.connection
+    inbox = connection.channel()
+    inbox.basic_qos(prefetch_count=1000)
+    waiting: list = []
+    inbox.basic_consume(amqp.REPORT_QUEUE, lambda ch, m, p, b: waiting.append(
+        (amqp.REPORT_QUEUE, m, p, b)))
+    taken = 0
+    while taken < expected:
+        connection.process_data_events(time_limit=0.05 if not waiting else 0)
+        if waiting:
+            batch, waiting[:] = list(waiting), []
+            taken += len(batch)
+            if handle:
+                control.handle_batch(inbox, batch)
+            else:
+                inbox.basic_ack(batch[-1][1].delivery_tag, multiple=True)
+    inbox.close()
+    assert isinstance(pika.__version__, str)
+
+
+def part_one(sizes, workers: int, repetitions: int, broker: dict) -> list[dict]:
+    from executors.common import amqp, messages
+    from executors.control import publish
+    from executors.control.delivery_key import ensure_delivery_key
+    from executors.control.loading import load_mesh_dir
+
+    rows = []
+    for size in sizes:
+        scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
+        mesh = f"bd{uuid.uuid4().hex[:8]}"
+        impersonator = None
+        try:
+            nodes = synthetic_mesh(scratch, mesh, size)
+            control = make_control(scratch, broker)
+            connection, channel = control.connect()
+            impersonator = Impersonator(broker, control.fleet.names.vhost)
+            key = ensure_delivery_key(scratch, load_mesh_dir(scratch).mesh)
+            began = time.perf_counter()
+            prepared = control.prepare()
+            prepare_seconds = time.perf_counter() - began
+            raw_data = [messages.sign(messages.DECLARATION,
+                                      publish.declaration_body(d, prepared.ledger, "x"),
+                                      key.key, key.certificate_pem)
+                        for d in prepared.declarations]
+            shards = [nodes[i::workers] for i in range(workers)]
+            base = {"amqp": broker["amqp"], "vhost": control.fleet.names.vhost,
+                    "user": impersonator.user, "password": impersonator.password,
+                    "mesh": mesh, "ca": key.ca_pem, "state": str(scratch / "agent"),
+                    "reply_size": 1200}
+            ours, raw = [], []
+            for repetition in range(repetitions):
+                processes, done = start_workers("mesh", shards, base)
+                began = time.perf_counter()
+                if repetition:  # the same declarations again (their digests were published)
+                    prepared = control.prepare(force=nodes)
+                    began = time.perf_counter()
+                control.send(channel, prepared)
+                take_reports(control, channel, size, handle=True)
+                ours.append(time.perf_counter() - began)
+                for process in processes:
+                    process.join(60)
+                processes, done = start_workers("raw", shards, base)
+                began = time.perf_counter()
+                for node, data in zip(nodes, raw_data):
+                    amqp.publish(channel, amqp.DECLARATIONS, node, data,
+                                 amqp.properties(message_id=node, kind="raw"))
+                take_reports(control, channel, size, handle=False)
+                raw.append(time.perf_counter() - began)
+                for process in processes:
+                    process.join(60)
+            reports = control.state.reports()
+            assert len(reports) == size and all(r["last"]["result"] == "applied"
+                                                for r in reports.values())
+            rows.append({"nodes": size, "prepare": prepare_seconds, "ours": min(ours),
+                         "ours_median": statistics.median(ours), "raw": min(raw),
+                         "raw_median": statistics.median(raw),
+                         "message_bytes": statistics.mean(len(d) for d in raw_data)})
+            connection.close()
+        finally:
+            if impersonator is not None:
+                impersonator.remove()
+            remove_mesh(broker, mesh)
+            shutil.rmtree(scratch, ignore_errors=True)
+        row = rows[-1]
+        print(f"{size:>5} nodes: publish→reports {row['ours']:.3f}s (median "
+              f"{row['ours_median']:.3f}s), raw publish+consume+reply {row['raw']:.3f}s "
+              f"(median {row['raw_median']:.3f}s), ratio {row['ours'] / row['raw']:.2f}; "
+              f"{1000 * row['ours'] / size:.2f} ms/node; resolve+write+record before it "
+              f"{row['prepare']:.2f}s; message {row['message_bytes']:.0f} bytes", flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- one real node
+
+
+def part_two(repetitions: int) -> dict:
+    from _fleet import FleetMesh
+
+    from executors.control.control_loop import Control
+    from executors.control.control_state import ControlState
+    from executors.control.broker_settings import settings_from
+    from executors.control.loading import load_mesh_dir
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-node-"))
+    fleet = FleetMesh(scratch, {"app@solo": ("app", "solo")})
+    results = {"change": [], "republish": []}
+    try:
+        fleet.setup()
+        fleet.enrol("solo")
+        fleet.start_agent("solo")
+        broker = fleet.broker
+        inputs = load_mesh_dir(fleet.dir)
+        control = Control(mesh_dir=fleet.dir, settings=settings_from(
+            inputs, broker=broker.amqp, api=broker.api, admin=broker.admin,
+            admin_password_file=broker.password_file), state=ControlState(fleet.dir),
+            say=lambda line: None, issue=False)
+        connection, channel = control.connect()
+        control.publish(channel)
+        take_reports(control, channel, 1, handle=True)
+        for repetition in range(repetitions):
+            from _fleet import APP
+
+            fleet.write_module("app", APP.replace("GREETING: hello",
+                                                  f"GREETING: hello{repetition}"))
+            began = time.perf_counter()
+            control.publish(channel)
+            take_reports(control, channel, 1, handle=True)
+            results["change"].append(time.perf_counter() - began)
+            assert control.state.report("solo")["last"]["result"] == "applied"
+            began = time.perf_counter()
+            control.publish(channel, force=["solo"], only=["solo"])
+            take_reports(control, channel, 1, handle=True)
+            results["republish"].append(time.perf_counter() - began)
+            last = control.state.report("solo")["last"]
+            assert last["result"] == "applied" and last["operations"] == [], last
+        connection.close()
+    finally:
+        fleet.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    for what, label in (("change", "one container's environment changed (recreated)"),
+                        ("republish", "the same declaration republished (no-op)")):
+        values = results[what]
+        print(f"one real node, {label}: publish→report best {min(values):.3f}s, median "
+              f"{statistics.median(values):.3f}s over {len(values)}", flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--real-node-repetitions", type=int, default=5)
+    parser.add_argument("--no-real-node", action="store_true")
+    args = parser.parse_args(argv)
+    broker = service_broker()
+    print(f"simulated agents: {args.workers} worker processes; {args.repetitions} repetitions "
+          "each, best shown", flush=True)
+    rows = part_one(args.sizes, args.workers, args.repetitions, broker)
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        print(f"cost per node from {first['nodes']} to {last['nodes']} nodes: "
+              f"{1000 * first['ours'] / first['nodes']:.2f} → "
+              f"{1000 * last['ours'] / last['nodes']:.2f} ms/node (raw "
+              f"{1000 * first['raw'] / first['nodes']:.2f} → "
+              f"{1000 * last['raw'] / last['nodes']:.2f})")
+    if not args.no_real_node:
+        part_two(args.real_node_repetitions)
+    print(json.dumps({"simulated": rows}, indent=None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Options the control-node verbs share (control, publish, collect, enrol, status): the mesh
+directory, the control state directory, and how to reach the broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+ENV = {"broker": "MESH_BROKER", "broker_api": "MESH_BROKER_API",
+       "broker_admin": "MESH_BROKER_ADMIN",
+       "broker_admin_password_file": "MESH_BROKER_ADMIN_PASSWORD_FILE",
+       "broker_for_nodes": "MESH_BROKER_FOR_NODES", "key": "MESH_CONTROL_KEY"}
+
+
+def add_directory(parser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="the control plane's own files: what was published, reports, "
+                        "enrolment (default: DIR/.control)")
+
+
+def add_broker(parser) -> None:
+    group = parser.add_argument_group(
+        "broker", "how to reach the mesh's broker; by default the substrate broker instance of "
+        "mesh.yaml, its admin's password opened from the escrow with --key")
+    group.add_argument("--broker", metavar="HOST:PORT", default=os.environ.get(ENV["broker"]),
+                       help=f"the broker's AMQP address (${ENV['broker']})")
+    group.add_argument("--broker-api", metavar="URL", default=os.environ.get(ENV["broker_api"]),
+                       help=f"its management API, e.g. http://HOST:15672 (${ENV['broker_api']})")
+    group.add_argument("--broker-admin", metavar="USER",
+                       default=os.environ.get(ENV["broker_admin"]),
+                       help=f"its administrator account (${ENV['broker_admin']})")
+    group.add_argument("--broker-admin-password-file", metavar="FILE",
+                       default=os.environ.get(ENV["broker_admin_password_file"]),
+                       help="a file holding the administrator's password "
+                       f"(${ENV['broker_admin_password_file']})")
+    group.add_argument("--broker-for-nodes", metavar="HOST:PORT",
+                       default=os.environ.get(ENV["broker_for_nodes"]),
+                       help="the broker's address as the nodes reach it, written into "
+                       f"enrolment tokens (default: --broker; ${ENV['broker_for_nodes']})")
+    group.add_argument("--key", metavar="FILE", default=os.environ.get(ENV["key"]),
+                       help="the control node's private key: opens the broker admin's password "
+                       f"from the escrow, and values a move re-seals (${ENV['key']})")
+
+
+def settings(args, inputs):
+    from executors.control.broker_settings import settings_from
+
+    return settings_from(inputs, broker=args.broker, api=args.broker_api,
+                         admin=args.broker_admin,
+                         admin_password_file=args.broker_admin_password_file,
+                         for_nodes=args.broker_for_nodes, key=args.key)
+
+
+def control(args, *, issue: bool = True, interval: float = 5.0):
+    """The Control of the mesh in args.directory (the mesh loaded, the broker settings made)."""
+    from executors.control.control_loop import Control
+    from executors.control.control_state import ControlState
+    from executors.control.loading import load_mesh_dir
+
+    inputs = load_mesh_dir(args.directory)
+    return Control(mesh_dir=inputs.mesh_dir, settings=settings(args, inputs),
+                   state=ControlState(inputs.mesh_dir, args.state_dir), say=say,
+                   key_file=args.key, issue=issue, interval=interval)
+
+
+def say(line: str) -> None:
+    print(f"control: {line}", file=sys.stderr, flush=True)
+
+
+def stop_on_signals(stop) -> None:
+    """SIGTERM and SIGINT ask the loop to stop at its next turn (systemd's stop, Ctrl-C)."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop())

@@ -1,0 +1,137 @@
+"""`mesh apply DECLARATION... [--dry-run] [--json]`: make this node match its newest declaration.
+
+Exit codes: 0 applied (or nothing newer to apply, or a dry run); 1 refused, a check or an
+operation failed (the report says which and why); 2 bad input (every fault as file:line:col).
+A grant of a kind the mesh has no provisioner for (bucket+key, client+secret) is a warning:
+reported on every apply with its kind, never counted as in force, and the exit code stays 0.
+The record `<state root>/.mesh/applied.json` names the new serial only when every phase
+succeeded; otherwise it keeps the last good serial and states what failed.
+Every step is printed to stderr as it happens; `--json` prints the final report to stdout.
+A DECLARATION may be a file (JSON or YAML of resolver.unstructure(declaration)) or a spool
+directory of them; of all given, only the newest by serial is applied, the rest are reported
+as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
+to this node) opened with `--key FILE` (the node's private key).
+The apply itself is executors/node/runner.py's `apply_files`, the one path every caller
+(this verb, the node agent) takes. A no-op is answered first by apply_fast's check (standard library only), which declines to this
+full path on any doubt; `--no-fast` or MESH_APPLY_NO_FAST=1 skips it. Heavy imports (the
+resolver, the docker SDK) happen only on the full path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
+    from executors.common.report import Report
+
+
+def register(subparsers) -> None:
+    from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
+
+    parser = subparsers.add_parser(
+        "apply",
+        help="make this node match the newest of its declarations (containers, files, dirs)",
+        description="Observe the node, diff against the newest declaration by serial, apply "
+        "the operations and report each with its cause. Older declarations are reported as "
+        "superseded, never applied. Phases: checks (each provider's running server accepts "
+        "its admin credential), firewall, containers, provisioning; the record "
+        "<state-root>/.mesh/applied.json names the new serial only when every phase succeeded. "
+        "Readiness and admin checks are observations, listed under checks, not operations. A "
+        "grant of a kind with no provisioner is a warning (exit 0), reported on every apply. "
+        "Instances the declaration holds (refused in mesh.yaml, kept at their last good "
+        "declaration) are reported as held and left as they run.",
+    )
+    parser.add_argument("declarations", nargs="+", metavar="DECLARATION",
+                        help="declaration files, or spool directories of them")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan of operations and change nothing")
+    parser.add_argument("--json", action="store_true", help="print the final report as JSON")
+    parser.add_argument("--state-root", default=default_state_root(),
+                        help=f"node-side state root (default: ${STATE_ROOT_ENV} or "
+                        f"{DEFAULT_STATE_ROOT}): instances' state "
+                        "directories under <root>/<instance>/, the executor's own files (env "
+                        "files, step markers, applied record) under <root>/.mesh/")
+    parser.add_argument("--secrets", metavar="FILE",
+                        help="the ledger (or an extract of it) holding values sealed to this node")
+    parser.add_argument("--key", metavar="FILE", help="this node's private key file")
+    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
+                        help="Docker Engine address (default: $DOCKER_HOST or the local socket)")
+    parser.add_argument("--stop-timeout", type=int, default=10, metavar="SECONDS",
+                        help="grace period when stopping a container to replace it (default 10)")
+    parser.add_argument("--no-firewall", action="store_true",
+                        help="leave the firewall as it is even if the declaration has an intent")
+    parser.add_argument("--no-fast", action="store_true",
+                        help="skip the quick no-op check and always observe and diff in full "
+                        "(also MESH_APPLY_NO_FAST=1)")
+    parser.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    from executors.node import apply_fast
+
+    if not apply_fast.fast_path_disabled(args):
+        code = apply_fast.try_noop(args, out)
+        if code is not None:
+            return code
+    from executors.common.report import LivePrinter, Report
+    from executors.node.runner import apply_files, succeeded
+
+    report = apply_files(args, Report(printer=LivePrinter()))
+    if args.json:
+        json.dump(report.to_json(), out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        print_summary(report, out)
+    return 0 if succeeded(report) else 1
+
+
+def print_summary(report: Report, out) -> None:
+    facts = report.facts
+    print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
+          f"serial in force {facts.get('serial_applied')}", file=out)
+    from executors.node.apply_fast import print_held
+
+    print_held(facts, out)
+    for entry in facts.get("superseded", []):
+        print(f"  superseded: {entry['file']} (serial {entry['serial']}) by serial "
+              f"{entry['superseded_by']}", file=out)
+    for check in report.checks:  # observations, not operations
+        print(f"  checked {check.op} {check.subject}: {check.result}", file=out)
+    for op in report.ops:
+        print(f"  {op.op} {op.subject}: {op.cause} → {op.result}", file=out)
+    for refusal in facts.get("refusals", []):
+        print(f"  refused: {refusal['subject']}: {refusal['message']}", file=out)
+    for outcome in (facts.get("provisioned") or {}).get("outcomes", []):
+        if outcome["status"] == "not-provisioned":
+            print(f"  not provisioned (warning): {outcome['kind']} grant of "
+                  f"{outcome['consumer']} on {outcome['provider']}, credential "
+                  f"{outcome['credential']}: no provisioner for this kind; create it by hand",
+                  file=out)
+    if facts.get("failed_phase"):
+        print(f"  failed in the {facts['failed_phase']} phase: serial "
+              f"{facts.get('serial_applied')} stays in force (applied.json says so)", file=out)
+    generations = facts.get("generations") or {}
+    if generations:
+        print("  credential generations in force: "
+              + ", ".join(f"{c} {g}" for c, g in sorted(generations.items())), file=out)
+    if not report.ops and facts.get("result") == "applied":
+        print("  nothing to change", file=out)
+
+
+def main(argv=None) -> int:
+    """`python -m executors.cli.apply …`: the same as `mesh apply …` (which, too, loads no
+    other subcommand of the `mesh` CLI)."""
+    from .main import main as cli_main
+
+    return cli_main(["apply", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""`mesh ca init DIR` creates the mesh CA; `mesh renew DIR NODE` re-signs one node's certificate.
+
+Both run on the control node, where the CA key lives (`ca.path` in mesh.yaml, relative to the
+mesh directory). Certificates are otherwise signed only by `mesh plan --issue`, for nodes that
+have none or whose certificate is inside the renewal window; `renew` is the explicit act. The
+ledger is written atomically and the plan says which declaration changes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from executors.control.ca import ca_cert_path, ca_key_path, init_ca
+from executors.control.issuer import renewal
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "ca", help="the mesh CA: `mesh ca init DIR` creates its Ed25519 key and certificate",
+        description="Manage the mesh CA that signs one certificate per node.")
+    sub = parser.add_subparsers(dest="ca_command", metavar="ACTION")
+    sub.required = True
+    init = sub.add_parser("init", help="create the CA key (0600, never overwritten) and its "
+                          "self-signed certificate at ca.path in mesh.yaml")
+    init.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
+    init.set_defaults(func=run_init)
+
+    renew_parser = subparsers.add_parser(
+        "renew", help="sign NODE's certificate anew now, whatever its renewal window",
+        description="Re-sign NODE's certificate with the mesh CA, record it in the ledger "
+        "(atomically) and show the declaration that changes because of it.")
+    renew_parser.add_argument("directory", metavar="DIR", help="the mesh directory")
+    renew_parser.add_argument("node", metavar="NODE", help="the node to renew")
+    renew_parser.set_defaults(func=run_renew)
+
+
+def run_init(args, out=None) -> int:
+    out = out or sys.stdout
+    inputs = load_mesh_dir(args.directory)
+    ca = init_ca(inputs.mesh_dir, inputs.mesh)
+    print(f"created the mesh CA key {ca_key_path(inputs.mesh_dir, inputs.mesh)} (mode 0600) "
+          f"and certificate {ca_cert_path(inputs.mesh_dir, inputs.mesh)}", file=out)
+    print(f"  subject: {ca.certificate.subject.rfc4514_string()}", file=out)
+    print("  `mesh plan --issue` signs every node's certificate", file=out)
+    return 0
+
+
+def run_renew(args, out=None) -> int:
+    with mesh_lock(args.directory):  # read → renew → write, one writer at a time
+        return _renew(args, out or sys.stdout)
+
+
+def _renew(args, out) -> int:
+    inputs = load_mesh_dir(args.directory)
+    done = renewal(inputs, args.node)
+    old, new, after = done.old, done.new, done.after
+    print(f"renew {args.node}: certificate serial {old.serial if old else '(none)'} -> "
+          f"{new.serial}, valid {new.not_before} .. {new.not_after}", file=out)
+    decl_before = done.before.declarations.get(args.node)
+    decl_after = after.declarations.get(args.node)
+    if decl_after is not None:
+        was = decl_before.digest if decl_before is not None else "(none)"
+        print(f"  declaration of {args.node} changes: {was} -> {decl_after.digest} "
+              f"(serial {decl_after.serial})", file=out)
+    write_ledger(inputs.ledger_path, after.ledger)
+    print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,141 @@
+"""`mesh enrol token|list|accept|reject DIR …`: enrolling nodes, on the control node.
+
+`token DIR NODE` makes a one-time token for NODE and prints it with the command to type on the
+node; `list DIR` takes the requests waiting on the broker and shows every token and request;
+`accept DIR NODE` writes the node's key and address into mesh.yaml (comments and layout kept),
+makes its broker account and answers it; `reject DIR NODE` answers no. The steps themselves are
+executors/control/enrolment.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from executors.cli import _fleet_options
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "enrol", help="enrol nodes: one-time tokens, then accept or reject their requests",
+        description="Enrol a node: `mesh enrol token DIR NODE` prints a one-time token to type "
+        "on the node (`mesh agent enrol TOKEN …`), which sends its public key and address over "
+        "the broker; `mesh enrol list DIR` shows the requests; `accept` writes the key into "
+        "mesh.yaml and gives the node its broker account, `reject` refuses it.")
+    sub = parser.add_subparsers(dest="enrol_command", metavar="ACTION")
+    sub.required = True
+    token = sub.add_parser("token", help="make a one-time enrolment token for NODE")
+    _fleet_options.add_directory(token)
+    token.add_argument("node", metavar="NODE", help="the node to enrol (new, or in mesh.yaml)")
+    token.add_argument("--expires", type=int, default=60, metavar="MINUTES",
+                       help="how long the token may be used (default 60)")
+    _fleet_options.add_broker(token)
+    token.set_defaults(func=run_token)
+    listing = sub.add_parser("list", help="take waiting requests and list tokens and requests")
+    _fleet_options.add_directory(listing)
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
+    listing.add_argument("--offline", action="store_true",
+                         help="do not ask the broker; list what is kept")
+    _fleet_options.add_broker(listing)
+    listing.set_defaults(func=run_list)
+    for name, what in (("accept", "accept NODE's waiting request: mesh.yaml, its account, its "
+                        "answer"), ("reject", "reject NODE's waiting request")):
+        action = sub.add_parser(name, help=what)
+        _fleet_options.add_directory(action)
+        action.add_argument("node", metavar="NODE")
+        if name == "reject":
+            action.add_argument("--reason", default="rejected by the operator",
+                                help="said to the node")
+        _fleet_options.add_broker(action)
+        action.set_defaults(func=run_accept if name == "accept" else run_reject)
+
+
+def _connected(args):
+    control = _fleet_options.control(args, issue=False)
+    connection, channel = control.connect(deadline=time.monotonic() + 30)
+    return control, connection, channel
+
+
+def run_token(args, out=None) -> int:
+    out = out or sys.stdout
+    from executors.control.delivery_key import ensure_delivery_key
+    from executors.control.enrolment import make_token
+    from executors.control.loading import load_mesh_dir
+
+    control, connection, channel = _connected(args)
+    try:
+        key = ensure_delivery_key(control.mesh_dir, load_mesh_dir(control.mesh_dir).mesh)
+        token = make_token(control.mesh_dir, control.fleet, channel, key, args.node,
+                           minutes=args.expires)
+    finally:
+        connection.close()
+    print(f"one-time enrolment token for {args.node} (valid {args.expires} minutes); on "
+          f"{args.node}, as root:", file=sys.stderr)
+    print(f"  mesh agent enrol {token} --config /etc/mesh/agent.yaml --key /etc/mesh/node.key",
+          file=sys.stderr)
+    print(token, file=out)
+    return 0
+
+
+def run_list(args, out=None) -> int:
+    out = out or sys.stdout
+    from executors.control.control_state import ControlState
+    from executors.control.enrolment import close_answered, listing
+    from executors.control.loading import load_mesh_dir
+
+    if args.offline:
+        state = ControlState(load_mesh_dir(args.directory).mesh_dir, args.state_dir)
+    else:
+        control, connection, channel = _connected(args)
+        try:
+            control.drain(channel, queues=("enrolment",))
+            close_answered(control.mesh_dir, control.fleet, channel, say=control.say)
+        finally:
+            connection.close()
+        state = control.state
+    rows = listing(state)
+    if args.json:
+        json.dump(rows, out, indent=2, sort_keys=True)
+        out.write("\n")
+        return 0
+    if not rows:
+        print("no enrolment tokens", file=out)
+    for row in rows:
+        request = (f"  request from {row['address']} ({row['hostname'] or '?'}), key "
+                   f"{row['key_fingerprint']}, received {row['received']}"
+                   if row["address"] else "")
+        print(f"{row['node']}: token {row['token']} {row['state']} (expires {row['expires']})"
+              + request, file=out)
+    return 0
+
+
+def _answer(args, accept: bool, out) -> int:
+    from executors.control import enrolment
+    from executors.control.delivery_key import ensure_delivery_key
+    from executors.control.loading import load_mesh_dir
+
+    control, connection, channel = _connected(args)
+    try:
+        control.drain(channel, queues=("enrolment",))
+        key = ensure_delivery_key(control.mesh_dir, load_mesh_dir(control.mesh_dir).mesh)
+        lines: list[str] = []
+        if accept:
+            enrolment.accept(control.mesh_dir, control.fleet, channel, key, args.node,
+                             say=lines.append)
+        else:
+            enrolment.reject(control.mesh_dir, control.fleet, channel, key, args.node,
+                             args.reason, say=lines.append)
+    finally:
+        connection.close()
+    for line in lines:
+        print(line, file=out)
+    return 0
+
+
+def run_accept(args, out=None) -> int:
+    return _answer(args, True, out or sys.stdout)
+
+
+def run_reject(args, out=None) -> int:
+    return _answer(args, False, out or sys.stdout)

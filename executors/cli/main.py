@@ -1,0 +1,133 @@
+"""The `mesh` command line.
+
+Each subcommand lives in its own module `executors/cli/<name>.py` exposing
+`register(subparsers)`, which adds a parser whose `func(args) -> int` runs it. Exit codes:
+0 success, 1 refusals or failed checks, 2 bad input (every fault printed as file:line:col).
+No traceback reaches a user for bad input: InputError is caught here, and so is a missing
+optional dependency, which is said with the extra that brings it (cli/extras.py), exit 2.
+Only the chosen subcommand's module is imported when the first argument names one (a no-op
+`mesh apply` must not pay for every other command); `mesh --help`, no command or an unknown
+one build the full parser, so help and usage errors list every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not here
+    from resolver import InputError
+
+COMMANDS = [
+    "check",
+    "schema",
+    "plan", "graph",
+    "pin", "mirror", "stale",
+    "firewall",
+    "apply",
+    "node-key", "ca", "rotate",
+    "verify",
+    "control", "publish", "collect", "status", "enrol", "agent",
+]
+# the verbs a command module registers besides its own name
+ALSO = {"ca": ("renew",), "rotate": ("applied",)}
+
+
+def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mesh",
+        description="Resolve a mesh of self-hosted nodes from manifests and a ledger, "
+        "and make each node match its declaration.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in commands:
+        try:
+            module = importlib.import_module(f"executors.cli.{name.replace('-', '_')}")
+        except ImportError as error:  # an extra it needs is not installed: say which
+            from executors.cli.extras import missing_extra
+
+            if missing_extra(name, error) is None:
+                raise
+            for verb in (name, *ALSO.get(name, ())):
+                _unavailable(sub, verb, error)
+            continue
+        module.register(sub)
+    return parser
+
+
+def _unavailable(sub, verb: str, error: ImportError) -> None:
+    """A verb whose module cannot be imported: listed, and running it says what to install."""
+    from executors.cli.extras import extra_for, missing_extra
+
+    said = missing_extra(verb, error)
+    parser = sub.add_parser(verb, help=f"(needs the {extra_for(verb, error.name or '')} extra, "
+                            "not installed)", description=said)
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(args) -> int:
+        print(said, file=sys.stderr)
+        return 2
+
+    parser.set_defaults(func=run)
+
+
+def print_faults(error: InputError, stream=None) -> None:
+    stream = stream or sys.stderr  # looked up per call, so redirected stderr is honoured
+    for fault in error.faults:
+        print(str(fault), file=stream)
+    count = len(error.faults)
+    print(f"{count} error{'s' if count != 1 else ''}", file=stream)
+
+
+def commands_for(argv) -> list[str]:
+    """The subcommands to register: only the one named first, else all (help, usage errors)."""
+    if argv and argv[0] in COMMANDS:
+        return [argv[0]]
+    return COMMANDS
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(commands_for(argv))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("mesh: interrupted", file=sys.stderr)
+        return 130
+    except ImportError as error:
+        from executors.cli.extras import missing_extra
+
+        said = missing_extra(args.command, error)
+        if said is None:
+            raise
+        print(said, file=sys.stderr)
+        return 2
+    except Exception as error:
+        resolver = sys.modules.get("resolver")  # whoever raised these imported it
+        if resolver is not None and isinstance(error, resolver.InputError):
+            print_faults(error)
+            return 2
+        if resolver is not None and isinstance(error, resolver.MeshError):
+            print(f"mesh: {error}", file=sys.stderr)
+            return 2
+        raise
+
+
+class _Command(types.ModuleType):
+    """This module, callable: `executors.cli.main(argv)` runs the command as `main(argv)` does.
+    A console script written for the entry point `executors.cli:main` (installed before the
+    verbs moved into cli/) imports this module by that name and calls it."""
+
+    def __call__(self, argv=None) -> int:
+        return main(argv)
+
+
+sys.modules[__name__].__class__ = _Command
+
+if __name__ == "__main__":
+    sys.exit(main())

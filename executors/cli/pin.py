@@ -1,0 +1,59 @@
+"""`mesh pin DIR [--refresh [ARTIFACT]]`: record what each upstream tag points at, by digest.
+
+Asks each artifact's registry what its tag points at now (a manifest HEAD; nothing is pulled)
+and records "repository:tag" → digest in the ledger. A tag already pinned is not asked about
+again unless --refresh names it (or names nothing: every tag), so pins never move by themselves.
+After a refresh it lists every container the moved pins change. Exit codes: 0 every tag pinned,
+1 some tag could not be resolved (each printed as file:line:col; the others are still recorded),
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from executors.control.loading import load_mesh_dir
+from executors.control.pinning import EVERYTHING, pin
+from executors.control.registry import RegistryClient
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "pin",
+        help="resolve each upstream artifact's tag to a digest and record it in the ledger",
+        description="For every artifact named by repository and tag, ask its registry what the "
+        "tag points at (nothing is pulled) and record the digest in the ledger. Existing pins "
+        "never change unless --refresh names them.",
+    )
+    parser.add_argument("directory", nargs="?", default=".", metavar="DIR",
+                        help="the mesh directory holding mesh.yaml (default: .)")
+    parser.add_argument("--refresh", nargs="?", const=EVERYTHING, metavar="ARTIFACT",
+                        help="ask again about pinned tags: all of them, or one ARTIFACT "
+                        "(module/artifact or repository:tag)")
+    parser.add_argument("--all", action="store_true",
+                        help="pin every artifact of the catalogue, not only those the mesh runs")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="per-request timeout (default 10)")
+    parser.set_defaults(func=run)
+
+
+def run(args, out=None, client: RegistryClient | None = None) -> int:
+    out = out or sys.stdout
+    inputs = load_mesh_dir(args.directory)
+    pinned = pin(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+                 refresh=args.refresh, every_artifact=args.all,
+                 say=lambda line: print(line, file=out, flush=True))
+    if not pinned.asked:
+        print(f"nothing to pin: every tag of {len(pinned.wanted)} artifacts is pinned "
+              "(--refresh asks the registries again)", file=out)
+        return 0
+    if pinned.moved:
+        print(f"{len(pinned.changed)} container{'s' if len(pinned.changed) != 1 else ''} change "
+              f"because pins moved ({', '.join(pinned.moved)}):", file=out)
+        for container in pinned.changed:
+            print(f"  {container}", file=out)
+    if pinned.failures:
+        print(f"{pinned.failures} tag{'s' if pinned.failures != 1 else ''} could not be pinned",
+              file=out)
+        return 1
+    return 0

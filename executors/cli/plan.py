@@ -1,0 +1,205 @@
+"""`mesh plan DIR`: resolve a mesh and show what it would make every node be.
+
+Human output first (per node: containers and ports, firewall, grants, held instances; then
+bindings with how each was chosen, problems with file:line, what must be issued, notable
+changes); `--json` for programs. `--out DIR` writes one declaration file per node (the input
+of `mesh apply`) and, when that directory already holds declarations, shows every container
+that changes against them; it records what it wrote in the ledger (serials, each declared
+instance's rendering: resolver/_records.py), whose serials it takes together with those of
+the declarations already in DIR, so a declaration written later always supersedes. The ledger
+is written only with `--out`, `--write-ledger` or `--issue`, atomically.
+Exit codes: 0 no refusal, 1 refusals, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+import resolver
+from resolver import Fault, InputError, Resolution
+from resolver._convert import unstructure_full
+from resolver._plan import container_changes
+
+from executors.common.runtime import now_iso
+from executors.control.declarations import (
+    DECLARATION_SUFFIX,
+    read_declarations,
+    record_written,
+    resolve_for_writing,
+    write_declarations,
+)
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="resolve a mesh and show each node's declaration, bindings and problems",
+        description="Resolve the mesh in DIR (mesh.yaml, its catalogue and ledger) and print "
+        "per node its containers, ports, firewall and grants; the bindings and how each "
+        "provider was chosen; every problem with file:line. Exit 0 with no refusal, 1 with "
+        "refusals, 2 for bad input.",
+    )
+    parser.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
+    parser.add_argument("--node", action="append", metavar="N",
+                        help="show only this node (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write one declaration file per node into DIR (NODE"
+                        f"{DECLARATION_SUFFIX}), show container changes against the files "
+                        "already there, and record what was written in the ledger (serials "
+                        "above those in DIR, each instance's rendering: what a refused "
+                        "instance is held at)")
+    parser.add_argument("--write-ledger", action="store_true",
+                        help="write the new ledger (ports, logins, bindings) atomically; "
+                        "serials advance only when declarations are written (--out)")
+    parser.add_argument("--issue", action="store_true",
+                        help="issue every requested credential and certificate (sealed to its "
+                        "holders; re-sealed, same generation, when the holders changed), then "
+                        "resolve again and write the ledger")
+    parser.add_argument("--key", metavar="FILE",
+                        help="the control node's private key: with --issue, opens the values "
+                        "a move must re-seal to its new holders")
+    parser.add_argument("--now", metavar="ISO8601", help=argparse.SUPPRESS)  # tests pin the clock
+    parser.set_defaults(func=run)
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    if args.key and not args.issue:
+        raise resolver.MeshError("--key opens the values a move re-seals: it goes with --issue")
+    writes = bool(args.out or args.write_ledger or args.issue)
+    with mesh_lock(args.directory) if writes else contextlib.nullcontext():
+        return _run(args, out)
+
+
+def _run(args, out) -> int:
+    inputs = load_mesh_dir(args.directory)
+    now = args.now or now_iso()
+    previous = read_declarations(Path(args.out)) if args.out else {}
+    control_key = None
+    if args.key:
+        from executors.common.keys import load_private_key
+
+        control_key = load_private_key(args.key)
+    resolution = resolve_for_writing(inputs, previous, now=now, issue=args.issue,
+                                     control_key=control_key)
+    changes = container_changes(previous, resolution.declarations) if args.out else None
+    nodes = sorted(args.node) if args.node else sorted(resolution.declarations)
+    unknown = [n for n in nodes if n not in resolution.declarations]
+    if unknown:
+        raise InputError([Fault("--node", 0, 0, f"no node named {n!r} in the mesh",
+                                "one of " + ", ".join(sorted(resolution.declarations)))
+                          for n in unknown])
+    if args.json:
+        json.dump(plan_document(resolution, nodes, changes), out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        print_plan(resolution, nodes, changes, out)
+    if args.out:
+        write_declarations(Path(args.out), resolution, nodes)
+        record_written(inputs, resolution, nodes)
+    elif args.write_ledger or args.issue:
+        write_ledger(inputs.ledger_path, resolution.ledger)
+    if args.out or args.write_ledger or args.issue:
+        print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    return 1 if resolution.refused else 0
+
+
+# --------------------------------------------------------------------------- output
+
+
+def plan_document(resolution: Resolution, nodes, changes) -> dict:
+    doc = {
+        "artifacts": resolution.artifacts,
+        "nodes": {n: unstructure_full(resolution.declarations[n]) for n in nodes},
+        "bindings": [unstructure_full(b) for b in resolution.bindings],
+        "problems": [unstructure_full(p) for p in resolution.problems],
+        "requests": [unstructure_full(r) for r in resolution.requests],
+        "changes": [unstructure_full(c) for c in resolution.changes],
+    }
+    if changes is not None:
+        doc["container_changes"] = [unstructure_full(c) for c in changes]
+    return doc
+
+
+def print_plan(resolution: Resolution, nodes, changes, out) -> None:
+    w = lambda line="": print(line, file=out)  # noqa: E731
+    w(f"artifacts: {resolution.artifacts}"
+      + (" (images from the mesh's own registry)" if resolution.artifacts == "self-hosting"
+         else " (images from their upstream repositories, by digest)"))
+    for node in nodes:
+        d = resolution.declarations[node]
+        w()
+        w(f"node {node} ({d.address})  serial {d.serial}  {d.digest}")
+        if not d.containers:
+            w("  no containers")
+        for c in d.containers:
+            ports = ", ".join(f"{p.host_ip}:{p.host_port}->{p.container_port}/{p.protocol}"
+                              for p in c.ports)
+            flags = " run-once" if c.run_once else ""
+            pending = [s.credential for s in c.secrets if s.generation is None]
+            w(f"  {c.name}{flags}  {c.image}" + (f"  [{ports}]" if ports else ""))
+            if pending:
+                w(f"    pending credentials (run `mesh plan --issue`): {', '.join(pending)}")
+        fw = d.firewall
+        if fw is not None:
+            for f in fw.floors:
+                src = ", ".join(f.sources) if f.sources else "anywhere"
+                w(f"  firewall floor {f.port}/{f.protocol} from {src} ({f.reason})")
+            for a in fw.allow:
+                w(f"  firewall allow {a.port}/{a.protocol} from {', '.join(a.sources)} ({a.reason})")
+            macs = {c.mac: c.name for c in d.containers if c.mac}
+            for lo in fw.local:
+                who = ", ".join(f"{macs.get(m, '?')} {m}" for m in lo.macs)
+                w(f"  firewall same-node {lo.port}/{lo.protocol} from containers {who} "
+                  f"({lo.reason})")
+            for e in fw.expose:
+                to = "anywhere" if list(e.sources) == ["any"] else ", ".join(e.sources)
+                w(f"  firewall expose {e.port}/{e.protocol} to {to} ({e.reason})")
+        for g in d.grants:
+            gen = "pending" if g.credential.generation is None else f"gen {g.credential.generation}"
+            w(f"  grant {g.kind} {g.resource} login {g.login}"
+              + (f"_{g.slot}" if g.slot else "") + f" for {g.consumer} ({gen})"
+              + (f", retiring gen {g.retiring.generation}" if g.retiring else ""))
+        for h in d.held:
+            where = f"{h.file}:{h.line}:{h.col}" if h.line else h.file
+            w(f"  held {h.instance} at its last good declaration: [{h.code}] {where}")
+    if resolution.bindings:
+        w()
+        w("bindings:")
+        for b in resolution.bindings:
+            w(f"  {b.consumer} {b.requirement} -> {b.provider} ({b.chosen_by})  "
+              f"{b.host}:{b.port}" + (f"  login {b.login}" if b.login else ""))
+    if resolution.changes:
+        w()
+        w("changes:")
+        for c in resolution.changes:
+            w(f"  {c.kind}: {c.message}")
+    if changes:
+        w()
+        w("containers that change against the declarations in --out:")
+        for c in changes:
+            w(f"  {c.action} {c.node}/{c.container}"
+              + (f": {'; '.join(c.causes)}" if c.causes else ""))
+    requests = resolution.requests
+    if requests:
+        w()
+        w(f"to issue ({len(requests)}; `mesh plan --issue` issues them):")
+        for r in requests:
+            w(f"  {r.kind} {r.id} for {', '.join(r.holders)} ({r.reason})")
+    errors = [p for p in resolution.problems if p.severity == "error"]
+    notes = [p for p in resolution.problems if p.severity != "error"]
+    for title, group in (("problems", errors), ("notes", notes)):
+        if group:
+            w()
+            w(f"{title}:")
+            for p in group:
+                w(f"  {p.where}: [{p.code}] {p.message}")
+    w()
+    w(f"{len(errors)} refusal{'s' if len(errors) != 1 else ''}, "
+      f"{len(resolution.bindings)} bindings, {len(requests)} to issue")

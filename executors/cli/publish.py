@@ -1,0 +1,52 @@
+"""`mesh publish DIR [--node N]`: one publishing step of the control plane, for scripts.
+
+Resolves (issuing what can be issued), writes, records and publishes every node whose
+declaration changed since it was last published; `--node N` (repeatable) publishes N's current
+declaration even when unchanged (a republish) and no other. Exit 0 once the broker confirmed
+every message, 1 if it did not, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from executors.cli import _fleet_options
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "publish",
+        help="publish each changed declaration over the broker (one step of `mesh control`)",
+        description="Resolve the mesh in DIR, issue what can be issued, write and record the "
+        "declarations that changed since last published and publish them, signed, each to its "
+        "node's queue, confirmed by the broker. --node N publishes N's current declaration "
+        "(changed or not) and nothing else.")
+    _fleet_options.add_directory(parser)
+    parser.add_argument("--node", action="append", metavar="N",
+                        help="publish this node's declaration even if unchanged (repeatable)")
+    parser.add_argument("--no-issue", action="store_true", help="do not issue anything")
+    parser.add_argument("--wait-broker", type=float, default=30.0, metavar="SECONDS",
+                        help="how long to keep trying to reach the broker (default 30)")
+    _fleet_options.add_broker(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    from executors.common.amqp import BrokerError
+
+    control = _fleet_options.control(args, issue=not args.no_issue)
+    connection, channel = control.connect(deadline=time.monotonic() + args.wait_broker)
+    try:
+        done = control.publish(channel, force=args.node or (), only=args.node)
+    except BrokerError as error:
+        print(f"mesh publish: not every declaration was confirmed: {error}", file=out)
+        return 1
+    finally:
+        connection.close()
+    for item in done:
+        print(f"published {item.node} serial {item.serial} {item.digest}", file=out)
+    if not done:
+        print("nothing to publish: every node's declaration was published as it is", file=out)
+    return 0

@@ -1,0 +1,66 @@
+"""`mesh status DIR [--json]`: per node what was published and applied, per rotation what it
+waits for; read from the ledger and the control state, without asking the broker."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from executors.cli import _fleet_options
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "status", help="per node: serial published and applied, last report, drift, verify; "
+        "rotations in progress",
+        description="Show, per node, the serial last published and the serial in force by its "
+        "last report, when it last reported and the result, drift repaired, `mesh verify` "
+        "results; and each rotation in progress with the nodes it still waits for. Read from "
+        "the ledger and the control plane's state (the broker is not asked).")
+    _fleet_options.add_directory(parser)
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args, out=None) -> int:
+    out = out or sys.stdout
+    from executors.control.control_state import ControlState
+    from executors.control.loading import load_mesh_dir
+    from executors.control.status import status
+
+    inputs = load_mesh_dir(args.directory)
+    document = status(inputs.mesh_dir, ControlState(inputs.mesh_dir, args.state_dir))
+    if args.json:
+        json.dump(document, out, indent=2, sort_keys=True)
+        out.write("\n")
+        return 0
+    print(f"mesh {document['mesh']}", file=out)
+    for n in document["nodes"]:
+        head = (f"{n['node']} ({n['address']}){'' if n['enrolled'] else ' not enrolled'}: "
+                f"published {n['serial_published'] if n['serial_published'] is not None else '-'}"
+                f", in force {n['serial_applied'] if n['serial_applied'] is not None else '-'}"
+                + (" BEHIND" if n["behind"] else ""))
+        print(head, file=out)
+        if n["last_report_at"]:
+            why = f" ({n['reason']})" if n["reason"] else ""
+            by = f" by {n['superseded_by']}" if n["superseded_by"] is not None else ""
+            print(f"  last report {n['last_report_at']}: {n['last_trigger']} serial "
+                  f"{n['last_serial']} {n['last_result']}{by}{why}", file=out)
+        else:
+            print("  no report yet", file=out)
+        if n["drift_repaired"]:
+            print(f"  drift repaired {n['drift_repaired']} time(s), last "
+                  f"{(n['last_drift'] or {}).get('at')}", file=out)
+        if n["verify"] is not None:
+            bad = n["verify"]["not_ok"]
+            print(f"  verify: {n['verify']['ok']} ok, {len(bad)} not ok"
+                  + "".join(f"; {b['consumer']} {b['requirement'] or ''} {b['status']}"
+                            for b in bad), file=out)
+    if document["rotations"]:
+        print("rotations in progress:", file=out)
+        for r in document["rotations"]:
+            print(f"  {r['credential']} generation {r['generation']} {r['stage']}: waits for "
+                  f"{', '.join(r['waiting_for']) or 'nothing'}", file=out)
+    else:
+        print("no rotation in progress", file=out)
+    return 0

@@ -1,0 +1,247 @@
+"""The mesh's own objects on its broker (AMQP 0-9-1), and talking to it reliably.
+
+Invariants:
+- One vhost per mesh, `mesh.<mesh>`, holds everything the mesh delivers; the names of its
+  accounts carry the mesh (`mesh.<mesh>.control`, `mesh.<mesh>.node.<node>`,
+  `mesh.<mesh>.enrol.<token id>`), so two meshes on one broker never share an object.
+- Exchanges (direct, durable): `declarations` (routing key: the node) → queue `node.<node>`;
+  `reports` → queue `reports`; `enrolment` → queue `enrolment`; `answers` (routing key: the
+  token id) → queue `answer.<token id>`. Queues are durable, messages persistent
+  (delivery_mode 2), publishes confirmed by the broker (`publish` raises unless the broker
+  confirmed and routed it).
+- What each account may do is stated here once (`permissions`): a node account reads only its
+  own queue and writes only the `reports` exchange, configures nothing; an enrolment account
+  writes only `enrolment` and reads only its answer queue; the control account does
+  everything inside the vhost and nothing outside it.
+- Connecting is retried with capped exponential backoff and a line per attempt, never
+  silently, until it succeeds or the caller's deadline passes (`connect_retrying`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, Optional
+
+import attrs
+
+from resolver import MeshError
+
+DECLARATIONS, REPORTS, ENROLMENT, ANSWERS = "declarations", "reports", "enrolment", "answers"
+EXCHANGES = (DECLARATIONS, REPORTS, ENROLMENT, ANSWERS)
+REPORT_QUEUE, ENROLMENT_QUEUE = "reports", "enrolment"
+PERSISTENT = 2
+DEFAULT_PORT = 5672
+BACKOFF_CAP = 30.0
+
+
+class BrokerError(MeshError):
+    """The broker cannot be reached, refused us, or did not confirm a message."""
+
+
+@attrs.frozen
+class Permissions:
+    configure: str
+    write: str
+    read: str
+
+    def as_body(self) -> dict:
+        return {"configure": self.configure, "write": self.write, "read": self.read}
+
+
+NOTHING = "^$"
+
+
+@attrs.frozen
+class FleetNames:
+    """Every name the mesh uses on its broker, and what each account may do."""
+
+    mesh: str
+
+    @property
+    def vhost(self) -> str:
+        return f"mesh.{self.mesh}"
+
+    @property
+    def control_user(self) -> str:
+        return f"mesh.{self.mesh}.control"
+
+    def node_user(self, node: str) -> str:
+        return f"mesh.{self.mesh}.node.{node}"
+
+    def enrol_user(self, token_id: str) -> str:
+        return f"mesh.{self.mesh}.enrol.{token_id}"
+
+    def node_of(self, user: Optional[str]) -> Optional[str]:
+        """The node a node account speaks for; None for any other account."""
+        prefix = f"mesh.{self.mesh}.node."
+        return user[len(prefix):] if user and user.startswith(prefix) else None
+
+    def token_of(self, user: Optional[str]) -> Optional[str]:
+        prefix = f"mesh.{self.mesh}.enrol."
+        return user[len(prefix):] if user and user.startswith(prefix) else None
+
+    @staticmethod
+    def node_queue(node: str) -> str:
+        return f"node.{node}"
+
+    @staticmethod
+    def answer_queue(token_id: str) -> str:
+        return f"answer.{token_id}"
+
+    def control_permissions(self) -> Permissions:
+        return Permissions(".*", ".*", ".*")
+
+    def node_permissions(self, node: str) -> Permissions:
+        return Permissions(NOTHING, f"^{re.escape(REPORTS)}$",
+                           f"^{re.escape(self.node_queue(node))}$")
+
+    def enrol_permissions(self, token_id: str) -> Permissions:
+        return Permissions(NOTHING, f"^{re.escape(ENROLMENT)}$",
+                           f"^{re.escape(self.answer_queue(token_id))}$")
+
+
+@attrs.frozen
+class BrokerAddress:
+    host: str
+    port: int = DEFAULT_PORT
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> "BrokerAddress":
+        """`host`, `host:port`, `[v6]:port` or `amqp://host:port[/…]`."""
+        value = text.strip()
+        if value.startswith("amqp://"):
+            value = value[len("amqp://"):].split("/", 1)[0].rsplit("@", 1)[-1]
+        if value.startswith("["):
+            host, _, rest = value[1:].partition("]")
+            port = rest.lstrip(":")
+        elif value.count(":") == 1:
+            host, port = value.split(":")
+        else:
+            host, port = value, ""
+        if not host:
+            raise BrokerError(f"{text!r}: not a broker address (expected HOST:PORT)")
+        try:
+            return cls(host, int(port) if port else DEFAULT_PORT)
+        except ValueError:
+            raise BrokerError(f"{text!r}: the port is not a number") from None
+
+
+def parameters(address: BrokerAddress, vhost: str, user: str, password: str, *,
+               heartbeat: int = 30, timeout: float = 10.0):
+    import pika
+
+    return pika.ConnectionParameters(
+        host=address.host, port=address.port, virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
+        heartbeat=heartbeat, blocked_connection_timeout=60, socket_timeout=timeout,
+        stack_timeout=timeout * 2, connection_attempts=1, client_properties={
+            "connection_name": user, "product": "mesh"})
+
+
+def connect(params):
+    """One connection attempt; BrokerError with the reason in one line."""
+    import pika.exceptions
+
+    try:
+        return pika.BlockingConnection(params)
+    except pika.exceptions.ProbableAuthenticationError as exc:
+        raise BrokerError(f"the broker refused the account {params.credentials.username}: "
+                          f"{exc}") from None
+    except pika.exceptions.ProbableAccessDeniedError as exc:
+        raise BrokerError(f"the broker refused access to vhost {params.virtual_host}: "
+                          f"{exc}") from None
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        raise BrokerError(f"{params.host}:{params.port}: {describe(exc)}") from None
+
+
+def describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {text}" if text and text != name else name
+
+
+def connect_retrying(params, say: Callable[[str], None], *, deadline: Optional[float] = None,
+                     cap: float = BACKOFF_CAP, stop: Callable[[], bool] = lambda: False,
+                     sleep: Callable[[float], None] = time.sleep,
+                     clock: Callable[[], float] = time.monotonic):
+    """Connect, retrying with capped exponential backoff (1 s, 2 s, 4 s … cap) and one line
+    per failed attempt; refusals of the account are retried too (an account may be made
+    later). BrokerError when `deadline` (a clock value) passes or `stop()` says so."""
+    delay, attempt = 1.0, 0
+    while True:
+        attempt += 1
+        try:
+            connection = connect(params)
+        except BrokerError as error:
+            if stop() or (deadline is not None and clock() + delay > deadline):
+                raise
+            say(f"broker {params.host}:{params.port} not reachable (attempt {attempt}): "
+                f"{error}; retrying in {delay:.0f}s")
+            sleep(delay)
+            delay = min(delay * 2, cap)
+            continue
+        if attempt > 1:
+            say(f"connected to the broker {params.host}:{params.port} after {attempt} attempts")
+        return connection
+
+
+def properties(*, message_id: str, kind: str, user_id: Optional[str] = None,
+               headers: Optional[dict] = None):
+    import pika
+
+    return pika.BasicProperties(content_type="application/json", delivery_mode=PERSISTENT,
+                                message_id=message_id, type=kind, user_id=user_id,
+                                timestamp=int(time.time()), headers=headers or None,
+                                app_id="mesh")
+
+
+def publish(channel, exchange: str, routing_key: str, body: bytes, props) -> None:
+    """Publish persistently on a channel in confirm mode; returns only once the broker
+    confirmed it and routed it to a queue (BrokerError otherwise)."""
+    import pika.exceptions
+
+    try:
+        channel.basic_publish(exchange, routing_key, body, props, mandatory=True)
+    except pika.exceptions.UnroutableError:
+        raise BrokerError(f"the broker has no queue for {exchange}/{routing_key}: "
+                          f"not delivered") from None
+    except pika.exceptions.NackError:
+        raise BrokerError(f"the broker did not accept the message for "
+                          f"{exchange}/{routing_key}") from None
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        raise BrokerError(f"the broker refused the message for {exchange}/{routing_key}: "
+                          f"{exc.reply_code} {exc.reply_text}") from None
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        raise BrokerError(f"publishing to {exchange}/{routing_key} failed: "
+                          f"{describe(exc)}") from None
+
+
+def declare_fleet(channel, nodes, token_ids=()) -> None:
+    """Exchanges, queues and bindings of the fleet, declared idempotently (control account)."""
+    for exchange in EXCHANGES:
+        channel.exchange_declare(exchange, "direct", durable=True)
+    for queue, exchange, key in ((REPORT_QUEUE, REPORTS, REPORTS),
+                                 (ENROLMENT_QUEUE, ENROLMENT, ENROLMENT)):
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, exchange, key)
+    for node in nodes:
+        declare_node_queue(channel, node)
+    for token_id in token_ids:
+        declare_answer_queue(channel, token_id)
+
+
+def declare_node_queue(channel, node: str) -> None:
+    queue = FleetNames.node_queue(node)
+    channel.queue_declare(queue, durable=True)
+    channel.queue_bind(queue, DECLARATIONS, node)
+
+
+def declare_answer_queue(channel, token_id: str) -> None:
+    queue = FleetNames.answer_queue(token_id)
+    channel.queue_declare(queue, durable=True)
+    channel.queue_bind(queue, ANSWERS, token_id)

@@ -1,0 +1,57 @@
+"""Writing a file whole or not at all: the one place the executors write a file that matters.
+
+Invariants:
+- A temp file beside the target, created with its final mode (so a secret is never readable
+  by others, not even for an instant), written, fsynced, then put in place in one step, and
+  the directory fsynced so that step survives a crash. A failure removes the temp file and
+  leaves the target as it was; a reader sees the old file or the new one, never a part.
+- `write_atomic` replaces the target (rename). `write_exclusive` never does: the temp file is
+  hard-linked to the target name, which fails when the name exists, so a key created once is
+  never overwritten and never seen half-written (an O_EXCL create written in place would be).
+- Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Union
+
+Data = Union[bytes, str]
+
+
+def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None]) -> None:
+    """Write `data` to a temp file beside `path` with `mode`, fsync it, `place(temp, path)`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        place(temp, path)
+    finally:
+        try:
+            os.unlink(temp)  # after a rename it is gone already; after a link it is the spare
+        except FileNotFoundError:
+            pass
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def write_atomic(path, data: Data, mode: int = 0o644) -> None:
+    """Replace `path` with `data` (text is written as UTF-8), whole or not at all."""
+    _staged(Path(path), data, mode, lambda temp, target: os.replace(temp, target))
+
+
+def write_exclusive(path, data: Data, mode: int = 0o600) -> None:
+    """Create `path` holding `data`, whole or not at all; FileExistsError when it exists (the
+    file there is left as it is)."""
+    _staged(Path(path), data, mode, lambda temp, target: os.link(temp, target))

@@ -1,0 +1,139 @@
+"""JSON Schemas (draft 2020-12) of what travels over the broker, for `mesh schema`.
+
+Invariants:
+- One schema per document that crosses the wire: the signed envelope, the body of a
+  declaration message, a node's report, an enrolment request, the body of an enrolment answer.
+- They describe what executors/control and executors/node write; tests validate real messages
+  against them, so a field added on one side without its schema fails a test.
+"""
+
+from __future__ import annotations
+
+from executors.common import message_formats as messages
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_OPERATION = {
+    "type": "object",
+    "required": ["op", "subject", "cause", "result"],
+    "properties": {"op": {"type": "string"}, "subject": {"type": "string"},
+                   "cause": {"type": "string"}, "result": {"type": "string"},
+                   "detail": {"type": "array", "items": {"type": "string"}},
+                   "seconds": {"type": "number"}},
+}
+
+ENVELOPE = {
+    "$schema": DRAFT,
+    "title": "mesh message envelope",
+    "description": "A signed message from the control plane to a node. `signature` is the "
+    "Ed25519 signature, base64, of the bytes `mesh-message/1` NUL kind NUL body, by the key "
+    "certified by `signer` (PEM), which the node's pinned mesh CA must have issued "
+    "(CN=<mesh> delivery, digital signatures only).",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "kind", "signer", "body", "signature"],
+    "properties": {
+        "format": {"const": messages.FORMAT},
+        "kind": {"enum": list(messages.SIGNED_KINDS)},
+        "signer": {"type": "string", "description": "PEM certificate of the delivery key"},
+        "body": {"type": "string", "description": "the signed JSON text of the message"},
+        "signature": {"type": "string", "contentEncoding": "base64"},
+    },
+}
+
+DECLARATION_BODY = {
+    "$schema": DRAFT,
+    "title": "declaration message body",
+    "description": "One node's declaration (`mesh schema declaration`) and, for each credential "
+    "sealed to that node, each generation's sealed box for that node alone (a ledger extract: "
+    "`mesh schema ledger`, only `credentials`).",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mesh", "node", "serial", "digest", "published", "declaration", "secrets"],
+    "properties": {
+        "mesh": {"type": "string"}, "node": {"type": "string"},
+        "serial": {"type": "integer", "minimum": 0},
+        "digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+        "published": {"type": "string", "format": "date-time"},
+        "declaration": {"type": "object"},
+        "secrets": {"type": "object"},
+    },
+}
+
+REPORT = {
+    "$schema": DRAFT,
+    "title": "node report",
+    "description": "What a node's agent says after handling a declaration message (trigger "
+    "`message`) or re-applying the declaration in force (`drift`). Published by the node's own "
+    "account; the broker validates its user_id.",
+    "type": "object",
+    "required": ["format", "mesh", "node", "at", "trigger", "result"],
+    "properties": {
+        "format": {"const": messages.REPORT_FORMAT},
+        "mesh": {"type": "string"}, "node": {"type": "string"},
+        "at": {"type": "string", "format": "date-time"},
+        "trigger": {"enum": ["message", "drift"]},
+        "message_id": _NULLABLE_STRING,
+        "serial": _NULLABLE_INT,
+        "digest": _NULLABLE_STRING,
+        "result": {"enum": ["applied", "failed", "refused", "superseded", "rejected",
+                            "dry-run"]},
+        "superseded_by": _NULLABLE_INT,
+        "reason": _NULLABLE_STRING,
+        "serial_applied": _NULLABLE_INT,
+        "operations": {"type": "array", "items": _OPERATION},
+        "checks": {"type": "array", "items": _OPERATION},
+        "notices": {"type": "array", "items": {"type": "object"}},
+        "held": {"type": "array", "items": {"type": "object"}},
+        "generations": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "record": {"type": ["object", "null"],
+                   "description": "the node's <state root>/.mesh/applied.json after it"},
+        "verify": {"type": ["object", "null"],
+                   "properties": {"ok": {"type": "boolean"},
+                                  "results": {"type": "array", "items": {"type": "object"}}}},
+        "drift": {"type": ["array", "null"], "items": _OPERATION},
+        "agent": {"type": "object"},
+    },
+}
+
+ENROLMENT_REQUEST = {
+    "$schema": DRAFT,
+    "title": "enrolment request",
+    "description": "A new node's request, published with its one-time token's account.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "mesh", "node", "token", "public_key", "address"],
+    "properties": {
+        "format": {"const": messages.ENROLMENT_REQUEST_FORMAT},
+        "mesh": {"type": "string"}, "node": {"type": "string"}, "token": {"type": "string"},
+        "public_key": {"type": "string", "description": "X25519, base64 (32 bytes)"},
+        "address": {"type": "string"}, "hostname": {"type": "string"},
+    },
+}
+
+ENROLMENT_ANSWER = {
+    "$schema": DRAFT,
+    "title": "enrolment answer body",
+    "description": "The control node's answer, signed like a declaration. Accepted: the CA "
+    "certificate (its key must have the fingerprint the token pinned) and the node's broker "
+    "account, its password sealed to the node's key.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mesh", "node", "token", "result"],
+    "properties": {
+        "mesh": {"type": "string"}, "node": {"type": "string"}, "token": {"type": "string"},
+        "result": {"enum": ["accepted", "rejected"]},
+        "reason": {"type": "string"},
+        "ca_certificate": {"type": "string"},
+        "broker": {"type": "object", "additionalProperties": False,
+                   "required": ["vhost", "user", "password_sealed", "queue", "reports"],
+                   "properties": {"vhost": {"type": "string"}, "user": {"type": "string"},
+                                  "password_sealed": {"type": "string"},
+                                  "queue": {"type": "string"}, "reports": {"type": "string"}}},
+    },
+}
+
+SCHEMAS = {"message-envelope": ENVELOPE, "declaration-message": DECLARATION_BODY,
+           "report": REPORT, "enrolment-request": ENROLMENT_REQUEST,
+           "enrolment-answer": ENROLMENT_ANSWER}

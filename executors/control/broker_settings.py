@@ -1,0 +1,120 @@
+"""How the control plane reaches its broker: the AMQP address, the management API and the
+broker's admin, and the address nodes are told in their enrolment token.
+
+Invariants:
+- Named explicitly (options or MESH_BROKER_* variables), or else derived from the mesh itself:
+  the substrate broker instance (`substrate: broker:` in mesh.yaml) at its node's address and
+  the host ports the ledger assigned to its `amqp` and `management` listens; its admin is the
+  account its container names (RABBITMQ_DEFAULT_USER, else `admin`), whose password is opened
+  from the control node's escrow with the control node's key (`--key`): the control node
+  issued it, so it could read it already (README: trust model).
+- The admin password is read from a file or unsealed in memory; it is never printed.
+- Whatever is missing is one MeshError saying what to give.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import attrs
+
+from resolver import MeshError
+
+from executors.common.amqp import BrokerAddress
+
+MANAGEMENT_LISTEN = "management"
+DEFAULT_ADMIN = "admin"
+
+
+@attrs.frozen
+class BrokerSettings:
+    amqp: BrokerAddress  # where the control plane connects
+    api: str  # the management API's base URL
+    admin: str
+    admin_password: str = attrs.field(repr=False)
+    for_nodes: BrokerAddress  # what enrolment tokens tell nodes
+
+
+def settings_from(inputs, *, broker: Optional[str] = None, api: Optional[str] = None,
+                  admin: Optional[str] = None, admin_password_file: Optional[str] = None,
+                  for_nodes: Optional[str] = None, key: Optional[str] = None) -> BrokerSettings:
+    """The settings given (None: not given), the rest derived from the mesh."""
+    derived: Optional[dict] = None
+
+    def mesh_value(name: str):
+        nonlocal derived
+        if derived is None:
+            derived = _from_mesh(inputs, key)
+        return derived[name]
+
+    amqp = BrokerAddress.parse(broker) if broker else mesh_value("amqp")
+    api = api or (mesh_value("api") if not broker else None)
+    if api is None:
+        raise MeshError("--broker-api is needed with --broker (the management API, e.g. "
+                        f"http://{amqp.host}:15672)")
+    admin = admin or (mesh_value("admin") if not broker else DEFAULT_ADMIN)
+    if admin_password_file:
+        try:
+            password = Path(admin_password_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MeshError(f"{admin_password_file}: cannot read the broker admin's password: "
+                            f"{exc}") from None
+    else:
+        password = mesh_value("admin_password")
+    nodes_see = BrokerAddress.parse(for_nodes) if for_nodes else amqp
+    return BrokerSettings(amqp, api.rstrip("/"), admin, password, nodes_see)
+
+
+def _from_mesh(inputs, key_file) -> dict:
+    import resolver
+
+    from executors.common.keys import UnsealError, load_private_key, unseal
+
+    mesh = inputs.mesh
+    broker = mesh.substrate.broker
+    if not broker or broker not in mesh.instances:
+        raise MeshError("mesh.yaml names no substrate broker instance: give --broker, "
+                        "--broker-api, --broker-admin and --broker-admin-password-file")
+    node = mesh.instances[broker].node
+    resolution = resolver.resolve(inputs.catalogue, mesh, inputs.ledger, sources=inputs.sources)
+    declaration = resolution.declarations.get(node)
+    provider = next((p for p in (declaration.providers if declaration else ())
+                     if p.instance == broker and p.provision == "amqp"), None)
+    if provider is None:
+        raise MeshError(f"the substrate broker {broker} provides no amqp on {node} (yet): give "
+                        f"--broker and --broker-api")
+    admin_user, management = DEFAULT_ADMIN, None
+    for container in declaration.containers:
+        if container.instance != broker:
+            continue
+        admin_user = container.env.get("RABBITMQ_DEFAULT_USER", admin_user)
+        for port in container.ports:
+            if port.listen == MANAGEMENT_LISTEN:
+                management = port.host_port
+    if management is None:
+        raise MeshError(f"the substrate broker {broker} publishes no `management` listen: give "
+                        f"--broker-api")
+    address = mesh.nodes[node].address
+    host = f"[{address}]" if ":" in address else address
+    result = {"amqp": BrokerAddress(address, provider.port), "api": f"http://{host}:{management}",
+              "admin": admin_user}
+    credential = provider.admin.credential if provider.admin is not None else None
+    stored = inputs.ledger.credentials.get(credential) if credential else None
+    if stored is None or stored.active is None:
+        raise MeshError(f"the broker admin's credential ({credential or 'none declared'}) is not "
+                        f"issued: `mesh plan DIR --issue` first, or give "
+                        f"--broker-admin-password-file")
+    if not key_file:
+        raise MeshError(f"the broker admin's password ({credential}) is opened with the control "
+                        f"node's key: give --key FILE (or --broker-admin-password-file)")
+    private_key = load_private_key(key_file)
+    boxes = list(stored.active.escrow.values()) + list(stored.active.sealed.values())
+    for box in boxes:
+        try:
+            result["admin_password"] = unseal(private_key, box)
+            return result
+        except UnsealError:
+            continue
+    raise MeshError(f"{key_file} opens neither the escrow nor a sealed value of {credential}: "
+                    f"it is not the control node's key")

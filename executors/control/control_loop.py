@@ -1,0 +1,297 @@
+"""The control plane's loop (`mesh control DIR`), and its one-shot steps (`publish`, `collect`).
+
+Invariants:
+- One cycle: when the mesh's inputs changed (mesh.yaml, the catalogue, the ledger: by an
+  operator, or by this loop recording a report), resolve, issue what can be issued, write,
+  record and publish every node whose declaration changed (control/publish.py); take every
+  report and enrolment request waiting (control/inbox.py), each acknowledged only once it is
+  kept; then again. A rotation therefore completes by itself: the provider's report makes the
+  new generation active, which changes the holders' declarations, which are published; their
+  reports retire the old generation, which changes the provider's, which is published.
+- Everything it knows is on disk (the ledger, the state directory) and in the broker's durable
+  queues, so a restarted loop picks up where the last one stopped: a digest written but not
+  published is published, a report not acknowledged is delivered again (recording it twice
+  changes nothing).
+- The broker unreachable is never fatal: the loop says so and reconnects with capped backoff.
+  Bad input (a typo in mesh.yaml) is said once per change, with its file:line faults, and
+  nothing is published until it is fixed; what runs stays as it is.
+- One line per event on stderr, never a secret.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import attrs
+
+from resolver import InputError, MeshError
+
+from executors.common import amqp, messages
+from executors.common.amqp import BrokerError
+from executors.common.keys import load_private_key
+from executors.control import enrolment, inbox, publish
+from executors.control.broker_settings import BrokerSettings
+from executors.control.control_state import ControlState
+from executors.control.delivery_key import ensure_delivery_key
+from executors.control.fleet import Fleet
+from executors.control.fleet_broker import FleetError
+from executors.control.loading import inputs_fingerprint, load_mesh_dir
+
+HOUSEKEEPING_SECONDS = 10.0
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@attrs.define
+class Control:
+    """One control plane for the mesh in `mesh_dir`."""
+
+    mesh_dir: Path
+    settings: BrokerSettings
+    state: ControlState
+    say: Callable[[str], None]
+    key_file: Optional[str] = None
+    issue: bool = True
+    interval: float = 5.0
+    fleet: Fleet = attrs.field(init=False)
+    mesh: str = attrs.field(init=False)
+    _control_key: object = attrs.field(init=False, default=None)
+    _resolved: tuple = attrs.field(init=False, default=(None, None))  # fingerprint, loaded
+    _queues: set = attrs.field(init=False, factory=set)  # node queues declared on this channel
+
+    def __attrs_post_init__(self):
+        inputs = load_mesh_dir(self.mesh_dir)
+        self.mesh = inputs.mesh.mesh
+        self.fleet = Fleet(self.mesh, self.settings, self.state.ensure(), self.say)
+        if self.key_file:
+            self._control_key = load_private_key(self.key_file)
+
+    # -- connecting
+
+    def connect(self, *, deadline: Optional[float] = None, stop=lambda: False):
+        """Accounts made as wanted, then the control account's connection and its channel
+        (publisher confirms on), the exchanges and queues declared."""
+        self.fleet.ensure_accounts()
+        connection = self.fleet.connect(deadline=deadline, stop=stop)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
+        self.fleet.declare(channel, nodes)
+        self._queues = set(nodes)
+        return connection, channel
+
+    # -- publishing
+
+    def publish(self, channel, *, force=(), only=None) -> list[publish.Published]:
+        """Resolve, write, record and publish what changed (or `force`); what was confirmed."""
+        return self.send(channel, self.prepare(force=force, only=only))
+
+    def prepare(self, *, force=(), only=None) -> publish.Prepared:
+        notes: list[str] = []
+        prepared = publish.prepare(self.mesh_dir, self.state, now=now_iso(), issue=self.issue,
+                                   control_key=self._control_key, force=force, only=only,
+                                   notes=notes)
+        self._resolved = (prepared.fingerprint, (prepared.inputs, prepared.resolution))
+        for note in notes:
+            self.say(note)
+        for problem in prepared.problems:
+            self.say(f"refusal (its instances are held or not declared): {problem}")
+        return prepared
+
+    def send(self, channel, prepared: publish.Prepared) -> list[publish.Published]:
+        if not prepared.declarations:
+            return []
+        key = ensure_delivery_key(self.mesh_dir, prepared.inputs.mesh)
+        done: list[publish.Published] = []
+        try:
+            done = publish.send(channel, key, prepared, say=self.say, declared=self._queues)
+        finally:
+            publish.record_published(self.mesh_dir, self.state, done)
+        return done
+
+    # -- the mesh as it is
+
+    def current(self):
+        """(inputs, resolution) of the mesh as its files are now: loaded and resolved again
+        only when a file changed (call it under the ledger lock, as the inbox does)."""
+        fingerprint = inputs_fingerprint(self.mesh_dir)
+        seen, loaded = self._resolved
+        if seen != fingerprint or loaded is None:
+            inputs = load_mesh_dir(self.mesh_dir)
+            loaded = (inputs, inbox.resolve_current(inputs))
+            self._resolved = (fingerprint, loaded)
+        return loaded
+
+    # -- the inbox
+
+    def handle_batch(self, channel, deliveries: Sequence[tuple]) -> list[inbox.Outcome]:
+        """Handle (queue, method, props, body) deliveries: the reports as one batch, each
+        enrolment request alone; each acknowledged once kept. A mesh that does not load
+        leaves them unacknowledged, for later."""
+        reports = [d for d in deliveries if d[0] == amqp.REPORT_QUEUE]
+        outcomes: list[inbox.Outcome] = []
+        try:
+            if reports:
+                outcomes += inbox.handle_reports(
+                    self.mesh_dir, self.state, self.fleet.names,
+                    [(getattr(props, "user_id", None), body) for _, _, props, body in reports],
+                    current=self.current)
+            for queue, method, props, body in deliveries:
+                if queue != amqp.REPORT_QUEUE:
+                    try:
+                        outcomes.append(inbox.handle_enrolment(
+                            self.mesh_dir, self.state, self.fleet.names,
+                            getattr(props, "user_id", None), body))
+                    except MeshError as error:
+                        if isinstance(error, InputError):
+                            raise
+                        outcomes.append(inbox.Outcome(f"enrolment: {error}", refused=True))
+        except InputError as error:
+            for _, method, _, _ in deliveries:
+                channel.basic_nack(method.delivery_tag, requeue=True)
+            self.say(f"{len(deliveries)} message(s) kept for later: the mesh does not load "
+                     f"({error.faults[0] if error.faults else error})")
+            time.sleep(1.0)
+            return []
+        for _, method, _, _ in deliveries:
+            channel.basic_ack(method.delivery_tag)
+        for outcome in outcomes:
+            self.say(outcome.line)
+        return outcomes
+
+    def drain(self, channel, queues=(amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)) -> list:
+        """Take every message waiting in `queues` and handle them as one batch."""
+        deliveries: list = []
+        tags = []
+        for queue in queues:
+            tags.append(channel.basic_consume(
+                queue, lambda ch, method, props, body, q=queue: deliveries.append(
+                    (q, method, props, body))))
+        connection = channel.connection
+        while True:
+            before = len(deliveries)
+            connection.process_data_events(time_limit=0.2)
+            waiting = sum(channel.queue_declare(q, passive=True).method.message_count
+                          for q in queues)
+            if not waiting and len(deliveries) == before:
+                break
+        for tag in tags:
+            channel.basic_cancel(tag)
+        connection.process_data_events(time_limit=0)
+        return self.handle_batch(channel, deliveries) if deliveries else []
+
+    # -- the loop
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> None:
+        delay = 1.0
+        while not stop():
+            try:
+                connection, channel = self.connect(stop=stop)
+            except (BrokerError, FleetError) as error:
+                if stop():
+                    return
+                self.say(f"broker: {error}; retrying in {delay:.0f}s")
+                time.sleep(delay)
+                delay = min(delay * 2, amqp.BACKOFF_CAP)
+                continue
+            delay = 1.0
+            self.say(f"serving mesh {self.mesh} on {self.settings.amqp} (vhost "
+                     f"{self.fleet.names.vhost})")
+            try:
+                self._serve(connection, channel, stop)
+            except Exception as error:  # noqa: BLE001 - the connection broke: reconnect
+                if not _connection_error(error):
+                    raise
+                self.say(f"broker connection lost: {amqp.describe(error)}; reconnecting")
+            finally:
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+
+    def _serve(self, connection, channel, stop) -> None:
+        inbox_channel = connection.channel()
+        inbox_channel.basic_qos(prefetch_count=200)
+        waiting: list = []
+        for queue in (amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE):
+            inbox_channel.basic_consume(
+                queue, lambda ch, method, props, body, q=queue: waiting.append(
+                    (q, method, props, body)))
+        seen = None
+        last_housekeeping = 0.0
+        while not stop():
+            fingerprint = inputs_fingerprint(self.mesh_dir)
+            if fingerprint != seen:
+                try:
+                    self.publish(channel)
+                    seen = inputs_fingerprint(self.mesh_dir)  # what this publish wrote included
+                except InputError as error:
+                    seen = fingerprint
+                    self.say(f"the mesh does not load; nothing published until it is fixed "
+                             f"({len(error.faults)} fault(s)):")
+                    for fault in error.faults:
+                        self.say(f"  {fault}")
+                except (MeshError, messages.MessageRefused) as error:
+                    if isinstance(error, BrokerError):
+                        raise
+                    seen = fingerprint
+                    self.say(f"not published: {error}")
+            connection.process_data_events(time_limit=0 if waiting else min(self.interval, 1.0))
+            if waiting:
+                batch, waiting[:] = list(waiting), []
+                self.handle_batch(inbox_channel, batch)
+            if time.monotonic() - last_housekeeping >= HOUSEKEEPING_SECONDS:
+                last_housekeeping = time.monotonic()
+                try:
+                    enrolment.close_answered(self.mesh_dir, self.fleet, channel, say=self.say)
+                except FleetError as error:
+                    self.say(f"enrolment housekeeping: {error}")
+
+
+def _connection_error(error: Exception) -> bool:
+    import pika.exceptions
+
+    return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))
+
+
+def standing(control: Control) -> dict[str, tuple[bool, str]]:
+    """Per enrolled node with something published: (applied what was published?, one line)."""
+    published, accounts = control.state.published(), control.state.accounts()
+    reports = control.state.reports()
+    result = {}
+    for node, sent in sorted(published.items()):
+        if node not in accounts:
+            continue
+        kept = reports.get(node) or {}
+        last, applied = kept.get("last") or {}, kept.get("last_applied") or {}
+        serial = sent.get("serial")
+        in_force = last.get("serial_applied")
+        if in_force is None:
+            in_force = applied.get("serial")
+        if in_force is not None and serial is not None and in_force >= serial:
+            result[node] = (True, f"serial {in_force} in force (published {serial})")
+        elif last.get("serial") == serial and last.get("result") not in (None, "applied"):
+            why = f": {last.get('reason')}" if last.get("reason") else ""
+            result[node] = (False, f"serial {serial} {last.get('result')}{why}")
+        else:
+            result[node] = (False, f"serial {serial} published, not reported applied yet"
+                            + (f" (in force: {in_force})" if in_force is not None else ""))
+    return result
+
+
+def settle(control: Control, connection, channel, wait: float):
+    """Take what is waiting; with `wait`, keep taking until every enrolled node applied what
+    was published to it or `wait` seconds passed."""
+    outcomes = control.drain(channel)
+    deadline = time.monotonic() + wait
+    while wait and time.monotonic() < deadline:
+        if all(ok for ok, _ in standing(control).values()):
+            break
+        connection.process_data_events(time_limit=0.5)
+        outcomes += control.drain(channel)
+    return outcomes, standing(control)

@@ -1,0 +1,136 @@
+"""What the control plane keeps besides the ledger, in its state directory (`DIR/.control` by
+default): the declarations it published, what it published when, each node's last reports
+(`reports.json`), enrolment tokens and requests, node accounts, the control account's
+password.
+
+Invariants:
+- Every file is written whole or not at all (write_atomic); the directory is 0700, files
+  holding anything secret 0600. Nothing here is plaintext but the control account's own
+  broker password (like the CA key beside the mesh: the control node's secret); node account
+  passwords are kept only sealed to their node, tokens only as a SHA-256 of their secret.
+- Readers tolerate absence (nothing published yet, no report yet) and say nothing is known;
+  an unreadable file is treated as absent and is rewritten by the next writer.
+- Only writers under the ledger lock change `published.json` and `reports.json`; tokens are
+  written by `mesh enrol` and the control loop under the same lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Optional
+
+from executors.common.atomic import write_atomic
+
+DEFAULT_DIRNAME = ".control"
+
+
+class ControlState:
+    def __init__(self, mesh_dir, state_dir=None):
+        self.root = Path(state_dir) if state_dir else Path(mesh_dir) / DEFAULT_DIRNAME
+
+    # -- paths
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def published_file(self) -> Path:
+        return self.root / "published.json"
+
+    @property
+    def reports_file(self) -> Path:
+        return self.root / "reports.json"
+
+    @property
+    def enrolment_dir(self) -> Path:
+        return self.root / "enrolment"
+
+    @property
+    def accounts_dir(self) -> Path:
+        return self.root / "accounts"
+
+    @property
+    def control_secret(self) -> Path:
+        return self.root / "broker-control.secret"
+
+    def ensure(self) -> "ControlState":
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        return self
+
+    # -- documents
+
+    @staticmethod
+    def _read(path: Path, default):
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return default
+
+    @staticmethod
+    def _write(path: Path, document, mode: int = 0o600, compact: bool = False) -> None:
+        text = (json.dumps(document, sort_keys=True, separators=(",", ":")) if compact
+                else json.dumps(document, indent=2, sort_keys=True))  # indent: pure Python
+        write_atomic(path, text + "\n", mode=mode)
+
+    def published(self) -> dict:
+        return self._read(self.published_file, {})
+
+    def write_published(self, published: dict) -> None:
+        self.ensure()
+        self._write(self.published_file, published)
+
+    def reports(self) -> dict[str, dict]:
+        """Each node's kept reports (one file: a batch of reports is one write)."""
+        found = self._read(self.reports_file, {})
+        return found if isinstance(found, dict) else {}
+
+    def report(self, node: str) -> Optional[dict]:
+        return self.reports().get(node)
+
+    def write_reports(self, documents: dict[str, dict]) -> None:
+        self.ensure()
+        self._write(self.reports_file, documents, compact=True)  # large: the C encoder
+
+    def tokens(self) -> dict[str, dict]:
+        found = {}
+        if self.enrolment_dir.is_dir():
+            for path in sorted(self.enrolment_dir.glob("*.json")):
+                document = self._read(path, None)
+                if isinstance(document, dict) and document.get("id") == path.stem:
+                    found[path.stem] = document
+        return found
+
+    def write_token(self, document: dict) -> None:
+        self.ensure()
+        self._write(self.enrolment_dir / f"{document['id']}.json", document)
+
+    def accounts(self) -> dict[str, dict]:
+        found = {}
+        if self.accounts_dir.is_dir():
+            for path in sorted(self.accounts_dir.glob("*.json")):
+                document = self._read(path, None)
+                if isinstance(document, dict):
+                    found[path.stem] = document
+        return found
+
+    def write_account(self, node: str, document: dict) -> None:
+        self.ensure()
+        self._write(self.accounts_dir / f"{node}.json", document)
+
+    def control_password(self) -> str:
+        """The control account's broker password: made once from the OS CSPRNG, kept 0600."""
+        try:
+            value = self.control_secret.read_text(encoding="ascii").strip()
+            if value:
+                return value
+        except (OSError, UnicodeDecodeError):
+            pass
+        self.ensure()
+        value = secrets.token_urlsafe(32)
+        write_atomic(self.control_secret, value + "\n", mode=0o600)
+        return value

@@ -1,0 +1,104 @@
+"""Resolving a mesh directory for writing, and writing its declarations: one library for
+`mesh plan --out` and the control loop (`mesh control`, `mesh publish`).
+
+Invariants:
+- Serials never go backwards: the ledger's record of what was written is taken together with
+  the declarations already in the output directory (the newer of the two wins), so a
+  declaration written later always supersedes one written before, even with a ledger that lags.
+- Declarations are written whole or not at all (write_atomic), one file per node,
+  `<node>.declaration.json`, the JSON of resolver.unstructure(declaration).
+- What was written is recorded in the ledger (serials, each declared instance's rendering:
+  resolver.record_declared) by the same caller, under the ledger lock it holds around the
+  whole load → resolve → write (executors/control/loading.mesh_lock).
+- Issuing (secrets from the OS CSPRNG, certificates from the CA) happens only when asked, and
+  the mesh is resolved again with what was issued (the second resolution requests nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Optional
+
+import resolver
+from resolver import Declaration, NodeSerial, Resolution, structure, unstructure
+
+from executors.common.runtime import resolving
+from executors.control.loading import MeshInputs, write_atomic, write_ledger
+
+DECLARATION_SUFFIX = ".declaration.json"
+
+
+def read_declarations(directory) -> dict[str, Declaration]:
+    """The declarations already in `directory`, by node; unreadable ones are skipped (they are
+    only compared against)."""
+    found: dict[str, Declaration] = {}
+    directory = Path(directory)
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.glob(f"*{DECLARATION_SUFFIX}")):
+        try:
+            decl = structure(json.loads(path.read_text(encoding="utf-8")), Declaration)
+        except Exception:  # noqa: BLE001 - an unreadable old declaration is not compared against
+            continue
+        found[decl.node] = decl
+    return found
+
+
+def declaration_json(decl: Declaration, document: Optional[dict] = None,
+                     compact: bool = False) -> str:
+    """The declaration file's text: indented for people (`mesh plan --out`), or compact
+    (the control plane's own copies: json's C encoder, many times faster on a large mesh)."""
+    document = unstructure(decl) if document is None else document
+    if compact:
+        return json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n"
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def declaration_path(directory, node: str) -> Path:
+    return Path(directory) / f"{node}{DECLARATION_SUFFIX}"
+
+
+def write_declarations(directory, resolution: Resolution, nodes: Iterable[str],
+                       documents: Optional[dict] = None, compact: bool = False) -> None:
+    """Each node's declaration file; `documents` (node → unstructured declaration) spares
+    unstructuring again what the caller already has."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        write_atomic(declaration_path(directory, node),
+                     declaration_json(resolution.declarations[node],
+                                      (documents or {}).get(node), compact=compact))
+
+
+def with_written_serials(inputs: MeshInputs, previous: dict[str, Declaration]):
+    """The ledger whose record of written declarations is the newer of its own and the
+    declarations in the output directory (serials never go backwards)."""
+    return resolver.newest_written(inputs.ledger, {
+        node: NodeSerial(d.serial, d.digest) for node, d in previous.items()
+        if d.mesh == inputs.mesh.mesh})
+
+
+def resolve_for_writing(inputs: MeshInputs, previous: dict[str, Declaration], *, now: str,
+                        issue: bool = False, control_key=None,
+                        notes: Optional[list] = None) -> Resolution:
+    """The mesh resolved against the serials written so far; with `issue`, every request
+    issued (sealed secrets, certificates) and the mesh resolved again with them."""
+    ledger = with_written_serials(inputs, previous)
+    with resolving():
+        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, ledger,
+                                      sources=inputs.sources, now=now)
+    if issue:
+        from executors.control.issuer import issue_requests  # entropy and the CA: only here
+
+        issued = issue_requests(inputs, resolution, control_key=control_key, notes=notes)
+        with resolving():
+            resolution = resolver.resolve(inputs.catalogue, inputs.mesh, issued,
+                                          sources=inputs.sources, now=now)
+    return resolution
+
+
+def record_written(inputs: MeshInputs, resolution: Resolution, nodes: Iterable[str]) -> None:
+    """Record in the ledger that `nodes`' declarations were written (serials, renderings) and
+    write it; the caller holds the ledger lock since it loaded `inputs`."""
+    write_ledger(inputs.ledger_path, resolver.record_declared(resolution, list(nodes)))

@@ -1,0 +1,231 @@
+"""Enrolment on the control node: one-time tokens, the requests they bring, accept and reject.
+
+Invariants:
+- A token is made for one node and one use: its secret is the password of a broker account
+  that may only publish to `enrolment` and read its own answer queue; the control node keeps
+  only the secret's SHA-256. A request counts only while its token is open (issued, not
+  expired); once requested, the token takes no other request.
+- Accepting writes the node's public key and address into mesh.yaml by a ruamel round trip
+  (comments, order and layout kept; the result must load, or nothing is written), makes the
+  node's broker account (permissions: common/amqp.FleetNames) with a password from the OS
+  CSPRNG that exists only in memory until it is sealed to the node's key, makes its queue, and
+  answers over the broker with a message signed by the delivery key: the CA certificate (its
+  fingerprint is the one the node pinned from the token), the account and the sealed password.
+  Rejecting answers `rejected` with the reason. Both close the token to further requests.
+- The enrolment account lives until the node has taken its answer (the answer queue is empty
+  and unconsumed), then it and the answer queue are removed (`close_answered`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import re
+import secrets
+from pathlib import Path
+from typing import Callable, Optional
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+import resolver
+from resolver import MeshError
+
+from executors.common import amqp, enrol_token, messages
+from executors.common.keys import seal
+from executors.control.control_state import ControlState
+from executors.control.delivery_key import DeliveryKey
+from executors.control.fleet import ANSWERED, Fleet, token_open
+from executors.control.fleet_broker import WantedAccount
+from executors.control.loading import MESH_FILE, mesh_lock, write_atomic
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class EnrolmentError(MeshError):
+    """An enrolment step that cannot be taken (unknown node, no request, bad mesh.yaml…)."""
+
+
+def _iso(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_token(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, *,
+               minutes: int = 60, now: Optional[datetime.datetime] = None) -> str:
+    """A new one-time token for `node`: recorded, its broker account and answer queue made."""
+    if not NODE_NAME.match(node):
+        raise EnrolmentError(f"{node!r} is not a node name (letters, digits, . _ -)")
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    token_id = secrets.token_hex(4)
+    secret = secrets.token_urlsafe(24)
+    expires = _iso(now + datetime.timedelta(minutes=minutes))
+    record = {"id": token_id, "node": node, "mesh": fleet.names.mesh, "state": "issued",
+              "created": _iso(now), "expires": expires,
+              "secret_sha256": hashlib.sha256(secret.encode("ascii")).hexdigest()}
+    with mesh_lock(mesh_dir):
+        fleet.state.write_token(record)
+    fleet.ensure_accounts(extra=[WantedAccount(fleet.names.enrol_user(token_id),
+                                               fleet.names.enrol_permissions(token_id),
+                                               secret)])
+    amqp.declare_fleet(channel, [], [token_id])
+    return enrol_token.encode(enrol_token.EnrolToken(
+        mesh=fleet.names.mesh, node=node, broker=str(fleet.settings.for_nodes),
+        vhost=fleet.names.vhost, token_id=token_id, secret=secret,
+        ca_fingerprint=messages.certificate_fingerprint(key.ca_certificate), expires=expires))
+
+
+def request_for(state: ControlState, node: str) -> dict:
+    """The open token of `node` carrying a request (the newest), or EnrolmentError."""
+    candidates = [t for t in state.tokens().values()
+                  if t.get("node") == node and t.get("state") == "requested" and token_open(t)]
+    if not candidates:
+        known = sorted({t["node"] for t in state.tokens().values()
+                        if t.get("state") == "requested" and token_open(t)})
+        raise EnrolmentError(f"no enrolment request from {node} waiting"
+                             + (f" (requests waiting from: {', '.join(known)})" if known else
+                                " (`mesh enrol list DIR` shows what is waiting; on the node: "
+                                "`mesh agent enrol TOKEN …`)"))
+    return max(candidates, key=lambda t: t.get("request", {}).get("received", ""))
+
+
+def write_node_into_mesh(mesh_dir, node: str, public_key: str, address: str) -> list[str]:
+    """Put the node's key and address into mesh.yaml, keeping comments and layout; the lines
+    said about it (an address or key it replaced)."""
+    path = Path(mesh_dir) / MESH_FILE
+    text = path.read_text(encoding="utf-8")
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # a key is one token: never folded onto a line of its own
+    document = yaml.load(text)
+    said = []
+    nodes = document.get("nodes") if isinstance(document, dict) else None
+    if not isinstance(nodes, dict):
+        raise EnrolmentError(f"{path}: has no `nodes:` mapping to add {node} to")
+    entry = nodes.get(node)
+    if entry is None:
+        entry = CommentedMap()
+        siblings = [v for v in nodes.values() if isinstance(v, CommentedMap)]
+        if siblings and siblings[-1].fa.flow_style():
+            entry.fa.set_flow_style()
+        entry["address"] = address
+        entry["public-key"] = public_key
+        nodes[node] = entry
+        said.append(f"added node {node} ({address}) to {path}")
+    else:
+        if not isinstance(entry, dict):
+            raise EnrolmentError(f"{path}: nodes.{node} is not a mapping")
+        if entry.get("address") != address:
+            if entry.get("address"):
+                said.append(f"{node}'s address {entry.get('address')} → {address} (what the "
+                            f"node said)")
+            entry["address"] = address
+        old = entry.get("public-key")
+        if old and old != public_key:
+            said.append(f"{node}'s public key is replaced: values sealed to its old key cannot "
+                        f"be opened by it; rotate them (`mesh rotate DIR --consumer …`)")
+        entry["public-key"] = public_key
+        said.append(f"wrote {node}'s public key into {path}")
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    new_text = buffer.getvalue()
+    resolver.load_mesh(new_text, str(path))  # InputError (located) rather than a bad write
+    write_atomic(path, new_text, mode=path.stat().st_mode & 0o777)
+    return said
+
+
+def _answer(channel, key: DeliveryKey, token: dict, body: dict) -> None:
+    data = messages.sign(messages.ENROLMENT_ANSWER, body, key.key, key.certificate_pem)
+    amqp.declare_answer_queue(channel, token["id"])
+    amqp.publish(channel, amqp.ANSWERS, token["id"], data,
+                 amqp.properties(message_id=f"answer/{token['id']}",
+                                 kind=messages.ENROLMENT_ANSWER))
+
+
+def accept(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str,
+           say: Callable[[str], None] = lambda line: None) -> dict:
+    """Accept `node`'s waiting request: mesh.yaml, its account and queue, the signed answer."""
+    token = request_for(fleet.state, node)
+    request = token["request"]
+    with mesh_lock(mesh_dir):
+        for line in write_node_into_mesh(mesh_dir, node, request["public_key"],
+                                         request["address"]):
+            say(line)
+    password = secrets.token_urlsafe(32)
+    user = fleet.names.node_user(node)
+    sealed = seal(request["public_key"], password, node)
+    fleet.ensure_accounts(extra=[WantedAccount(user, fleet.names.node_permissions(node),
+                                               password)])
+    with mesh_lock(mesh_dir):
+        fleet.state.write_account(node, {"user": user, "password_sealed": sealed,
+                                         "public_key": request["public_key"],
+                                         "accepted": _iso(datetime.datetime.now(
+                                             datetime.timezone.utc)), "token": token["id"]})
+    amqp.declare_node_queue(channel, node)
+    _answer(channel, key, token, {
+        "mesh": fleet.names.mesh, "node": node, "token": token["id"], "result": "accepted",
+        "ca_certificate": key.ca_pem,
+        "broker": {"vhost": fleet.names.vhost, "user": user, "password_sealed": sealed,
+                   "queue": fleet.names.node_queue(node), "reports": amqp.REPORTS}})
+    with mesh_lock(mesh_dir):
+        fleet.state.write_token(dict(token, state="accepted", answered=_iso(
+            datetime.datetime.now(datetime.timezone.utc))))
+    say(f"{node} accepted: account {user} made, its password sealed to its key and sent; "
+        f"its queue {fleet.names.node_queue(node)} holds its declarations")
+    return token
+
+
+def reject(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, reason: str,
+           say: Callable[[str], None] = lambda line: None) -> dict:
+    token = request_for(fleet.state, node)
+    _answer(channel, key, token, {"mesh": fleet.names.mesh, "node": node, "token": token["id"],
+                                  "result": "rejected", "reason": reason})
+    with mesh_lock(mesh_dir):
+        fleet.state.write_token(dict(token, state="rejected", reason=reason, answered=_iso(
+            datetime.datetime.now(datetime.timezone.utc))))
+    say(f"{node}'s enrolment request rejected ({reason}); nothing was written")
+    return token
+
+
+def close_answered(mesh_dir, fleet: Fleet, channel,
+                   say: Callable[[str], None] = lambda line: None) -> list[str]:
+    """Tokens whose answer the node took (queue empty, nobody consuming) and tokens that
+    expired unused: closed, their accounts and answer queues removed."""
+    closed = []
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for token_id, token in fleet.state.tokens().items():
+        state = token.get("state")
+        if state in ANSWERED:
+            ok = channel.queue_declare(fleet.names.answer_queue(token_id), durable=True)
+            if ok.method.message_count or ok.method.consumer_count:
+                continue
+        elif state in ("issued", "requested") and not token_open(token, now):
+            pass
+        else:
+            continue
+        with mesh_lock(mesh_dir):
+            fleet.state.write_token(dict(token, state="closed" if state in ANSWERED
+                                         else "expired"))
+        closed.append(token_id)
+    if closed:
+        fleet.ensure_accounts()
+        for token_id in closed:
+            channel.queue_delete(fleet.names.answer_queue(token_id))
+            say(f"enrolment token {token_id} closed: its account and answer queue removed")
+    return closed
+
+
+def listing(state: ControlState) -> list[dict]:
+    rows = []
+    for token_id, token in sorted(state.tokens().items(),
+                                  key=lambda item: item[1].get("created", "")):
+        request = token.get("request") or {}
+        key = request.get("public_key")
+        rows.append({"token": token_id, "node": token.get("node"), "state": token.get("state")
+                     if token.get("state") not in ("issued", "requested") or token_open(token)
+                     else "expired", "expires": token.get("expires"),
+                     "address": request.get("address"), "hostname": request.get("hostname"),
+                     "key_fingerprint": ("sha256:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+                                         if key else None),
+                     "received": request.get("received")})
+    return rows

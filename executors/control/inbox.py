@@ -1,0 +1,210 @@
+"""What the nodes say to the control plane: reports, and enrolment requests.
+
+Invariants:
+- A report speaks for the node whose account published it: the broker validated the message's
+  `user_id` against the account that sent it, and a report whose body names another node, or
+  whose `user_id` is no node account of this mesh, is refused and only logged.
+- Every report is kept (`reports.json`, per node: the last one, a short history, the drift
+  repaired, the last verify); an `applied` one is recorded in the ledger exactly as `mesh applied` records a
+  node's applied.json (control/applied.record_report), under the ledger lock, and only when
+  the rules accept it (succeeded in every phase, the declaration the mesh declares now). A
+  report recorded twice changes nothing (generations only move forward). A batch of reports is
+  judged against one resolution and recorded one after the other: each node is judged by the
+  declaration it was handed, and the ledger is written once.
+- An enrolment request is kept only when it comes from the account of an open token (the
+  broker authenticated it with the token's secret, `user_id` validated), names the token's node
+  and carries a valid X25519 public key and an address; anything else is refused and logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import ipaddress
+from typing import Callable, Optional, Sequence
+
+import attrs
+
+from executors.common import messages
+from executors.common.amqp import FleetNames
+from executors.control.applied import record_report, resolve_current
+from executors.control.control_state import ControlState
+from executors.control.fleet import token_open
+from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+
+HISTORY = 20
+
+
+@attrs.frozen
+class Outcome:
+    line: str  # what happened, one line for the log
+    recorded: bool = False  # the ledger changed
+    refused: bool = False
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summary(report: dict) -> dict:
+    return {k: report.get(k) for k in ("at", "trigger", "message_id", "serial", "result",
+                                       "superseded_by", "reason", "serial_applied")}
+
+
+def _parse_report(names: FleetNames, user_id: Optional[str], body: bytes):
+    """(node, report) or the Outcome refusing it."""
+    node = names.node_of(user_id)
+    if node is None:
+        who = user_id or "an account that did not say who it is (no user_id)"
+        return Outcome(f"report refused: published by {who}, which is no node account of "
+                       f"mesh {names.mesh}", refused=True)
+    try:
+        report = messages.open_plain(body, messages.REPORT_FORMAT)
+    except messages.MessageRefused as refusal:
+        return Outcome(f"report from {node} refused: {refusal.reason}", refused=True)
+    if report.get("node") != node or report.get("mesh") != names.mesh:
+        return Outcome(f"report refused: it speaks for node {report.get('node')} of mesh "
+                       f"{report.get('mesh')}, but account {user_id} published it",
+                       refused=True)
+    return node, report
+
+
+def _kept(kept: dict, node: str, report: dict) -> dict:
+    history = ([summary(report)] + list(kept.get("history") or []))[:HISTORY]
+    drift = list(report.get("drift") or [])
+    return {"node": node, "received": _now(), "last": report, "history": history,
+            "drift_repaired": int(kept.get("drift_repaired") or 0) + (1 if drift else 0),
+            "last_drift": ({"at": report.get("at"), "operations": drift} if drift
+                           else kept.get("last_drift")),
+            "last_verify": report.get("verify") or kept.get("last_verify"),
+            "last_applied": (summary(report) if report.get("result") == "applied"
+                             else kept.get("last_applied"))}
+
+
+def _line(node: str, report: dict) -> str:
+    drift = report.get("drift") or []
+    return (f"report from {node}: serial {report.get('serial')} {report.get('result')}"
+            + (f" (superseded by {report.get('superseded_by')})"
+               if report.get("result") == "superseded" else "")
+            + (f": {report.get('reason')}" if report.get("reason") else "")
+            + (f"; drift repaired: {len(drift)} operation(s)" if drift else ""))
+
+
+def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
+                   items: Sequence[tuple[Optional[str], bytes]],
+                   current: Optional[Callable] = None) -> list[Outcome]:
+    """Keep a batch of reports and record the applied ones in the ledger: one lock, one load,
+    one resolution, one write of each file for the whole batch. `current()`, called under the
+    lock, gives (inputs, resolution) of the mesh as it is (a cache may answer it); by default
+    the mesh directory is loaded and resolved."""
+    outcomes: list[Optional[Outcome]] = [None] * len(items)
+    parsed = []
+    for index, (user_id, body) in enumerate(items):
+        found = _parse_report(names, user_id, body)
+        if isinstance(found, Outcome):
+            outcomes[index] = found
+        else:
+            parsed.append((index, *found))
+    if not parsed:
+        return outcomes
+    with mesh_lock(mesh_dir):
+        kept = state.reports()
+        inputs = resolution = ledger = None
+        for index, node, report in parsed:
+            kept[node] = _kept(kept.get(node) or {}, node, report)
+            line = _line(node, report)
+            if report.get("result") != "applied" or not isinstance(report.get("record"), dict):
+                outcomes[index] = Outcome(line)
+                continue
+            if inputs is None:
+                inputs, resolution = (current or _load_and_resolve(mesh_dir))()
+                ledger = resolution.ledger
+            recorded = record_report(inputs, node, report["record"], current=resolution,
+                                     onto=ledger)
+            if not recorded.accepted:
+                outcomes[index] = Outcome(f"{line}; not recorded: {recorded.why}")
+                continue
+            ledger = recorded.ledger
+            if recorded.moved:
+                outcomes[index] = Outcome(f"{line}; recorded in the ledger: "
+                                          f"{', '.join(recorded.moved)}", recorded=True)
+            else:
+                outcomes[index] = Outcome(f"{line}; nothing new to record")
+        state.write_reports(kept)
+        if inputs is not None and ledger != resolution.ledger:
+            after = resolve_current(inputs, ledger)
+            if after.ledger != inputs.ledger:
+                write_ledger(inputs.ledger_path, after.ledger)
+    return outcomes
+
+
+def _load_and_resolve(mesh_dir) -> Callable:
+    def load():
+        inputs = load_mesh_dir(mesh_dir)
+        return inputs, resolve_current(inputs)
+    return load
+
+
+def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Optional[str],
+                  body: bytes) -> Outcome:
+    return handle_reports(mesh_dir, state, names, [(user_id, body)])[0]
+
+
+def _valid_key(text) -> bool:
+    try:
+        return isinstance(text, str) and len(base64.b64decode(text, validate=True)) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _valid_address(text) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except (ValueError, TypeError):
+        return False
+
+
+def handle_enrolment(mesh_dir, state: ControlState, names: FleetNames,
+                     user_id: Optional[str], body: bytes,
+                     say: Callable[[str], None] = lambda line: None) -> Outcome:
+    token_id = names.token_of(user_id)
+    if token_id is None:
+        who = user_id or "an unnamed account"
+        return Outcome(f"enrolment request refused: published by {who}, which is no "
+                       f"enrolment account of mesh {names.mesh}", refused=True)
+    try:
+        request = messages.open_plain(body, messages.ENROLMENT_REQUEST_FORMAT)
+    except messages.MessageRefused as refusal:
+        return Outcome(f"enrolment request with token {token_id} refused: {refusal.reason}",
+                       refused=True)
+    with mesh_lock(mesh_dir):
+        token = state.tokens().get(token_id)
+        if token is None or token.get("state") != "issued" or not token_open(token):
+            why = ("unknown" if token is None else "used already" if token.get("state")
+                   != "issued" else "expired")
+            return Outcome(f"enrolment request with token {token_id} refused: the token is "
+                           f"{why} (one request per token; `mesh enrol token` makes another)",
+                           refused=True)
+        problems = []
+        if request.get("node") != token["node"] or request.get("mesh") != names.mesh:
+            problems.append(f"it asks for node {request.get('node')} of mesh "
+                            f"{request.get('mesh')}, the token is for {token['node']}")
+        if request.get("token") != token_id:
+            problems.append("it names another token")
+        if not _valid_key(request.get("public_key")):
+            problems.append("public_key is not a base64 X25519 public key")
+        if not _valid_address(request.get("address")):
+            problems.append(f"address {request.get('address')!r} is not an IP address")
+        if problems:
+            return Outcome(f"enrolment request with token {token_id} refused: "
+                           + "; ".join(problems), refused=True)
+        token = dict(token, state="requested",
+                     request={"public_key": request["public_key"],
+                              "address": request["address"],
+                              "hostname": str(request.get("hostname") or ""),
+                              "received": _now()})
+        state.write_token(token)
+    return Outcome(f"enrolment request from {token['node']} ({request['address']}) with token "
+                   f"{token_id}: `mesh enrol list` shows it; `mesh enrol accept` or `reject`")

@@ -1,0 +1,313 @@
+"""The issuer: turns a resolution's requests into sealed secrets and signed certificates.
+
+Invariants:
+- Every secret comes from the OS CSPRNG (`secrets`) and exists only in memory: it is sealed
+  separately to each holder node's public key and only the sealed values reach the ledger.
+- Issuing is idempotent: a request the ledger already satisfies (a generation sealed to every
+  holder, a kept certificate) is never issued again; issuing twice equals issuing once.
+- Nodes without a public key are all named in one error before anything is issued.
+- Rotation follows resolver/_rotation.py: a new generation per credential addressed, sealed to
+  the holders of the current one; the rules of when holders move are the resolver's.
+- Holders changing (an instance moved) is not a rotation: the same values are re-sealed to the
+  new holders and every generation keeps its number (resolver/_rotation.reseal).
+- Trust decision: every value is also sealed to the control node's key (`escrow`). The control
+  node issues every secret, so it could read each one already when issuing it; the escrow
+  only lets it read one again, to re-seal it to a node an instance moved to, when given the
+  control node's private key (`mesh plan --issue --key`). No holder is ever told an escrowed
+  value, and a node's apply opens only what is sealed to that node. Without the escrow (a
+  mesh with no control node key, or values issued before it existed) a move needs the
+  control node to hold the value itself, or a rotation; the refusal says which.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Callable, Iterable, Optional, Sequence
+
+import attrs
+from nacl.public import PrivateKey
+
+from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
+from resolver._certs import certificate_reason
+from resolver._rotation import (
+    begin_rotation,
+    holder_nodes,
+    in_progress,
+    next_generation_number,
+    reseal,
+)
+
+from .ca import CaError, MeshCa, iso, load_ca, sign_node, utc_now
+from executors.common.keys import UnsealError, sealed_to_each, unseal
+
+Entropy = Callable[[], str]
+
+
+class IssueError(MeshError):
+    """A request the issuer cannot honour (a node without a key, an unknown credential…)."""
+
+
+def new_secret() -> str:
+    """A fresh secret: 32 bytes from the OS CSPRNG, URL-safe (fits any password field)."""
+    return secrets.token_urlsafe(32)
+
+
+def _public_keys(mesh: Mesh, holders: Iterable[str]) -> dict[str, str]:
+    return {node: mesh.nodes[node].public_key for node in holders}
+
+
+def check_keys(mesh: Mesh, requests: Iterable[Request]) -> None:
+    """Refuse, naming every node, when a holder has no public key (or is not in the mesh)."""
+    missing, unknown = set(), set()
+    for request in requests:
+        for node in request.holders:
+            if node not in mesh.nodes:
+                unknown.add(node)
+            elif not mesh.nodes[node].public_key:
+                missing.add(node)
+    if unknown:
+        raise IssueError(f"cannot seal to node(s) not in mesh.yaml: {', '.join(sorted(unknown))}")
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise IssueError(
+            f"cannot seal secrets to node(s) without a public-key in mesh.yaml: {names}. "
+            f"On each, run `mesh node-key NODE --path /etc/mesh/node.key` and add the printed "
+            f"`public-key:` line under that node in mesh.yaml")
+
+
+def control_node(mesh: Mesh) -> Optional[str]:
+    """The control node, when it has a key to seal the escrow to."""
+    return next((name for name, node in sorted(mesh.nodes.items())
+                 if node.control and node.public_key), None)
+
+
+def _escrow(mesh: Mesh, value: str) -> dict[str, str]:
+    control = control_node(mesh)
+    return sealed_to_each({control: mesh.nodes[control].public_key}, value) if control else {}
+
+
+def _generations(credential: Credential):
+    return [g for g in (credential.active, credential.pending, credential.retiring)
+            if g is not None]
+
+
+def _resealing(ledger: Ledger, request: Request) -> Optional[Credential]:
+    """The issued credential whose holders this request changes, or None."""
+    credential = ledger.credentials.get(request.id)
+    if credential is None or credential.active is None:
+        return None
+    newest = credential.pending or credential.active
+    return None if set(request.holders) == set(newest.sealed) else credential
+
+
+def open_for_reseal(mesh: Mesh, ledger: Ledger, requests: Iterable[Request],
+                    control_key: Optional[PrivateKey]) -> dict[tuple[str, int], str]:
+    """(credential id, generation) → value, for every generation a changed holder set needs
+    sealed to a new node: opened from the control node's escrow (or its own sealed box) with
+    `control_key`. Every one that cannot be opened is named in one IssueError, before
+    anything is issued."""
+    control = control_node(mesh) or next((n for n, node in sorted(mesh.nodes.items())
+                                          if node.control), None)
+    values: dict[tuple[str, int], str] = {}
+    refused: list[str] = []
+    for request in sorted(requests):
+        credential = _resealing(ledger, request)
+        if credential is None:
+            continue
+        for generation in _generations(credential):
+            if set(request.holders) <= set(generation.sealed):
+                continue  # only nodes dropped: nothing to open
+            box = (generation.escrow.get(control) or generation.sealed.get(control)
+                   if control else None)
+            where = f"{request.id} generation {generation.generation}"
+            if box is None:
+                refused.append(f"{where}: sealed neither to the control node"
+                               + (f" {control}" if control else " (mesh.yaml names none)")
+                               + f" nor to its escrow, only to "
+                               f"{', '.join(sorted(generation.sealed))}")
+            elif control_key is None:
+                refused.append(f"{where}: re-sealing it to "
+                               f"{', '.join(sorted(set(request.holders) - set(generation.sealed)))}"
+                               f" needs the control node's key: pass `--key FILE` "
+                               f"({control}'s private key)")
+            else:
+                try:
+                    values[(request.id, generation.generation)] = unseal(control_key, box)
+                except UnsealError:
+                    refused.append(f"{where}: the key given with --key does not open its "
+                                   f"escrow: it is not {control}'s key")
+    if refused:
+        raise IssueError("cannot re-seal to the new holders (no new generation is issued for "
+                         "a move):\n  " + "\n  ".join(refused)
+                         + "\nGive the control node's key with --key, or issue a new "
+                         "generation to the new holders with `mesh rotate DIR CREDENTIAL`")
+    return values
+
+
+def _issue_credential(ledger: Ledger, mesh: Mesh, request: Request, entropy: Entropy,
+                      notes: list[str], opened: dict[tuple[str, int], str]) -> Ledger:
+    credential = ledger.credentials.get(request.id) or Credential()
+    holders = sorted(request.holders)
+    newest = credential.pending or credential.active
+    if newest is not None and set(holders) == set(newest.sealed):
+        return ledger  # satisfied already: never issued twice
+    if credential.active is None:
+        value = entropy()
+        generation = Generation(generation=next_generation_number(credential),
+                                slot=request.slot,
+                                sealed=sealed_to_each(_public_keys(mesh, holders), value),
+                                escrow=_escrow(mesh, value))
+        credential = attrs.evolve(credential, active=generation)
+        notes.append(f"issued {request.id} generation {generation.generation}, sealed to "
+                     f"{', '.join(holders)}")
+    else:  # the holders changed: the same values, re-sealed; no new generation
+        def sealed_for(generation: Generation, nodes) -> dict[str, str]:
+            return sealed_to_each(_public_keys(mesh, nodes),
+                                  opened[(request.id, generation.generation)])
+
+        credential = reseal(credential, holders, sealed_for)
+        control = control_node(mesh)
+        for slot_name in ("active", "pending", "retiring"):
+            generation = getattr(credential, slot_name)
+            value = opened.get((request.id, generation.generation)) if generation else None
+            if value is not None and control and control not in generation.escrow:
+                credential = attrs.evolve(credential, **{slot_name: attrs.evolve(
+                    generation, escrow=generation.escrow.update(_escrow(mesh, value)))})
+        notes.append(f"re-sealed {request.id} generation(s) "
+                     f"{', '.join(str(g.generation) for g in _generations(credential))} to "
+                     f"{', '.join(holders)} ({request.reason})")
+    return attrs.evolve(ledger, credentials=ledger.credentials.set(request.id, credential))
+
+
+def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
+          ca: Optional[MeshCa] = None, ca_loader: Optional[Callable[[], MeshCa]] = None,
+          entropy: Entropy = new_secret, notes: Optional[list[str]] = None,
+          now: Optional[str] = None, control_key: Optional[PrivateKey] = None) -> Ledger:
+    """The ledger with every request issued. Credential requests are sealed to their holders;
+    certificate requests are signed by `ca` (or the one `ca_loader` loads, only if needed).
+    Without a CA, certificate requests are left standing with a note saying how to create it.
+    A certificate request is honoured only while the pure rule still asks for it at `now`
+    (default: the clock), so issuing the same requests twice signs nothing twice.
+    A request whose credential is issued but sealed to other holders (a move) re-seals its
+    values, opened with `control_key` (the control node's private key); see open_for_reseal."""
+    notes = notes if notes is not None else []
+    credential_requests = [r for r in requests if r.kind == "credential"]
+    certificate_requests = [r for r in requests if r.kind == "certificate"]
+    check_keys(mesh, credential_requests)
+    opened = open_for_reseal(mesh, ledger, credential_requests, control_key)
+    for request in sorted(credential_requests):
+        ledger = _issue_credential(ledger, mesh, request, entropy, notes, opened)
+    if certificate_requests and ca is None and ca_loader is not None:
+        try:
+            ca = ca_loader()
+        except CaError as error:
+            notes.append(f"certificates not issued: {error}")
+    if certificate_requests and ca is not None:
+        moment = now or iso(utc_now())
+        for request in sorted(certificate_requests):
+            if certificate_reason(mesh, ledger, request.id, moment) is None:
+                continue  # satisfied already (a kept certificate is never signed anew)
+            certificate = sign_node(ca, mesh, request.id)
+            ledger = attrs.evolve(ledger,
+                                  certificates=ledger.certificates.set(request.id, certificate))
+            notes.append(f"signed {request.id}'s certificate ({request.reason}), valid until "
+                         f"{certificate.not_after}")
+    return ledger
+
+
+def select_credentials(ledger: Ledger, *, credential: Optional[str] = None,
+                       provider: Optional[str] = None,
+                       consumer: Optional[str] = None) -> list[str]:
+    """The credential ids a rotation addresses: one credential; every credential a provider
+    instance serves plus its own secrets; or every credential a consumer instance holds."""
+    known = sorted(ledger.credentials)
+    if credential is not None:
+        if credential not in ledger.credentials:
+            raise IssueError(f"no credential {credential} in the ledger; known: "
+                             f"{', '.join(known) or 'none'}")
+        return [credential]
+    chosen = []
+    for cred_id in known:
+        parts = cred_id.split("/")
+        if provider is not None and ((len(parts) == 3 and parts[1] == provider)
+                                     or (parts[0] == "secret" and parts[1] == provider)):
+            chosen.append(cred_id)
+        if consumer is not None and len(parts) == 3 and parts[0] != "secret" \
+                and parts[2] == consumer:
+            chosen.append(cred_id)
+    if not chosen:
+        who = f"provider {provider}" if provider is not None else f"consumer {consumer}"
+        raise IssueError(f"no credential in the ledger belongs to {who}")
+    return chosen
+
+
+def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
+           entropy: Entropy = new_secret, server_held: Iterable[str] = ()) -> Ledger:
+    """A new generation for each credential, sealed to the holders of its current one.
+    `server_held`: the own secrets a provider's server holds (its admin), rotated provider
+    first like a provider's credentials (resolver._rotation.server_held_credentials)."""
+    server_held = frozenset(server_held)
+    ids = sorted(set(credential_ids))
+    refused = []
+    for cred_id in ids:
+        credential = ledger.credentials.get(cred_id)
+        if credential is None or credential.active is None:
+            refused.append(f"{cred_id}: never issued (`mesh plan --issue` issues it)")
+        elif (reason := in_progress(credential)) is not None:
+            refused.append(f"{cred_id}: a rotation is in progress: {reason}")
+    if refused:
+        raise IssueError("cannot rotate:\n  " + "\n  ".join(refused))
+    check_keys(mesh, [Request("credential", i, holder_nodes(ledger.credentials[i]))
+                      for i in ids])
+    for cred_id in ids:
+        credential = ledger.credentials[cred_id]
+        holders = holder_nodes(credential)
+        value = entropy()
+        sealed = sealed_to_each(_public_keys(mesh, holders), value)
+        ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
+            cred_id, begin_rotation(cred_id, credential, sealed, _escrow(mesh, value),
+                                    server_held=cred_id in server_held)))
+    return ledger
+
+
+def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str) -> Ledger:
+    """An explicit renewal: `node`'s certificate signed anew, whatever its window."""
+    if node not in mesh.nodes:
+        raise IssueError(f"no node {node} in mesh.yaml; nodes: {', '.join(sorted(mesh.nodes))}")
+    return attrs.evolve(ledger, certificates=ledger.certificates.set(node,
+                                                                     sign_node(ca, mesh, node)))
+
+
+@attrs.frozen
+class Renewal:
+    """`mesh renew`: the node's certificate signed anew, and the mesh before and after."""
+
+    node: str
+    before: object  # Resolution with the ledger as it was
+    after: object  # Resolution with the renewed certificate (its ledger is to be written)
+    old: Optional[object]  # the certificate replaced (None: the node had none)
+    new: object  # the certificate signed
+
+
+def renewal(inputs, node: str) -> Renewal:
+    """Sign `node`'s certificate anew with the mesh CA of the mesh directory, whatever its
+    renewal window, and resolve the mesh before and after (nothing is written)."""
+    import resolver
+
+    ca = load_ca(inputs.mesh_dir, inputs.mesh)
+    before = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                              sources=inputs.sources)
+    ledger = renew(before.ledger, inputs.mesh, ca, node)
+    after = resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+    return Renewal(node, before, after, inputs.ledger.certificates.get(node),
+                   ledger.certificates[node])
+
+
+def issue_requests(inputs, resolution, *, notes: Optional[list[str]] = None,
+                   entropy: Entropy = new_secret,
+                   control_key: Optional[PrivateKey] = None) -> Ledger:
+    """For `mesh plan --issue`: the resolution's new ledger with its requests issued, the CA
+    loaded from the mesh directory only when a certificate is requested."""
+    return issue(list(resolution.requests), inputs.mesh, resolution.ledger,
+                 ca_loader=lambda: load_ca(inputs.mesh_dir, inputs.mesh),
+                 entropy=entropy, notes=notes, control_key=control_key)

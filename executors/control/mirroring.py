@@ -1,0 +1,105 @@
+"""Mirroring: copy pinned images into the mesh's own registry, by digest, and record them.
+
+Invariants:
+- Registry to registry over the HTTP API (registry.py): manifests and blobs move as exact
+  bytes, so the digest at the target is the pinned one; no Docker Engine is involved.
+- Only pinned upstream artifacts are copied; a built artifact (pushed by its build) and one
+  marked `mirror: false` are skipped and said so; an unpinned one is a failure located at its
+  tag (file:line:col), and the others still go.
+- Each copied digest is recorded in the ledger (`mirrored`: digest → registry address), which
+  is what lets declarations name the mesh's registry (self-hosting). The ledger is written
+  (atomically, read back first) only when something new was recorded.
+- The target is the mesh's artifact-store instance unless the caller names one. Every step is
+  said through `say` as it happens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import attrs
+
+from resolver import Ledger, MeshError
+from resolver._artifacts import (
+    artifact_state,
+    artifact_store_address,
+    catalogue_artifacts,
+    pin_key,
+    used_artifacts,
+)
+
+from .loading import load_mesh_dir, mesh_lock, write_ledger
+from .registry import RegistryClient, RegistryError
+
+
+@attrs.frozen
+class Mirrored:
+    """What a mirror run did."""
+
+    target: str  # the registry copied into
+    failures: int  # artifacts that could not be mirrored
+    ledger: Ledger  # with what was mirrored (written when it changed)
+    written: bool
+    state: str  # the mesh's artifacts state with the new ledger (resolver.artifact_state)
+    registry_of_mesh: Optional[str]  # the mesh's own registry (may differ from target)
+
+
+def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
+           every_artifact: bool = False,
+           say: Callable[[str], None] = lambda line: None) -> Mirrored:
+    """Copy every pinned artifact the mesh runs (of the catalogue, with `every_artifact`) into
+    `registry` (default: the mesh's artifact-store instance); MeshError when there is none."""
+    catalogue, mesh, ledger, sources = inputs.catalogue, inputs.mesh, inputs.ledger, inputs.sources
+    target = registry or artifact_store_address(catalogue, mesh, ledger)
+    if target is None:
+        raise MeshError("the mesh has no registry to mirror into: assign one instance of a module "
+                        "providing artifact-store (with its port in the ledger), or pass --registry HOST:PORT")
+    every = catalogue_artifacts(catalogue)
+    wanted = sorted(every) if every_artifact else sorted(used_artifacts(catalogue, mesh))
+    say(f"mirroring into {target}")
+    client.ping(target)
+
+    mirrored = dict(ledger.mirrored)
+    done: set[tuple[str, str]] = set()
+    failures = 0
+    for name in wanted:
+        artifact = every[name]
+        key = pin_key(artifact)
+        module, artifact_name = name.split("/", 1)
+        if key is None or not artifact.mirror:
+            why = "built artifact: pushed by its build" if key is None else "mirror: false"
+            say(f"  skip {name}: {why}")
+            continue
+        digest = ledger.pins.get(key)
+        if digest is None:
+            failures += 1
+            file, line, col = sources.where(f"module:{module}", "artifacts", artifact_name, "tag")
+            say(f"{file}:{line}:{col}: artifact {artifact_name} ({key}) is not pinned; run "
+                "`mesh pin` first")
+            continue
+        if (artifact.repository, digest) in done:
+            continue
+        say(f"→ {name}: {artifact.repository}@{digest}")
+        try:
+            path = client.copy_image(artifact.repository, digest, target, progress=say)
+        except RegistryError as error:
+            failures += 1
+            file, line, col = sources.where(f"module:{module}", "artifacts", artifact_name,
+                                            "repository")
+            say(f"{file}:{line}:{col}: artifact {artifact_name} ({key}): {error}")
+            continue
+        done.add((artifact.repository, digest))
+        mirrored[digest] = target
+        say(f"  {target}/{path}@{digest}: held")
+
+    updated = attrs.evolve(ledger, mirrored=ledger.mirrored.update(mirrored))
+    written = updated != ledger
+    if written:
+        with mesh_lock(inputs.mesh_dir):  # copied outside the lock: merge into the ledger as it is
+            now = load_mesh_dir(inputs.mesh_dir).ledger
+            write_ledger(inputs.ledger_path,
+                         attrs.evolve(now, mirrored=now.mirrored.update(mirrored)))
+        say(f"ledger written: {inputs.ledger_path}")
+    registry_of_mesh = artifact_store_address(catalogue, mesh, updated)
+    state = artifact_state(catalogue, mesh, updated, registry_of_mesh)
+    return Mirrored(target, failures, updated, written, state, registry_of_mesh)

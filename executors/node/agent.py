@@ -1,0 +1,490 @@
+"""The node agent (`mesh agent --config FILE`): takes its node's declarations off the broker,
+verifies them, applies the newest, reports back.
+
+Invariants:
+- Only this node's queue is read, with this node's account; only reports are published, in
+  this node's name (the broker validates `user_id`).
+- A declaration is applied only after its envelope verified against the pinned mesh CA
+  (common/messages.py) and its body proved to be this node's of this mesh. Anything else (a bad
+  signature, another key, another node, truncated, not JSON) is refused: its report says why
+  (`result: rejected`), the log says why, and nothing of it touches the node.
+- Every verified declaration waiting is handed, together, to executors/node/runner.apply_files
+  (the one apply code path, the same as `mesh apply`): the newest serial is applied, every other
+  is reported superseded naming the serial that superseded it, one older than the serial in
+  force is superseded and never applied.
+- A message is acknowledged only once its report was confirmed by the broker; a crash before
+  that gets it delivered again, and applying the same declaration again is a no-op.
+- The apply runs in a worker thread while this thread keeps the broker connection serviced
+  (heartbeats), so a long apply never costs the connection; the agent stops only between
+  applies.
+- The last declaration applied successfully is kept (`<state root>/.mesh/agent/current/`) and
+  re-applied every `drift-minutes` and at start (a reboot loses the firewall table), whether the
+  broker is reachable or not, then verified again; a re-apply that changed something is
+  reported as drift repaired, and a verify whose verdict changed (a provider elsewhere that
+  came up since) is reported too.
+- The broker unreachable is never fatal and never silent: capped exponential backoff, a line
+  per attempt. One line per event on stderr; never a secret.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import attrs
+
+from resolver import MeshError
+
+from executors.common import amqp, messages
+from executors.common.amqp import BrokerError, FleetNames
+from executors.common.atomic import write_atomic
+from executors.common.keys import load_private_key, unseal
+from executors.node.agent_config import AgentConfig
+from executors.node.node_paths import NodePaths
+
+PREFETCH = 100
+SETTLE_SECONDS = 2.0  # at most this long to let every waiting message arrive before applying
+AGENT_VERSION = "1"
+
+
+@attrs.define
+class Delivery:
+    tag: int
+    message_id: Optional[str]
+    body: bytes
+
+
+@attrs.frozen
+class Verified:
+    delivery: Delivery
+    body: dict
+    declaration: object  # resolver.Declaration
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stderr_line(node: str) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"agent {node}: {message}", file=sys.stderr, flush=True)
+    return say
+
+
+class AgentFiles:
+    """The agent's own files, beside the executor's (`<state root>/.mesh/agent/`)."""
+
+    def __init__(self, state_root: str):
+        self.root = NodePaths(state_root).root / "agent"
+        self.spool = self.root / "spool"
+        self.current = self.root / "current"
+
+    def current_files(self) -> Optional[tuple[Path, Path]]:
+        declaration, secrets = self.current / "declaration.json", self.current / "secrets.yaml"
+        return (declaration, secrets) if declaration.is_file() and secrets.is_file() else None
+
+
+def check_body(body: dict, config: AgentConfig):
+    """The declaration a verified body carries, proved to be this node's; MessageRefused."""
+    import resolver
+
+    if body.get("mesh") != config.mesh:
+        raise messages.MessageRefused(f"for mesh {body.get('mesh')!r}, not {config.mesh!r}")
+    if body.get("node") != config.node:
+        raise messages.MessageRefused(f"for node {body.get('node')!r}, not this node "
+                                      f"({config.node})")
+    try:
+        declaration = resolver.structure(body.get("declaration"), resolver.Declaration)
+        resolver.structure(body.get("secrets") or {}, resolver.Ledger)
+    except Exception as exc:  # noqa: BLE001 - cattrs' errors: one line is enough here
+        raise messages.MessageRefused(f"the declaration does not read as one "
+                                      f"({type(exc).__name__})") from None
+    if (declaration.mesh, declaration.node) != (config.mesh, config.node) or \
+            declaration.serial != body.get("serial") or declaration.digest != body.get("digest"):
+        raise messages.MessageRefused("the declaration inside does not match its envelope "
+                                      "(mesh, node, serial or digest)")
+    return declaration
+
+
+def apply_with_runner(options, say: Callable[[str], None]):
+    """The one apply code path (executors/node/runner.apply_files), printing every step."""
+    from executors.common.report import LivePrinter, Report
+    from executors.node.runner import apply_files
+
+    return apply_files(options, Report(printer=LivePrinter()))
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, *, say: Optional[Callable[[str], None]] = None,
+                 applier: Optional[Callable] = None, verifier: Optional[Callable] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if not config.enrolled:
+            raise BrokerError(f"{config.path}: this node is not enrolled yet (`mesh agent enrol "
+                              f"TOKEN --config {config.path}` first)")
+        self.config = config
+        self.say = say or stderr_line(config.node)
+        self.applier = applier or apply_with_runner
+        self.verifier = verifier if verifier is not None else (
+            self._verify if config.verify else None)
+        self.clock = clock
+        self.files = AgentFiles(config.state_root)
+        self.names = FleetNames(config.mesh)
+        self.ca = messages.load_certificate(config.ca_certificate, "pinned CA certificate")
+        if messages.certificate_fingerprint(self.ca) != config.ca_fingerprint:
+            raise messages.MessageRefused(f"{config.path}: ca-certificate does not have the "
+                                          f"pinned fingerprint {config.ca_fingerprint}")
+        self.waiting: list[Delivery] = []
+        self.unsent: list[dict] = []  # reports made while the broker was away (drift)
+        self.verdict: Optional[bool] = None  # verify's last reported verdict (all ok?)
+        self.stopping = False
+        interval = config.drift_minutes * 60
+        self.drift_interval = interval if interval > 0 else None
+        self.next_drift = self.clock()  # at start: repair what a reboot lost
+
+    # -- broker
+
+    def _password(self) -> str:
+        return unseal(load_private_key(self.config.key), self.config.login.password_sealed)
+
+    def _parameters(self):
+        address = amqp.BrokerAddress(self.config.login.host, self.config.login.port)
+        return amqp.parameters(address, self.config.login.vhost, self.config.login.user,
+                               self._password(), heartbeat=30)
+
+    def stop(self, *_args) -> None:
+        if not self.stopping:
+            self.say("stopping (after the apply under way, if any)")
+        self.stopping = True
+
+    def run(self) -> None:
+        """Serve until stopped: connect (backoff), consume, apply, report; repair drift."""
+        delay, attempt = 1.0, 0
+        self.say(f"mesh {self.config.mesh}, node {self.config.node}, broker "
+                 f"{self.config.login.host}:{self.config.login.port}, queue "
+                 f"{self.names.node_queue(self.config.node)}")
+        while not self.stopping:
+            self._drift_if_due()
+            attempt += 1
+            try:
+                connection = amqp.connect(self._parameters())
+            except BrokerError as error:
+                self.say(f"broker not reachable (attempt {attempt}): {error}; retrying in "
+                         f"{delay:.0f}s")
+                self._sleep(delay)
+                delay = min(delay * 2, self.config.backoff_cap)
+                continue
+            self.say(f"connected to the broker (attempt {attempt})")
+            delay, attempt = 1.0, 0
+            try:
+                self._serve(connection)
+            except Exception as error:  # noqa: BLE001 - a broken connection: reconnect
+                if not _connection_error(error):
+                    raise
+                self.say(f"broker connection lost: {amqp.describe(error)}; reconnecting")
+            finally:
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        self.say("stopped")
+
+    def _sleep(self, seconds: float) -> None:
+        end = self.clock() + seconds
+        while not self.stopping and self.clock() < end:
+            time.sleep(min(0.2, max(0.0, end - self.clock())))
+
+    def _serve(self, connection) -> None:
+        consume = connection.channel()
+        consume.basic_qos(prefetch_count=PREFETCH)
+        reports = connection.channel()
+        reports.confirm_delivery()
+        queue = self.names.node_queue(self.config.node)
+        self.waiting = []  # unacknowledged deliveries of a lost connection come again
+        consume.basic_consume(queue, lambda ch, method, props, body: self.waiting.append(
+            Delivery(method.delivery_tag, props.message_id, body)))
+        self._send_unsent(reports)
+        while not self.stopping:
+            if self.waiting:
+                batch = self._settle(connection, consume, queue)
+                outcomes = self._run_serviced(connection, lambda: self.handle(batch))
+                for delivery, report in outcomes:
+                    self._publish_report(reports, report)
+                    consume.basic_ack(delivery.tag)
+                continue
+            if self._drift_due():
+                report = self._run_serviced(connection, self._drift)
+                if report is not None:
+                    self._publish_report(reports, report)
+                continue
+            connection.process_data_events(time_limit=1.0)
+
+    def _settle(self, connection, consume, queue: str) -> list[Delivery]:
+        """Every message waiting in the queue, delivered to us, before deciding which wins."""
+        deadline = self.clock() + SETTLE_SECONDS
+        while self.clock() < deadline and len(self.waiting) < PREFETCH:
+            connection.process_data_events(time_limit=0)
+            ready = consume.queue_declare(queue, passive=True).method.message_count
+            if not ready:
+                break
+            connection.process_data_events(time_limit=0.05)
+        batch, self.waiting = self.waiting, []
+        return batch
+
+    def _run_serviced(self, connection, work):
+        """Run `work` in a worker thread while this thread services the connection."""
+        result: dict = {}
+
+        def target():
+            try:
+                result["value"] = work()
+            except BaseException as error:  # noqa: BLE001 - re-raised below
+                result["error"] = error
+
+        worker = threading.Thread(target=target, name="mesh-agent-apply", daemon=True)
+        worker.start()
+        lost = None
+        while worker.is_alive():
+            if lost is None:
+                try:
+                    connection.process_data_events(time_limit=0.5)
+                except Exception as error:  # noqa: BLE001 - kept until the apply is done
+                    lost = error
+            worker.join(0.05 if lost is None else 0.5)
+        if "error" in result:
+            raise result["error"]
+        if lost is not None:  # the apply finished; its messages come again: a no-op then
+            raise lost
+        return result.get("value")
+
+    def _publish_report(self, channel, report: dict) -> None:
+        if report.get("verify") is not None:
+            self.verdict = bool(report["verify"].get("ok"))
+        amqp.publish(channel, amqp.REPORTS, amqp.REPORTS, messages.plain(report),
+                     amqp.properties(message_id=f"report/{self.config.node}/{report['at']}/"
+                                     f"{report.get('message_id') or report['trigger']}",
+                                     kind="report", user_id=self.config.login.user))
+        self.say(f"reported {report['result']} for "
+                 + (f"serial {report['serial']}" if report.get("serial") is not None
+                    else report["trigger"]))
+
+    def _send_unsent(self, channel) -> None:
+        while self.unsent:
+            self._publish_report(channel, self.unsent[0])
+            self.unsent.pop(0)
+
+    # -- one batch of deliveries
+
+    def handle(self, batch: list[Delivery]) -> list[tuple[Delivery, dict]]:
+        """Verify each delivery, apply the newest verified one (runner.apply_files), and make
+        one report per delivery."""
+        outcomes: list[tuple[Delivery, dict]] = []
+        verified: list[Verified] = []
+        for delivery in batch:
+            try:
+                body = messages.open_signed(delivery.body, kind=messages.DECLARATION,
+                                            ca=self.ca, mesh=self.config.mesh)
+                verified.append(Verified(delivery, body, check_body(body, self.config)))
+            except messages.MessageRefused as refusal:
+                self.say(f"refused message {delivery.message_id or '(no id)'}: {refusal.reason}"
+                         f"; nothing applied")
+                outcomes.append((delivery, self._report("message", result="rejected",
+                                                        message_id=delivery.message_id,
+                                                        reason=refusal.reason)))
+        if not verified:
+            return outcomes
+        if len(verified) > 1:
+            self.say(f"{len(verified)} declarations waiting (serials "
+                     f"{', '.join(str(v.declaration.serial) for v in verified)}): the newest "
+                     f"wins")
+        spool = self.files.spool / f"batch-{time.time_ns()}"
+        labels: dict[str, Verified] = {}
+        for index, item in enumerate(verified):
+            path = spool / f"{item.declaration.serial:012d}-{index:03d}.declaration.json"
+            write_atomic(path, _declaration_json(item.declaration), mode=0o600)
+            labels[str(path)] = item
+        newest = max(verified, key=lambda v: v.declaration.serial)
+        secrets_file = spool / "secrets.yaml"
+        write_atomic(secrets_file, _secrets_yaml(newest.body), mode=0o600)
+        try:
+            try:
+                report = self.applier(self._options(list(labels), secrets_file), self.say)
+            except MeshError as error:  # bad input to the apply (a key that opens nothing…)
+                self.say(f"apply not possible: {error}")
+                return outcomes + [(item.delivery, self._report(
+                    "message", result="failed", message_id=item.delivery.message_id,
+                    serial=item.declaration.serial, digest=item.declaration.digest,
+                    reason=str(error))) for item in verified]
+            facts = report.facts
+            superseded = {entry["file"]: entry["superseded_by"]
+                          for entry in facts.get("superseded", [])}
+            winner = labels.get(facts.get("file"))
+            verify = None
+            if winner is not None and facts.get("result") == "applied":
+                self._keep_current(facts["file"], secrets_file)
+                verify = self._run_verify(winner.declaration, secrets_file)
+            for label, item in labels.items():
+                if label in superseded:
+                    self.say(f"serial {item.declaration.serial} superseded by serial "
+                             f"{superseded[label]}: not applied")
+                    outcomes.append((item.delivery, self._report(
+                        "message", result="superseded", message_id=item.delivery.message_id,
+                        serial=item.declaration.serial, digest=item.declaration.digest,
+                        superseded_by=superseded[label], serial_applied=facts.get(
+                            "serial_applied"))))
+                elif item is winner:
+                    outcomes.append((item.delivery, self._apply_report(
+                        "message", report, item, verify)))
+                else:  # not named by the apply (it failed before choosing): say so
+                    outcomes.append((item.delivery, self._apply_report(
+                        "message", report, item, None)))
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)
+        return outcomes
+
+    def _options(self, declarations: list[str], secrets_file: Path):
+        from executors.node.runner import ApplyOptions
+
+        return ApplyOptions(declarations=declarations, state_root=self.config.state_root,
+                            secrets=str(secrets_file), key=self.config.key,
+                            docker_host=self.config.docker_host,
+                            stop_timeout=self.config.stop_timeout,
+                            no_firewall=not self.config.firewall)
+
+    def _keep_current(self, declaration_file: str, secrets_file: Path) -> None:
+        current = self.files.current
+        write_atomic(current / "secrets.yaml", secrets_file.read_bytes(), mode=0o600)
+        write_atomic(current / "declaration.json", Path(declaration_file).read_bytes(),
+                     mode=0o600)
+        if self.drift_interval is not None:
+            self.next_drift = self.clock() + self.drift_interval
+
+    def _verify(self, declaration, secrets_file: Path) -> dict:
+        from executors.node.runner import secret_source_from
+        from executors.node.verify import engine_locator, verify_declaration
+
+        source = secret_source_from(str(secrets_file), self.config.key, self.config.node)
+        results = verify_declaration(declaration, source, timeout=self.config.verify_timeout,
+                                     locate=engine_locator(self.config.docker_host))
+        return {"ok": all(r.ok for r in results), "results": [r.to_json() for r in results]}
+
+    def _run_verify(self, declaration, secrets_file: Path) -> Optional[dict]:
+        if self.verifier is None:
+            return None
+        try:
+            verify = self.verifier(declaration, secrets_file)
+        except Exception as error:  # noqa: BLE001 - a verify that could not run is said
+            verify = {"ok": False, "error": f"{type(error).__name__}: {error}", "results": []}
+        bad = [r for r in verify.get("results", []) if r.get("status") not in
+               ("ok", "requires-nothing", "not-provisioned")]
+        self.say(f"verify: {len(verify.get('results', [])) - len(bad)} ok, {len(bad)} not ok"
+                 + ("".join(f"; {r.get('consumer')} {r.get('requirement') or ''}: "
+                            f"{r.get('status')}" for r in bad[:3])))
+        return verify
+
+    # -- drift
+
+    def _drift_due(self) -> bool:
+        return self.next_drift is not None and self.clock() >= self.next_drift
+
+    def _drift_if_due(self) -> None:
+        """Drift repair while no broker connection serves us (its report waits to be sent)."""
+        if self._drift_due():
+            report = self._drift()
+            if report is not None:
+                self.unsent.append(report)
+
+    def _drift(self) -> Optional[dict]:
+        """Re-apply the last good declaration and verify again; a report when the re-apply
+        changed something or failed, or when verify's verdict changed since last reported."""
+        self.next_drift = (self.clock() + self.drift_interval) if self.drift_interval else None
+        current = self.files.current_files()
+        if current is None:
+            return None
+        declaration_file, secrets_file = current
+        try:
+            report = self.applier(self._options([str(declaration_file)], secrets_file),
+                                  self.say)
+        except MeshError as error:
+            self.say(f"drift check not possible: {error}")
+            return self._report("drift", result="failed", reason=str(error))
+        facts = report.facts
+        changed = [op.to_json() for op in report.ops if op.op != "record-applied"]
+        verify = None
+        if facts.get("result") == "applied":
+            import resolver
+
+            declaration = resolver.structure(json.loads(declaration_file.read_text()),
+                                             resolver.Declaration)
+            verify = self._run_verify(declaration, secrets_file)
+        verdict = None if verify is None else bool(verify.get("ok"))
+        if facts.get("result") == "applied" and not changed and verdict == self.verdict:
+            self.say("drift check: nothing to repair")
+            return None
+        self.say(f"drift check: {len(changed)} operation(s) to restore the declaration in force;"
+                 f" result {facts.get('result')}")
+        document = self._apply_report("drift", report, None, verify)
+        document["drift"] = changed
+        return document
+
+    # -- reports
+
+    def _report(self, trigger: str, **fields) -> dict:
+        document = {"format": messages.REPORT_FORMAT, "mesh": self.config.mesh,
+                    "node": self.config.node, "at": now_iso(), "trigger": trigger,
+                    "message_id": None, "serial": None, "digest": None, "result": None,
+                    "superseded_by": None, "reason": None, "serial_applied": None,
+                    "operations": [], "checks": [], "notices": [], "held": [],
+                    "generations": {}, "record": self._record(), "verify": None, "drift": None,
+                    "agent": {"version": AGENT_VERSION, "host": socket.gethostname()}}
+        document.update(fields)
+        return document
+
+    def _record(self) -> Optional[dict]:
+        try:
+            return json.loads(NodePaths(self.config.state_root).applied.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _apply_report(self, trigger: str, report, item: Optional[Verified],
+                      verify: Optional[dict]) -> dict:
+        facts = report.facts
+        fields = {"serial": facts.get("serial"), "digest": facts.get("digest"),
+                  "result": facts.get("result") or "failed",
+                  "serial_applied": facts.get("serial_applied"),
+                  "operations": [op.to_json() for op in report.ops],
+                  "checks": [c.to_json() for c in report.checks],
+                  "notices": list(report.notices), "held": facts.get("held") or [],
+                  "generations": facts.get("generations") or {}, "verify": verify,
+                  "reason": facts.get("error") or facts.get("failed_phase")}
+        if facts.get("refusals"):
+            fields["reason"] = "; ".join(f"{r['subject']}: {r['message']}"
+                                         for r in facts["refusals"])
+        if item is not None:
+            fields.update(message_id=item.delivery.message_id,
+                          serial=item.declaration.serial, digest=item.declaration.digest)
+        return self._report(trigger, **fields)
+
+
+def _declaration_json(declaration) -> str:
+    import resolver
+
+    return json.dumps(resolver.unstructure(declaration), indent=2, sort_keys=True) + "\n"
+
+
+def _secrets_yaml(body: dict) -> str:
+    import resolver
+
+    return resolver.dump_ledger(resolver.structure(body.get("secrets") or {}, resolver.Ledger))
+
+
+def _connection_error(error: Exception) -> bool:
+    import pika.exceptions
+
+    return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))

@@ -1,0 +1,293 @@
+"""`mesh apply` as a library call: render (apply_render) → observe → diff (pure, apply_diff) →
+checks → firewall → execute (apply_exec) → provision → record → report.
+
+Invariants:
+- Rendering is the only place secret values exist: they are substituted into env files
+  (0600, written atomically) and into the container's environment, never into an Op, a cause,
+  a label or the report. Labels carry one-way fingerprints so a cause can name the env key.
+- Node-side state: the executor's own files live in `<state root>/.mesh/` (node_paths): env/
+  and bindings/ (files the mesh writes), steps/ (run-once completion markers), dirs.json,
+  applied.json (applied_record), lock, and noop.json (what apply_fast's no-op check compares:
+  removed before a real apply acts, rewritten after it succeeds). Instances' state lives beside
+  it, never inside it. An earlier layout's files are moved in first (migrate_legacy_layout).
+- Phases in order, each only if the one before succeeded: checks (observations that must hold
+  before anything changes, e.g. that each provider's running server accepts its admin
+  credential), firewall, containers (directories, files, containers, run-once steps),
+  provisioning (grants need their providers up). The applied record is written last: it names
+  the new serial only when every phase succeeded; otherwise it keeps the last good one in force
+  and states what was attempted and what failed. A refused plan and a dry run change nothing,
+  the record included.
+- Every write is atomic (temp, fsync, rename), so a SIGKILL at any point leaves either the old
+  or the new file, and a re-run converges.
+- A failed operation stops what follows (listed as skipped); the report says why.
+- Extension points: `secret_source(SecretRef) -> str`, a `firewall(intent, report, dry_run)`
+  callable, `checks`, each `(declaration, secret_source, report)`, and `provisioners`, each
+  `(declaration, secret_source, report, dry_run) -> ProvisionResult`, run after the containers
+  are up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import attrs
+
+from resolver import Declaration, declaration_digest
+
+from executors.common import applied_record
+from .apply_fast import held_facts
+from .apply_diff import Candidate, choose_latest, diff
+from .apply_exec import (  # noqa: F401  (observe: part of this module's API)
+    RECORD_OP,
+    _execute,
+    _Executor,
+    _sweep_temporaries,
+    _write_json,
+    observe,
+    read_record,
+    write_record,
+)
+from .apply_render import Rendered, render  # noqa: F401  (render: part of this module's API)
+from .extensions import Firewall, SecretSource
+from .node_paths import DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
+from executors.common.report import Report
+
+# The hooks an apply runs (extensions.py documents the firewall and the secret source):
+Check = Callable[..., None]  # (declaration, secret_source, report) → None; reports its checks
+ProvisionHook = Callable[..., object]  # (declaration, secret_source, report, dry_run) → result
+
+
+# --------------------------------------------------------------------------- the call
+
+
+class _Lock:
+    """One apply per node at a time (flock on <state root>/.mesh/lock); waiting is announced."""
+
+    def __init__(self, paths: NodePaths, report: Report):
+        self.paths, self.report, self.fd = paths, report, None
+
+    def __enter__(self):
+        self.paths.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        announced = False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if not announced:
+                    self.report.say(f"waiting for another apply to finish ({self.paths.lock})")
+                    announced = True
+                time.sleep(0.5)
+
+    def __exit__(self, *exc_info):
+        os.close(self.fd)
+
+
+def _write_noop_record(paths: NodePaths, declaration: Declaration, rendered: Rendered,
+                       inputs: dict, firewall_applied: bool) -> None:
+    from .apply_fast import noop_record
+
+    firewall_digest = None
+    if declaration.firewall is not None and firewall_applied:
+        from .firewall import read_recorded_digest  # what the firewall executor made the
+        firewall_digest = read_recorded_digest(str(paths.root))  # table carry, and recorded
+    _write_json(paths.noop_record, noop_record(declaration, rendered.desired, inputs,
+                                               firewall_digest))
+
+
+def _forget_noop_record(paths: NodePaths) -> None:
+    try:
+        os.unlink(paths.noop_record)
+    except FileNotFoundError:
+        pass
+
+
+def applied_serial(state_root) -> Optional[int]:
+    """The newest serial the node applied or attempted: an older declaration is superseded."""
+    return applied_record.newest_serial(read_record(NodePaths(Path(state_root))))
+
+
+def _granted(results: Sequence[object]) -> tuple[dict, list]:
+    """What the provisioners reported in force on this node's providers, and the grants of a
+    kind none of them provisions."""
+    granted: dict[str, int] = {}
+    not_provisioned: list[dict] = []
+    for result in results:
+        for outcome in getattr(result, "outcomes", ()):
+            if outcome.status == "in-force" and outcome.generation is not None:
+                granted[outcome.credential] = outcome.generation
+            elif outcome.status == "not-provisioned":
+                not_provisioned.append({"credential": outcome.credential, "kind": outcome.kind,
+                                        "provider": outcome.provider,
+                                        "consumer": outcome.consumer})
+        granted.update(getattr(result, "admins", {}))
+    return granted, not_provisioned
+
+
+def _provision(provisioners, declaration, secret_source, report) -> list:
+    results = []
+    for provisioner in provisioners:
+        try:
+            results.append(provisioner(declaration, secret_source, report, False))
+        except Exception as error:  # noqa: BLE001 - a provisioner's fault fails this phase
+            report.record("provision", declaration.node, "provisioners",
+                          f"failed: {type(error).__name__}: {error}", ok=False)
+    return results
+
+
+def _finish(paths: NodePaths, report: Report, plan, previous: Optional[dict],
+            attempt: applied_record.Attempt) -> None:
+    """Write the applied record once every phase has ended: on success as the operation
+    `record-applied`; on failure as bookkeeping (said, not an operation), the planned
+    `record-applied` listed as skipped."""
+    record = applied_record.record_after(previous, attempt)
+    planned = next((op for op in plan.ops if op.op == RECORD_OP), None)
+    subject = f"serial {attempt.serial}"
+    if attempt.succeeded:
+        if record == previous:
+            return
+        cause = planned.cause if planned is not None else "provider generations in force changed"
+        operation = report.begin(RECORD_OP, subject, cause)
+        write_record(paths, record)
+        report.end(operation, "recorded")
+        return
+    kept = record["serial"]
+    if record != previous:
+        write_record(paths, record)
+    if planned is not None:
+        report.record(RECORD_OP, subject, planned.cause,
+                      f"skipped: the {attempt.phase} phase failed")
+    report.facts["record"] = {"result": record["result"], "serial_in_force": kept,
+                              "failed_phase": attempt.phase}
+    report.say(f"recorded in {paths.applied}: serial {attempt.serial} failed in the "
+               f"{attempt.phase} phase; serial {kept if kept is not None else '(none)'} stays "
+               f"in force, and `mesh applied` refuses this report until an apply succeeds")
+
+
+def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE_ROOT,
+                      secret_source: Optional[SecretSource] = None, dry_run: bool = False,
+                      report: Optional[Report] = None, firewall: Optional[Firewall] = None,
+                      checks: Sequence[Check] = (), provisioners: Sequence[ProvisionHook] = (),
+                      stop_timeout: int = 10, noop_inputs: Optional[dict] = None) -> Report:
+    """Make this node match `declaration`; returns the report (report.facts["result"]).
+    With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record."""
+    report = report if report is not None else Report()
+    paths = NodePaths(Path(state_root))
+    report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial,
+                        held=held_facts(declaration))
+    for held in report.facts["held"]:
+        report.say(f"held: {held['instance']} keeps its last good declaration "
+                   f"([{held['code']}] {held['where']})")
+    with _Lock(paths, report):
+        if not dry_run:
+            for moved in migrate_legacy_layout(paths):
+                report.say(f"moved into the executor's own directory: {moved}")
+        report.say(f"rendering declaration serial {declaration.serial} for node {declaration.node}")
+        rendered = render(declaration, paths, secret_source)
+        report.facts["digest"] = rendered.desired.digest
+        report.say("observing the node (files, directories, one container list call)")
+        observed = observe(api, paths, rendered.desired)
+        previous_record = read_record(paths)
+        plan = diff(rendered.desired, observed)
+        previous = observed.applied
+        for notice in plan.notices:
+            report.notice(notice.subject, notice.message)
+        in_force = dict(previous.generations) if previous else {}
+        report.facts.update(serial_applied=previous.serial if previous else None,
+                            generations=in_force)
+
+        def attempt(phase=None, results=()) -> applied_record.Attempt:
+            granted, not_provisioned = _granted(results)
+            return applied_record.Attempt(
+                mesh=declaration.mesh, node=declaration.node, serial=declaration.serial,
+                digest=rendered.desired.digest, generations=dict(rendered.desired.generations),
+                granted=granted, not_provisioned=not_provisioned, phase=phase,
+                failures=[{"op": o.op, "subject": o.subject, "result": o.result}
+                          for o in report.failures()])
+
+        if plan.refused:
+            report.facts["refusals"] = [attrs.asdict(r) for r in plan.refusals]
+            for refusal in plan.refusals:
+                report.notice(refusal.subject, "refused: " + refusal.message)
+            report.facts["result"] = "refused"  # nothing changed, the record included
+            return report
+        for check in checks:  # observations that must hold before anything changes
+            check(declaration, secret_source, report)
+        if dry_run:
+            for op in plan.ops:
+                report.record(op.op, op.subject, op.cause, "planned")
+            report.say(f"dry run: {len(plan.ops)} operation(s) planned, nothing changed"
+                       + ("; grants are provisioned only by a real apply, once their providers "
+                          "run" if provisioners else ""))
+            if firewall is not None and declaration.firewall is not None:
+                firewall(declaration.firewall, report, True)
+            report.facts["result"] = "dry-run"
+            return report
+        if report.failed:  # a check failed: nothing is changed
+            for op in plan.ops:
+                report.record(op.op, op.subject, op.cause, "skipped: a check failed")
+            report.facts["result"] = "failed"
+            _finish(paths, report, plan, previous_record, attempt("checks"))
+            report.say("stopped before changing anything: a check failed; result: failed")
+            return report
+        report.say(f"{len(plan.ops)} operation(s) to apply" if plan.ops
+                   else "nothing to change in files, directories or containers")
+        if plan.ops:  # until this apply succeeds, no-op checks decline
+            _forget_noop_record(paths)
+        swept = _sweep_temporaries(paths, rendered.desired)
+        if swept:
+            report.say(f"removed {swept} temporary file(s) left by an interrupted apply")
+        executor = _Executor(api, paths, rendered, report, stop_timeout)
+
+        def before_containers() -> None:
+            if firewall is not None and declaration.firewall is not None:
+                firewall(declaration.firewall, report, False)
+
+        phase = _execute(plan, executor, before_containers)
+        results: list = []
+        if phase is None:  # grants need their providers up: after the containers
+            results = _provision(provisioners, declaration, secret_source, report)
+            if report.failed or any(getattr(r, "failed", False) for r in results):
+                phase = "provisioning"
+        ok = phase is None
+        _finish(paths, report, plan, previous_record, attempt(phase, results=results))
+        if ok:
+            report.facts.update(serial_applied=declaration.serial,
+                                generations=dict(rendered.desired.generations))
+        else:
+            report.facts["failed_phase"] = phase
+        if ok and noop_inputs is not None and not report.notices and not provisioners \
+                and not checks:
+            _write_noop_record(paths, declaration, rendered, noop_inputs, firewall is not None)
+        report.facts["health"] = dict(sorted(executor.health.items()))
+        report.facts["result"] = "applied" if ok else "failed"
+        report.say(f"serial {report.facts['serial_applied']} in force; "
+                   f"{len(report.ops)} operation(s); result: {report.facts['result']}")
+        return report
+
+
+def apply_latest(declarations: Sequence[tuple[str, Declaration]], **kwargs) -> Report:
+    """Latest wins: apply only the newest by serial; report each other as superseded."""
+    report = kwargs.pop("report", None) or Report()
+    state_root = kwargs.get("state_root", DEFAULT_STATE_ROOT)
+    candidates = [Candidate(label, d.node, d.serial, declaration_digest(d))
+                  for label, d in declarations]
+    choice = choose_latest(candidates, applied_serial(state_root))
+    report.facts["superseded"] = [
+        {"file": c.label, "serial": c.serial, "superseded_by": by} for c, by in choice.superseded]
+    for candidate, by in choice.superseded:
+        report.notice(candidate.label, f"serial {candidate.serial} superseded by serial {by}; "
+                      "not applied")
+    if choice.chosen is None:
+        first = declarations[0][1]
+        report.facts.update(mesh=first.mesh, node=first.node, serial=None,
+                            serial_applied=applied_serial(state_root), result="superseded")
+        return report
+    chosen = next(d for (label, d), c in zip(declarations, candidates) if c is choice.chosen)
+    report.facts["file"] = choice.chosen.label
+    return apply_declaration(chosen, report=report, **kwargs)

@@ -1,0 +1,322 @@
+"""AMQP grants, the shell: the broker's management HTTP API (RabbitMQ; LavinMQ serves the same).
+
+Invariants:
+- What the broker must hold and the requests that make it so are amqp_plan.py's (pure); this
+  module reads the broker (`query`: three list GETs and each granted account's permissions,
+  plain documents), sends the plan's requests in order, stopping at the first failure, and
+  reports each as it runs.
+- A password is only ever a request body: never in a report, a cause, an error message or a
+  log line (the session never logs a body).
+- The admin's own password (a rotation of the provider's admin secret) is changed on the
+  running broker through the same API, authenticated with the generation in force, keeping the
+  account's tags (`set_admin_password`); the broker's data directory is left alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+import requests
+
+from resolver import BindingDecl, GrantDecl
+
+from executors.common.report import Report
+
+if TYPE_CHECKING:
+    from executors.node.extensions import Provisioner
+
+from .amqp_plan import (
+    DesiredAccount,
+    Observed,
+    Plan,
+    _tags,
+    after,
+    delete_vhost_command,
+    desired_account,
+    diff,
+    parse,
+    path,
+)
+from .base import (
+    AMQP_KIND,
+    AUTH_FAILED,
+    MISSING,
+    OK,
+    UNREACHABLE,
+    BindingCheck,
+    Endpoint,
+    GrantOutcome,
+    ProvisionError,
+    ProvisionResult,
+    SecretSource,
+    _one_line,
+    binding_address,
+    credential_name,
+    wait_ready,
+)
+
+KIND = AMQP_KIND
+DESCRIPTION = "amqp management"
+CONNECT_TIMEOUT = 5
+HTTP_TIMEOUT = 10
+
+
+class Api:
+    """The management API as the admin (one HTTP session; never logs a body)."""
+
+    def __init__(self, endpoint: Endpoint, admin_password: str, timeout: float = HTTP_TIMEOUT):
+        self.timeout = timeout
+        self.base = f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}"
+        self.session = requests.Session()
+        self.session.auth = (endpoint.user, admin_password)
+        self.session.headers["content-type"] = "application/json"
+
+    def get(self, api_path: str) -> Optional[dict]:
+        response = self.session.get(self.base + api_path, timeout=self.timeout)
+        if response.status_code == 404:
+            return None
+        _raise_for(response, "GET", api_path)
+        return response.json()
+
+    def send(self, method: str, api_path: str, body: Mapping) -> None:
+        payload = dict(body) if method != "DELETE" else None
+        response = self.session.request(method, self.base + api_path, json=payload,
+                                        timeout=self.timeout)
+        _raise_for(response, method, api_path)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class ApiError(ProvisionError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
+    if response.status_code < 300:
+        return
+    try:
+        reason = response.json().get("reason", "")
+    except ValueError:
+        reason = response.text[:200]
+    raise ApiError(response.status_code,
+                   f"{method} {api_path} answered {response.status_code}: {reason}".strip())
+
+
+def query(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> dict[str, Any]:
+    """The broker's answers the diff needs (I/O): every account, vhost and global parameter
+    (three list GETs), and the permissions of each granted account on its vhost, as the
+    management API gives them."""
+    users = api.get("/api/users") or []
+    vhosts = api.get("/api/vhosts") or []
+    parameters = api.get("/api/global-parameters") or []
+    known_users, known_vhosts = {u["name"] for u in users}, {v["name"] for v in vhosts}
+    permissions = []
+    for want in desired:
+        if want.vhost in known_vhosts and want.user in known_users:
+            perms = api.get(path("permissions", want.vhost, want.user))
+            if perms:
+                permissions.append({"vhost": want.vhost, "user": want.user, **perms})
+    return {"admin": admin, "users": users, "vhosts": vhosts,
+            "global-parameters": parameters, "permissions": permissions}
+
+
+def observe(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> Observed:
+    """parse(query(…)): the broker as the diff reads it."""
+    return parse(query(api, admin, desired))
+
+
+def auth_refused(error: Exception) -> bool:
+    """Whether a failed request is the broker refusing the credential (not one starting)."""
+    return isinstance(error, ApiError) and error.status in (401, 403)
+
+
+def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
+    """Ask the management API for its overview as the admin; the broker's self-description."""
+    api = Api(endpoint, password, timeout=timeout)
+    try:
+        overview = api.get("/api/overview") or {}
+    finally:
+        api.close()
+    return (f"{overview.get('product_name', 'broker')} "
+            f"{overview.get('product_version', overview.get('rabbitmq_version', ''))}").strip()
+
+
+def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
+    """PUT the admin account with its new password and the tags it has (a PUT replaces them),
+    authenticated with its password in force."""
+    api = Api(endpoint, password)
+    try:
+        account = api.get(path("users", endpoint.user))
+        if account is None:
+            raise ProvisionError(f"the broker has no account {endpoint.user}")
+        api.send("PUT", path("users", endpoint.user),
+                 {"password": new_password, "tags": ",".join(_tags(account.get("tags")))})
+    finally:
+        api.close()
+
+
+def wait_for_broker(api: Api, report: Report, subject: str, timeout: float) -> None:
+    def probe() -> str:
+        overview = api.get("/api/overview") or {}
+        return (f"{overview.get('product_name', 'broker')} "
+                f"{overview.get('product_version', overview.get('rabbitmq_version', ''))}").strip()
+
+    def fatal(error: Exception) -> bool:
+        return isinstance(error, ApiError) and error.status in (401, 403)
+
+    wait_ready(report, subject, probe, timeout=timeout, fatal=fatal)
+
+
+def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
+                       grants: Sequence[GrantDecl], secret_source: SecretSource, report: Report,
+                       result: ProvisionResult, *, dry_run: bool = False) -> None:
+    """Make each grant's vhost, account and permissions exist on the broker of `provider`
+    (answering, its admin accepted: provisioners waited for it), delete the accounts of its
+    grants that are gone and report their vhosts orphaned."""
+    subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
+    api = Api(endpoint, admin_password)
+    failed: Optional[str] = None
+    try:
+        desired = [desired_account(g, secret_source) for g in grants]
+        try:
+            plan = diff(mesh, provider, desired, observe(api, endpoint.user, desired))
+        except (ApiError, requests.RequestException) as error:
+            raise ProvisionError(f"{subject}: observing failed: {error}") from None
+        for account, reason in plan.refusals:
+            report.record("grant", account, "refused", f"failed: {reason}", ok=False)
+        for what, why in plan.untouched:
+            report.notice(f"{what} on {provider}", f"not touched: {why}")
+        if dry_run:
+            for call in plan.calls:
+                report.record(call.op, call.subject, call.cause, "planned")
+            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
+                                                "planned", kind=KIND) for g in grants)
+            return
+        for call in plan.calls:
+            op = report.begin(call.op, call.subject, call.cause)
+            try:
+                api.send(call.method, call.path, call.body)
+            except (ApiError, requests.RequestException) as error:
+                failed = f"{call.op} {call.subject}: {error}"
+                report.end(op, f"failed: {error}", ok=False)
+                break
+            report.end(op, "done")
+            result.statements += 1
+    finally:
+        api.close()
+    refused = dict(plan.refusals)
+    for grant in grants:
+        reason = refused.get(grant.login) or failed
+        if reason:
+            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
+                                                grant.consumer, "failed", message=reason,
+                                                kind=KIND))
+        else:
+            result.outcomes.append(GrantOutcome(
+                grant.credential.credential, provider, grant.consumer, "in-force",
+                generation=grant.credential.generation, kind=KIND,
+                message=f"vhost {grant.resource}, account {grant.login}"))
+    api_delete = f"DELETE {endpoint.scheme}://{endpoint.host}:{endpoint.port}"
+    for vhost in plan.orphaned:
+        report.notice(f"vhost {vhost} on {provider}",
+                      "orphaned: its grant is gone, its account is deleted and the vhost is "
+                      "kept with its queues and messages. Delete it yourself when you are "
+                      f"sure: {delete_vhost_command(vhost)} (or {api_delete}"
+                      f"{path('vhosts', vhost)} as the admin); the mesh then drops its mark")
+        result.orphaned.append(f"{provider}/{vhost}")
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def check_binding(binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+    """Log in as the binding's account to its vhost and declare a reply queue of its own."""
+    import pika  # imported here: only `mesh verify` speaks AMQP itself
+    from pika import exceptions
+
+    host, port = binding_address(binding)
+    user, vhost = binding.values.get("user", ""), binding.values.get("vhost", "")
+    name = credential_name(binding.secret)
+    provider = binding.provider
+    parameters = pika.ConnectionParameters(
+        host=host, port=port, virtual_host=vhost,
+        credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
+        connection_attempts=1, socket_timeout=timeout, stack_timeout=timeout * 2,
+        blocked_connection_timeout=timeout)
+    try:
+        connection = pika.BlockingConnection(parameters)
+    except (exceptions.ProbableAuthenticationError, exceptions.AuthenticationError):
+        return BindingCheck(AUTH_FAILED,
+                            f"{provider} refused account {user} with {name}: the broker holds "
+                            f"another password for it or the account does not exist. Run "
+                            f"`mesh apply` on {provider}'s node so its provisioner sets it")
+    except exceptions.ProbableAccessDeniedError:
+        return BindingCheck(MISSING,
+                            f"account {user} was accepted but vhost {vhost} on {provider} "
+                            f"does not exist or grants it nothing: run `mesh apply` on "
+                            f"{provider}'s node")
+    except (exceptions.AMQPError, OSError) as error:
+        return BindingCheck(UNREACHABLE, _one_line(error))
+    try:
+        channel = connection.channel()
+        # what a tool call needs: a reply queue of its own (seed 004)
+        channel.queue_declare("", exclusive=True, auto_delete=True)
+    except exceptions.AMQPError as error:
+        return BindingCheck(MISSING,
+                            f"account {user} may not declare a reply queue on vhost {vhost} of "
+                            f"{provider} ({_one_line(error)}): its permissions are not the "
+                            f"grant's; run `mesh apply` on {provider}'s node")
+    finally:
+        try:
+            connection.close()
+        except exceptions.AMQPError:
+            pass
+    return BindingCheck(OK, f"vhost {vhost} as {user} at {host}:{port}, reply queue declared "
+                            f"({name})")
+
+
+# --------------------------------------------------------------------------- the provisioner
+
+
+class Amqp:
+    """The Provisioner of vhost+account grants (extensions.Provisioner), this module's
+    functions bound together for the registry."""
+
+    kind = KIND
+    description = DESCRIPTION
+    connect_timeout: float = CONNECT_TIMEOUT
+
+    def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
+        return login(endpoint, password, timeout)
+
+    def auth_refused(self, error: Exception) -> bool:
+        return auth_refused(error)
+
+    def set_admin_password(self, endpoint: Endpoint, password: str, new_password: str) -> None:
+        set_admin_password(endpoint, password, new_password)
+
+    def parse(self, rows: Mapping[str, Any]) -> Observed:
+        return parse(rows)
+
+    def diff(self, mesh: str, provider: str, desired: Sequence[DesiredAccount],
+             observed: Observed) -> Plan:
+        return diff(mesh, provider, desired, observed)
+
+    def after(self, observed: Observed, plan: Plan) -> Observed:
+        return after(observed, plan)
+
+    def provision_provider(self, mesh: str, provider: str, endpoint: Endpoint,
+                           admin_password: str, grants: Sequence[GrantDecl],
+                           secret_source: SecretSource, report: Report,
+                           result: ProvisionResult, *, dry_run: bool = False) -> None:
+        provision_provider(mesh, provider, endpoint, admin_password, grants, secret_source,
+                           report, result, dry_run=dry_run)
+
+    def check_binding(self, binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+        return check_binding(binding, password, timeout)
+
+
+PROVISIONER: Provisioner = Amqp()

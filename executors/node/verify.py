@@ -1,0 +1,325 @@
+"""Verify: is each binding of a node's declaration true, seen from where its consumer runs?
+
+Invariants:
+- A grant is a claim about the world: for every binding this connects to the announced host
+  and port, authenticates with the consumer's current credential and checks its resource.
+- From where the consumer runs: given a way to find containers (`locate`), each binding is
+  checked from inside the network namespace of every long-running container the declaration
+  declares for its consumer (a thread enters it with setns(2); the check's sockets are that
+  container's), so a binding the container cannot use (a firewall that refuses it, a route
+  it lacks) is never reported ok. A consumer container that is not running fails the
+  binding. Only a consumer the declaration runs no container for is checked from here, and
+  the message says so.
+- One result per binding, exactly one of: ok, unreachable, auth-failed, missing-resource,
+  not-yet-provisioned, not-provisioned; each message says what to do next and names the
+  credential and its generation. An instance with no binding says "requires nothing", never
+  "not provisioned". `not-provisioned` is a binding of a grant kind the mesh has no
+  provisioner for (bucket+key, client+secret): reachable, but its credential is the operator's
+  to create; it is a warning, not a failure (as it is for `mesh apply`).
+- Which grant kinds are checked, and how, is the provisioner registry's to say
+  (provisioners/registry.py): each kind's provisioner checks its own bindings
+  (`check_binding`) and its providers' admins (`login`), the same registry `mesh apply` uses.
+- One result per provider on this node holding an admin credential: its running server is
+  logged into as the admin with the generation in force, then a rotation's pending one; ok
+  names the generation accepted, auth-failed names the credential and every generation tried.
+- Read-only towards providers: nothing is created but an exclusive, server-named reply queue
+  that the broker removes with the connection.
+- Secret values are used to log in and nowhere else: not in a result, message or exception.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import threading
+from typing import Callable, Optional
+
+import attrs
+
+from resolver import BindingDecl, Declaration
+
+from executors.node.extensions import SecretSource
+from executors.node.provisioners.admin_login import read_admin, refused_message
+from executors.node.provisioners.base import (
+    AUTH_FAILED,
+    MISSING,
+    OK,
+    UNREACHABLE,
+    Admin,
+    _one_line,
+    binding_address as _where,
+    credential_name as _credential_name,
+    derive_endpoint,
+)
+from executors.node.provisioners.registry import no_provisioner, provisioner_for
+
+NOT_PROVISIONED = "not-yet-provisioned"
+NO_PROVISIONER = "not-provisioned"  # a grant kind the mesh does not provision: a warning
+REQUIRES_NOTHING = "requires-nothing"
+STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED, NO_PROVISIONER)
+
+# container name → (pid of its first process, state); pid None unless it runs
+Locate = Callable[[str], tuple[Optional[int], str]]
+CLONE_NEWNET = 0x40000000
+
+
+@attrs.frozen
+class Result:
+    consumer: str
+    status: str
+    message: str
+    requirement: Optional[str] = None
+    provider: Optional[str] = None
+    kind: str = "none"
+    credential: Optional[str] = None
+    generation: Optional[int] = None
+    address: Optional[str] = None  # host:port checked
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (OK, REQUIRES_NOTHING, NO_PROVISIONER)
+
+    @property
+    def warning(self) -> bool:
+        return self.status == NO_PROVISIONER
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def _result(binding: BindingDecl, status: str, message: str) -> Result:
+    host, port = _where(binding)
+    secret = binding.secret
+    return Result(consumer=binding.consumer, requirement=binding.requirement,
+                  provider=binding.provider, kind=binding.kind, status=status, message=message,
+                  credential=secret.credential if secret else None,
+                  generation=secret.generation if secret else None, address=f"{host}:{port}")
+
+
+def _tcp(host: str, port: int, timeout: float) -> Optional[str]:
+    """None when a TCP connection opens, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as error:
+        return error.strerror or _one_line(error)
+
+
+def _unreachable(binding: BindingDecl, why: str, where: str = "") -> Result:
+    host, port = _where(binding)
+    where = where or f"this node (consumer {binding.consumer})"
+    return _result(binding, UNREACHABLE,
+                   f"cannot reach {binding.provider} at {host}:{port} from {where} ({why}): "
+                   f"check that {binding.provider} is running (mesh apply on its node) and that "
+                   f"its node's firewall lets {binding.consumer} in")
+
+
+# --------------------------------------------------------------------------- the whole
+
+
+def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
+                   timeout: float = 5.0, where: str = "") -> Result:
+    """Check one binding from the calling thread's network namespace (`where` names it)."""
+    secret = binding.secret
+    if secret is not None and secret.generation is None:
+        return _result(binding, NOT_PROVISIONED,
+                       f"credential {secret.credential} is not issued yet: run `mesh plan "
+                       f"--issue`, then `mesh apply` on {binding.provider}'s node and on this one")
+    host, port = _where(binding)
+    why = _tcp(host, port, timeout)
+    if why is not None:
+        return _unreachable(binding, why, where)
+    provisioner = provisioner_for(binding.kind) if binding.kind != "none" else None
+    if provisioner is None and binding.kind != "none":
+        resource = next((binding.values[k] for k in ("client", "bucket", "resource")
+                         if k in binding.values), "its resource")
+        name = _credential_name(secret) if secret is not None else "its credential"
+        return _result(binding, NO_PROVISIONER,
+                       f"reachable at {host}:{port}, but grant kind {binding.kind} is not "
+                       f"provisioned by the mesh ({no_provisioner(binding.kind)}): create "
+                       f"{resource} on "
+                       f"{binding.provider} by hand with {name}; not checked")
+    if provisioner is None or secret is None:
+        return _result(binding, OK, f"reachable at {host}:{port}")
+    if secret_source is None:
+        return _result(binding, NOT_PROVISIONED,
+                       f"{_credential_name(secret)} is not available here: pass --secrets and "
+                       f"--key to check it")
+    try:
+        password = secret_source(secret)
+    except Exception:  # noqa: BLE001 - any failure to open it means this node does not hold it
+        return _result(binding, NOT_PROVISIONED,
+                       f"{_credential_name(secret)} is not sealed to this node in the secrets "
+                       f"given: run `mesh plan --issue` so the issuer seals it here")
+    checked = provisioner.check_binding(binding, password, timeout)
+    if checked.status == UNREACHABLE:
+        return _unreachable(binding, checked.message, where)
+    return _result(binding, checked.status, checked.message)
+
+
+# --------------------------------------------------------------------------- where it runs
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
+    """`work()` run on a thread of its own that first enters the network namespace of
+    process `pid` (setns(2) moves only the calling thread); the thread ends with it."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    errno = ctypes.get_errno()
+                    raise OSError(errno, os.strerror(errno))
+            finally:
+                os.close(fd)
+            box["result"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name=f"verify-in-netns-of-{pid}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def engine_locator(docker_host: Optional[str]) -> Locate:
+    """container name → (pid, state), asked of the Docker Engine when first needed."""
+    api: list = []
+
+    def locate(name: str) -> tuple[Optional[int], str]:
+        from . import docker_engine
+
+        if not api:
+            api.append(docker_engine.connect(docker_host, timeout=30))
+        return docker_engine.container_pid(api[0], name)
+
+    return locate
+
+
+def _consumer_containers(declaration: Declaration, consumer: str) -> list[str]:
+    return [c.name for c in declaration.containers if c.instance == consumer and not c.run_once]
+
+
+def verify_from_containers(binding: BindingDecl, containers: list[str], locate: Locate,
+                           secret_source: Optional[SecretSource], timeout: float) -> Result:
+    """The binding checked from inside each of the consumer's containers; the first that
+    cannot use it is the result (naming the container and the consumer)."""
+    checked, result = [], None
+    for name in containers:
+        where = f"container {name} (consumer {binding.consumer})"
+        try:
+            pid, state = locate(name)
+        except Exception as error:  # noqa: BLE001 - the engine's error, named
+            return _unreachable(binding, f"cannot ask the container runtime about it: "
+                                f"{_one_line(error)}", where)
+        if pid is None:
+            return _result(binding, UNREACHABLE,
+                           f"{where} is {state}, so it cannot use its binding to "
+                           f"{binding.provider}: run `mesh apply` on this node")
+        try:
+            result = in_network_namespace(
+                pid, lambda: verify_binding(binding, secret_source, timeout, where))
+        except OSError as error:
+            return _unreachable(binding, f"cannot enter its network namespace: "
+                                f"{error.strerror or _one_line(error)} (mesh verify needs root "
+                                f"for that)", where)
+        if result.status != OK:
+            return result
+        checked.append(name)
+    return attrs.evolve(result, message=f"{result.message}, from inside {', '.join(checked)}")
+
+
+def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource],
+                  timeout: float = 5.0) -> list[Result]:
+    """A result per provider on this node holding an admin credential: does its running
+    server accept it (the generation in force, or a rotation's pending one)?"""
+    results = []
+    for p in declaration.providers:
+        provisioner = provisioner_for(p.kind) if p.admin is not None else None
+        if provisioner is None:
+            continue
+        admin = Admin(p.admin, p.admin_pending)
+        endpoint = derive_endpoint(declaration, p.instance, p.kind)
+        common = dict(consumer=p.instance, requirement="admin", provider=p.instance,
+                      kind=p.kind, credential=admin.credential)
+        if p.admin.generation is None:
+            results.append(Result(status=NOT_PROVISIONED, generation=None, **common,
+                                  message=f"credential {admin.credential} is not issued yet: "
+                                  f"run `mesh plan --issue`"))
+            continue
+        if endpoint is None or secret_source is None:
+            results.append(Result(status=NOT_PROVISIONED, generation=p.admin.generation,
+                                  **common, message=f"{admin.credential} not checked: "
+                                  + ("pass --secrets and --key" if secret_source is None
+                                     else f"no published port of {p.instance}")))
+            continue
+        address = f"{endpoint.host}:{endpoint.port}"
+        reading = read_admin(provisioner, endpoint, admin, secret_source, timeout)
+        if reading.status == "accepted":
+            results.append(Result(status=OK, generation=reading.generation, address=address,
+                                  message=f"{p.instance}'s server accepts its admin "
+                                  f"{endpoint.user} with {admin.credential} generation "
+                                  f"{reading.generation} ({reading.detail})", **common))
+        elif reading.status == "refused":
+            results.append(Result(status=AUTH_FAILED, generation=p.admin.generation,
+                                  address=address, **common,
+                                  message=refused_message(p.instance, endpoint, admin,
+                                                          reading.tried)))
+        elif reading.status == "unsealed":
+            results.append(Result(status=NOT_PROVISIONED, generation=p.admin.generation,
+                                  address=address, message=reading.detail, **common))
+        else:
+            results.append(Result(status=UNREACHABLE, generation=p.admin.generation,
+                                  address=address, **common,
+                                  message=f"{p.instance}'s server at {address} does not answer "
+                                  f"({reading.detail}): run `mesh apply` on this node"))
+    return results
+
+
+def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
+                       timeout: float = 5.0, locate: Optional[Locate] = None) -> list[Result]:
+    """A result per binding, per provider admin on this node, then a `requires-nothing`
+    result per instance with none of either.
+
+    With `locate`, each binding is checked from inside its consumer's containers; without
+    it, from the calling thread's network namespace."""
+    results = []
+    for binding in declaration.bindings:
+        containers = _consumer_containers(declaration, binding.consumer)
+        if locate is not None and containers:
+            results.append(verify_from_containers(binding, containers, locate, secret_source,
+                                                  timeout))
+            continue
+        result = verify_binding(binding, secret_source, timeout)
+        if locate is not None and result.status == OK:  # nothing else to check it from
+            result = attrs.evolve(result, message=f"{result.message}, from this node: the "
+                                  f"declaration runs no container for {binding.consumer}")
+        results.append(result)
+    results += verify_admins(declaration, secret_source, timeout)
+    bound = {r.consumer for r in results}
+    for instance in sorted(set(declaration.instances) - bound):
+        results.append(Result(consumer=instance, status=REQUIRES_NOTHING,
+                              message="requires nothing: no binding to check"))
+    return results
+
+
+def engine_locator(docker_host) -> Locate:
+    """container name → (pid, state), asked of the Docker Engine at `docker_host` when first
+    needed (`mesh verify` and the node agent)."""
+    api = []
+
+    def locate(name: str):
+        from executors.node import docker_engine
+
+        if not api:
+            api.append(docker_engine.connect(docker_host, timeout=30))
+        return docker_engine.container_pid(api[0], name)
+
+    return locate

@@ -1,0 +1,175 @@
+"""Properties of what a mistake on a running mesh may change (issue 11).
+
+- A typo in mesh.yaml (a module, a node or a provider named wrong) on an instance that was
+  declared changes no declaration of any node, byte for byte, except the list of what is
+  held: the refused instance keeps its last written rendering (containers, state
+  directories, grants, firewall allows, binding values), and so does everything that needs it.
+- Serials never go backwards, over any sequence of edits, typos and fixes, whether the
+  ledger records each write or lags behind the declarations already written.
+- Adding a floor never moves a kept host port; a floor on a kept port is refused.
+
+Each was seen to fail on a deliberate break of the code: see the report of issue 11.
+"""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import assume, given, note, settings
+from hypothesis import strategies as st
+from pyrsistent import pmap, pvector
+
+from resolver import Floor, Instance, NodeSerial, Require, newest_written, record_declared, resolve
+from resolver import _codes as codes
+
+from .strategies import module_named, with_instance, worlds
+
+
+@st.composite
+def typo_worlds(draw):
+    """Generated meshes, half of them with a consumer bound by the automatic rules to one of
+    two providers of its provision (so a provider refused by a typo could silently rebind it)."""
+    world = draw(worlds(with_binding=True))
+    if draw(st.booleans()):
+        nodes = sorted(world.mesh.nodes)
+        provision = draw(st.sampled_from(["sql", "queue", "web"]))
+        server = module_named(f"twin-{provision}", provides=[provision])
+        client = module_named("twin-client", requires=[Require(as_="dep", provision=provision,
+                                                               optional=draw(st.booleans()))])
+        world = with_instance(world, f"twin-a@{nodes[0]}", Instance(server.name, nodes[0]),
+                              server)
+        world = with_instance(world, f"twin-b@{nodes[-1]}", Instance(server.name, nodes[-1]))
+        world = with_instance(world, f"twin-client@{nodes[0]}",
+                              Instance(client.name, nodes[0]), client)
+    return world
+
+
+def run(world, ledger=None):
+    if ledger is None:
+        ledger = world.ledger
+    else:
+        ledger = attrs.evolve(ledger, pins=world.ledger.pins.update(ledger.pins))
+    return resolve(world.catalogue, world.mesh, ledger)
+
+
+def body(declaration):
+    """A declaration without what may change when nothing but a typo happened."""
+    return attrs.evolve(declaration, held=pvector(), serial=0, digest="")
+
+
+def with_typo(world, name, kind, data):
+    inst = world.mesh.instances[name]
+    module = world.catalogue.modules[inst.module]
+    active = [r for r in module.requires if r.part is None or r.part in inst.parts]
+    if kind == "bind" and not active:
+        kind = "module"
+    if kind == "module":
+        inst = attrs.evolve(inst, module=inst.module + "x")
+    elif kind == "node":
+        inst = attrs.evolve(inst, node=inst.node + "x")
+    else:
+        req = data.draw(st.sampled_from(active))
+        inst = attrs.evolve(inst, bind=inst.bind.set(req.as_, "ghost@nowhere"))
+    note(f"typo: {kind} of {name} -> {inst}")
+    mesh = attrs.evolve(world.mesh, instances=world.mesh.instances.set(name, inst))
+    return attrs.evolve(world, mesh=mesh)
+
+
+@settings(max_examples=150)
+@given(typo_worlds(), st.sampled_from(["module", "node", "bind"]), st.data())
+def test_a_typo_holds_every_declaration_byte_for_byte(world, kind, data):
+    first = run(world)
+    written = record_declared(first)
+    live = sorted(first.renderings)
+    assume(live)
+    providers = sorted({b.provider for b in first.bindings})  # a typo there reaches furthest
+    victim = data.draw(st.sampled_from(providers) if providers and data.draw(st.booleans())
+                       else st.sampled_from(live))
+    second = run(with_typo(world, victim, kind, data), written)
+    assert victim in second.held, "the refused instance was not held"
+    assert sorted(second.declarations) == sorted(first.declarations)
+    for node, declaration in first.declarations.items():
+        assert body(second.declarations[node]) == body(declaration), f"node {node} changed"
+    for name in second.held:
+        assert any(p.code == codes.HELD and p.instance == name and p.line == 0
+                   for p in second.problems)
+        assert second.declarations[written.declared[name].node].held
+    assert second.ledger.declared == written.declared
+
+
+@settings(max_examples=150)
+@given(worlds(max_instances=6, with_binding=True),
+       st.lists(st.tuples(st.sampled_from(["add", "remove", "typo", "fix", "move"]),
+                          st.integers(0, 99), st.booleans()), min_size=1, max_size=8))
+def test_serials_never_go_backwards_over_any_sequence_of_resolves(world, edits):
+    """Each step writes every node's declaration; the ledger records the write or (a ledger
+    restored from a backup, a lost write) does not. Whatever the sequence, the serial written
+    for a node never decreases, and it changes exactly when the digest does."""
+    ledger = world.ledger
+    out: dict[str, NodeSerial] = {}  # the declarations in the --out directory
+    original = world
+    added = 0
+    for kind, pick, recorded in [("none", 0, True)] + edits:
+        names = sorted(world.mesh.instances)
+        if kind == "add" or not names:
+            node = sorted(world.mesh.nodes)[pick % len(world.mesh.nodes)]
+            module = sorted(world.catalogue.modules)[pick % len(world.catalogue.modules)]
+            world = with_instance(world, f"new{added}@{node}", Instance(module, node))
+            added += 1
+        elif kind == "remove":
+            world = attrs.evolve(world, mesh=attrs.evolve(
+                world.mesh, instances=world.mesh.instances.remove(names[pick % len(names)])))
+        elif kind == "typo":
+            name = names[pick % len(names)]
+            inst = world.mesh.instances[name]
+            world = attrs.evolve(world, mesh=attrs.evolve(world.mesh, instances=(
+                world.mesh.instances.set(name, attrs.evolve(inst, module=inst.module + "x")))))
+        elif kind == "fix":
+            mesh = attrs.evolve(world.mesh, instances=pmap({
+                n: (original.mesh.instances[n] if n in original.mesh.instances else i)
+                for n, i in world.mesh.instances.items()}))
+            world = attrs.evolve(world, mesh=mesh)
+        elif kind == "move":
+            name = names[pick % len(names)]
+            nodes = sorted(world.mesh.nodes)
+            inst = world.mesh.instances[name]
+            world = attrs.evolve(world, mesh=attrs.evolve(world.mesh, instances=(
+                world.mesh.instances.set(name, attrs.evolve(inst,
+                                                            node=nodes[pick % len(nodes)])))))
+        resolution = run(world, newest_written(ledger, out))
+        for node, declaration in resolution.declarations.items():
+            before = out.get(node)
+            if before is not None:
+                assert declaration.serial >= before.serial, f"{node}: serial went back"
+                assert (declaration.serial == before.serial) == \
+                    (declaration.digest == before.digest)
+            out[node] = NodeSerial(declaration.serial, declaration.digest)
+        ledger = record_declared(resolution) if recorded else resolution.ledger
+
+
+@settings(max_examples=150)
+@given(worlds(with_binding=True), st.data())
+def test_adding_a_floor_never_moves_a_kept_port(world, data):
+    first = run(world)
+    written = record_declared(first)
+    published = {(c.instance, p.listen): (node, p.host_port)
+                 for node, d in first.declarations.items() for c in d.containers
+                 for p in c.ports}
+    kept = sorted({port for _node, port in published.values()})
+    port = data.draw(st.one_of(st.sampled_from(kept), st.integers(20000, 20999))
+                     if kept else st.integers(20000, 20999))
+    floors = world.mesh.floors.append(Floor(port=port))
+    bigger = attrs.evolve(world, mesh=attrs.evolve(world.mesh, floors=floors))
+    second = run(bigger, written)
+    after = {(c.instance, p.listen): (node, p.host_port)
+             for node, d in second.declarations.items() for c in d.containers for p in c.ports}
+    assert after == published, "a kept port moved"
+    refused = [p for p in second.problems if p.code == codes.FLOOR_CONFLICT]
+    if port in kept:
+        assert refused and all(port not in {f.port for f in d.firewall.floors}
+                               for d in second.declarations.values())
+        holders = {i for (i, _listen), (_n, p) in published.items() if p == port}
+        assert set(refused[0].candidates) == holders
+    else:
+        assert not refused
+        assert all(port in {f.port for f in d.firewall.floors}
+                   for d in second.declarations.values())

@@ -1,0 +1,124 @@
+"""Putting instance renderings together into one declaration per node.
+
+Invariants:
+- A node's declaration holds exactly the renderings of the instances declared on it (live,
+  or held at the rendering last written for them), plus what its providers hold for
+  consumers elsewhere: their grants and firewall openings (allows from other nodes, same-node
+  containers by MAC), and the exposures of its own instances. Nothing else is in it.
+- A held instance's grants and allows on a provider's node are placed only while that
+  provider is declared on that node (live or held there): a provider that moved or went takes
+  its grants with it.
+- Collections are ordered as a single rendering would order them (containers by instance
+  name, then module order; everything else sorted), so the digest is byte-stable and a node
+  whose instances did not change gets the same digest as before.
+- Serials come from the record of what was written (resolver/_records.py): the same serial
+  for the same digest, one more otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+from pyrsistent import pmap, pvector
+
+from ._declaration import (
+    AccessDecl,
+    Declaration,
+    FirewallAllow,
+    FirewallFloor,
+    FirewallIntent,
+    FirewallLocal,
+    HeldDecl,
+    InstanceRendering,
+)
+from ._firewall import merge_openings
+from ._records import next_serial
+from ._render import declaration_digest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._resolve import _Resolver
+
+
+def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
+             held: dict[str, tuple[InstanceRendering, list[HeldDecl]]]) -> dict:
+    """node → Declaration, from the live renderings and the held ones."""
+    mesh = r.mesh
+    renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
+    where = {name: rendering.node for name, rendering in renderings.items()}
+    by_node: dict[str, list[str]] = {}
+    for name in sorted(renderings):
+        by_node.setdefault(where[name], []).append(name)
+    foreign: dict[str, list[tuple[str, InstanceRendering]]] = {}  # provider node → consumers
+    for name in sorted(renderings):
+        rendering = renderings[name]
+        for node in sorted(set(rendering.grants) | set(rendering.allows) | set(rendering.locals)):
+            foreign.setdefault(node, []).append((name, rendering))
+    mesh_sources = sorted({n.address for n in mesh.nodes.values()})
+    declarations = {}
+    for node_name in sorted(mesh.nodes):
+        node = mesh.nodes[node_name]
+        names = by_node.get(node_name, [])
+        here = set(names)
+        mine = [renderings[n] for n in names]
+        accesses: dict[str, list] = {}
+        for name, rendering in zip(names, mine):
+            for access in rendering.accesses:
+                entry = accesses.setdefault(access.path, [set(), "ro"])
+                entry[0].add(name)
+                if access.mode == "rw":
+                    entry[1] = "rw"
+        grants, allow, local = [], [], []
+        for consumer, rendering in foreign.get(node_name, []):
+            if consumer in held:  # a held consumer's grants follow only a provider still here
+                grants.extend(g for g in rendering.grants.get(node_name, ()) if g.provider in here)
+                allow.extend((consumer, a) for a in rendering.allows.get(node_name, ())
+                             if a.reason.split("/", 1)[0] in here)
+                local.extend((consumer, a) for a in rendering.locals.get(node_name, ())
+                             if a.reason.split("/", 1)[0] in here)
+            else:
+                grants.extend(rendering.grants.get(node_name, ()))
+                allow.extend((consumer, a) for a in rendering.allows.get(node_name, ()))
+                local.extend((consumer, a) for a in rendering.locals.get(node_name, ()))
+        floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
+        broker = mesh.substrate.broker
+        if broker in here:
+            port = next((p.port for p in renderings[broker].providers
+                         if p.provision == "amqp"), None)
+            if port is not None:
+                floors.append(FirewallFloor(port, "tcp", pvector(mesh_sources),
+                                            "broker (enrolment)"))
+        for index, f in enumerate(mesh.floors):
+            if index in r.refused_floors:
+                continue
+            floors.append(FirewallFloor(f.port, f.protocol,
+                                        pvector(mesh_sources if f.sources == "mesh" else []),
+                                        f.reason or f"floor {f.port}/{f.protocol}"))
+        # the mesh's addresses are part of a node's declaration only where a floor admits them
+        # all: adding a node must not change the declaration of a node it has nothing to do with
+        admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
+        cert = r.ledger.certificates.get(node_name)
+        decl = Declaration(
+            mesh=mesh.mesh, node=node_name, address=node.address,
+            containers=pvector(c for rendering in mine for c in rendering.containers),
+            state_dirs=pvector(sorted((d for rendering in mine for d in rendering.state_dirs),
+                                      key=lambda d: (d.path, d.instance, d.name))),
+            accesses=pvector(AccessDecl(path, mode, pvector(sorted(names_)))
+                             for path, (names_, mode) in sorted(accesses.items())),
+            firewall=FirewallIntent(
+                node.address, merge_openings(allow, FirewallAllow), pvector(sorted(floors)),
+                pvector(mesh_sources if admits_mesh else []), local=merge_openings(local, FirewallLocal),
+                expose=pvector(sorted(e for rendering in mine for e in rendering.exposures))),
+            grants=pvector(sorted(grants, key=lambda g: (g.provider, g.consumer, g.provision))),
+            providers=pvector(sorted((p for rendering in mine for p in rendering.providers),
+                                     key=lambda p: (p.instance, p.provision))),
+            bindings=pvector(sorted((b for rendering in mine for b in rendering.bindings),
+                                    key=lambda b: (b.consumer, b.requirement))),
+            instances=pvector(names),
+            certificate=cert.pem if cert is not None else None,
+            held=pvector(sorted(h for name in names if name in held for h in held[name][1])),
+        )
+        digest = declaration_digest(decl)
+        serial = next_serial(r.ledger.nodes.get(node_name), digest)
+        declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
+    return pmap(declarations)

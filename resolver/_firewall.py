@@ -1,0 +1,168 @@
+"""Each node's firewall intent: who may reach which assigned host port, and from where.
+
+Invariants:
+- Pure. Each instance's rendering carries the openings it needs (resolver/_render.py); the
+  assembly merges them per node (resolver/_assemble.py). A provider's assigned port is open to
+  exactly: the node addresses of its consumers on
+  other nodes; the containers of its consumers on its own node (by the MAC address each is
+  created with); the sources its instance's `expose:` names. Besides, every node keeps its
+  floors: ssh from anywhere, the broker's port from the mesh's nodes, mesh.yaml's `floors`.
+- Every opening is of a port the mesh assigned (the listen's host port, as published and as
+  announced to consumers), so published = announced = firewalled by construction. An
+  exposure only opens a port; it never assigns or moves one.
+- A container's MAC is derived from the mesh and the container's name alone, so it survives
+  restarts and moves; it is locally administered with first octet 0a (Docker generates 02:42:…,
+  never 0a:…) and unique on its node: a collision takes the next derivation, in name order.
+- Exposure sources are canonical: `any`, an address (a /32 or /128 is written as the
+  address), or a network with no host bits (`192.168.1.0/24`, `fd00::/64`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from typing import TYPE_CHECKING, Optional
+
+from pyrsistent import pvector
+
+from . import _codes as codes
+from ._declaration import (
+    FirewallExposure,
+    FirewallLocal,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._resolve import _Resolver
+
+ANYWHERE = "any"
+MAC_PREFIX = "0a"  # locally administered, unicast; Docker's own MACs start 02:42
+
+
+def canonical_source(text: str) -> Optional[str]:
+    """`any`, an address or a network in canonical form; None when `text` is none of them
+    (a network with host bits set, such as 192.168.1.5/24, is none of them)."""
+    if text == ANYWHERE:
+        return ANYWHERE
+    try:
+        network = ipaddress.ip_network(text, strict=True)
+    except (ValueError, TypeError):
+        return None
+    if network.prefixlen == network.max_prefixlen:
+        return str(network.network_address)
+    return str(network)
+
+
+def source_family(source: str) -> Optional[int]:
+    """4 or 6 for an address or network in canonical form; None for `any`."""
+    if source == ANYWHERE:
+        return None
+    return ipaddress.ip_network(source, strict=False).version
+
+
+def derive_mac(mesh: str, container: str, attempt: int = 0) -> str:
+    seed = f"{mesh}\0{container}" + (f"\0{attempt}" if attempt else "")
+    tail = hashlib.sha256(seed.encode()).digest()[:5]
+    return ":".join([MAC_PREFIX] + [f"{b:02x}" for b in tail])
+
+
+def assign_macs(mesh: str, containers: list[str], taken: frozenset = frozenset()) -> dict:
+    """container name → MAC for the containers of one node, unique among them and `taken`."""
+    used = set(taken)
+    macs = {}
+    for name in sorted(containers):
+        attempt = 0
+        mac = derive_mac(mesh, name)
+        while mac in used:
+            attempt += 1
+            mac = derive_mac(mesh, name, attempt)
+        used.add(mac)
+        macs[name] = mac
+    return macs
+
+
+def consumer_container_macs(r: "_Resolver", bound: dict, name_of) -> tuple[dict, dict]:
+    """(container name → MAC, instance → its containers' MACs) for every instance bound to a
+    provider on its own node; `name_of(mesh, instance, container)` names a container."""
+    node = {n: r.instances[n].node for n in r.instances}
+    local = sorted({b.consumer for b in bound.values() if node[b.consumer] == node[b.provider]})
+    names: dict[str, list] = {}  # instance → its container names (parts switched on)
+    for name in local:
+        inst = r.instances[name]
+        names[name] = [name_of(r.mesh.mesh, name, c.name) for c in r.module_of(name).containers
+                       if c.part is None or c.part in inst.parts]
+    per_node: dict[str, list] = {}
+    for name in local:
+        per_node.setdefault(node[name], []).extend(names[name])
+    mac_of: dict[str, str] = {}
+    for node_name in sorted(per_node):
+        mac_of.update(assign_macs(r.mesh.mesh, per_node[node_name]))
+    return mac_of, {name: sorted(mac_of[c] for c in names[name]) for name in local}
+
+
+def check_exposures(r: "_Resolver") -> None:
+    """An exposure naming no listen of the instance's module is refused (it blocks the
+    instance: the operator meant something reachable that would silently not be); a source
+    of the other address family than the node's address is a warning (the port is published
+    on the node's address only, so it can never answer there)."""
+    for name in r.names:
+        inst = r.instances[name]
+        module = r.module_of(name)
+        if module is None or not inst.expose or inst.node not in r.nodes:
+            continue
+        node_family = ipaddress.ip_address(r.mesh.nodes[inst.node].address).version
+        for listen in sorted(inst.expose):
+            path = ("instances", name, "expose", listen)
+            if listen not in module.listens:
+                known = ", ".join(sorted(module.listens)) or "(none)"
+                r.problem(codes.UNKNOWN_LISTEN,
+                          f"instance {name} exposes {listen!r}, which is not a listen of module "
+                          f"{module.name} (its listens: {known})", path=path, instance=name,
+                          blocks=[name], at_key=True)
+                continue
+            for i, source in enumerate(inst.expose[listen].to):
+                canonical = canonical_source(source)
+                if canonical is not None and source_family(canonical) not in (None, node_family):
+                    r.problem(codes.EXPOSURE_FAMILY,
+                              f"{name}/{listen} is exposed to {canonical}, an IPv"
+                              f"{source_family(canonical)} source, but node {inst.node} publishes "
+                              f"its ports on {r.mesh.nodes[inst.node].address} (IPv{node_family}) "
+                              f"only: that source can never reach it", path=path + ("to", i),
+                              instance=name, severity="warning")
+
+
+def exposures_of(r: "_Resolver", name: str, assigned: dict):
+    """The openings beyond the mesh that instance `name`'s `expose:` asks for on its node."""
+    inst = r.instances[name]
+    found = []
+    for listen_name, exposure in sorted(inst.expose.items()):
+        if (name, listen_name) not in assigned:
+            continue
+        listen = r.module_of(name).listens[listen_name]
+        sources = sorted({canonical_source(s) for s in exposure.to} - {None}, key=_source_order)
+        why = f"{name}/{listen_name} exposed" + (f": {exposure.reason}" if exposure.reason
+                                                  else " by mesh.yaml")
+        found.append(FirewallExposure(assigned[(name, listen_name)], listen.protocol,
+                                      pvector(sources), why))
+    return pvector(sorted(found))
+
+
+def merge_openings(openings, cls):
+    """One opening per (port, protocol) from the per-binding ones `(consumer, opening)`: the
+    union of their sources, the reason naming what is reached and for which consumers."""
+    merged: dict[tuple, dict] = {}
+    for consumer, o in openings:
+        entry = merged.setdefault((o.port, o.protocol), {"sources": set(), "what": set(),
+                                                         "consumers": set()})
+        entry["sources"].update(o.macs if isinstance(o, FirewallLocal) else o.sources)
+        entry["what"].add(o.reason)
+        entry["consumers"].add(consumer)
+    return pvector(cls(port, proto, pvector(sorted(e["sources"])),
+                       f"{', '.join(sorted(e['what']))} for {', '.join(sorted(e['consumers']))}")
+                   for (port, proto), e in sorted(merged.items()))
+
+
+def _source_order(source: str):
+    if source == ANYWHERE:
+        return (0, 0, 0)
+    network = ipaddress.ip_network(source)
+    return (network.version, int(network.network_address), network.prefixlen)

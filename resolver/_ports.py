@@ -1,0 +1,103 @@
+"""Host ports: assigned once per (instance, listen) on its node, recorded and kept.
+
+Invariants:
+- A host port comes from the mesh's range and never equals a floor, a fixed port or another
+  assignment on its node (resolver/_issue.PortBook keeps the book).
+- A kept port never moves: fixed ports are reserved first, then every port of a refused
+  instance (recorded, or published by its held rendering), then every recorded port of a live
+  instance on its recorded node; only then are newcomers (and moved instances) given the
+  lowest free port, a moved instance keeping its number when it is free on the new node.
+- A port is released only when its instance is gone from mesh.yaml, and the plan says so;
+  a refused instance's entries are kept unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyrsistent import pmap
+
+from . import _codes as codes
+from ._declaration import Change
+from ._issue import PortBook
+from ._ledger import PortAssignment
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._resolve import _Resolver
+
+
+def assign_ports(r: "_Resolver") -> dict:
+    """(instance, listen) → host port for every live instance; records in the new ledger."""
+    books: dict[str, PortBook] = {}
+    for node in sorted(r.nodes):
+        books[node] = PortBook(r.mesh.host_ports.first, r.mesh.host_ports.last,
+                               (p for p, _proto in r.floor_ports(node)))
+    assigned: dict[tuple, int] = {}
+    live = r.placed()
+    for name in r.names:  # a refused instance keeps its ports (held, or until fixed)
+        if r.live(name):
+            continue
+        for entry in r.recorded_ports.get(name, {}).values():
+            if entry.node in books:
+                books[entry.node].reserve(entry.port)
+        rendering = r.ledger.declared.get(name)
+        if rendering is not None and rendering.node in books:
+            for container in rendering.containers:
+                for p in container.ports:
+                    books[rendering.node].reserve(p.host_port)
+    for name in live:  # fixed ports first: they are claims (conflicts refused already)
+        node = r.instances[name].node
+        for listen_name, listen in sorted(r.module_of(name).listens.items()):
+            if listen.fixed is not None:
+                books[node].reserve(listen.fixed)
+                assigned[(name, listen_name)] = listen.fixed
+    pending = []
+    for name in live:  # recorded ports next, so a newcomer never takes them
+        node = r.instances[name].node
+        recorded = r.recorded_ports.get(name, {})
+        for listen_name, listen in sorted(r.module_of(name).listens.items()):
+            if listen.fixed is not None:
+                continue
+            entry = recorded.get(listen_name)
+            if entry is not None and entry.node == node and books[node].reserve(entry.port):
+                assigned[(name, listen_name)] = entry.port
+            else:
+                pending.append((name, listen_name, entry))
+    for name, listen_name, entry in pending:
+        node = r.instances[name].node
+        book = books[node]
+        if entry is not None and book.in_range(entry.port) and book.reserve(entry.port):
+            port = entry.port
+        else:
+            port = book.take_lowest()
+        if port is None:
+            r.problem(codes.PORT_RANGE_EXHAUSTED,
+                         f"no free host port left on node {node} in "
+                         f"{r.mesh.host_ports.first}-{r.mesh.host_ports.last} for "
+                         f"{name}/{listen_name}", path=("host-ports",), instance=name,
+                         blocks=[name])
+            continue
+        assigned[(name, listen_name)] = port
+        if entry is not None and entry.node != node:
+            r.changes.append(Change("moved", name,
+                                       f"{name} moved from node {entry.node} to {node}: "
+                                       f"{listen_name} is now {node}:{port} (was "
+                                       f"{entry.node}:{entry.port})"))
+    return assigned
+
+def new_ports(r: "_Resolver", assigned: dict):
+    ports: dict[str, dict] = {}
+    for (name, listen_name), port in assigned.items():
+        if r.module_of(name).listens[listen_name].fixed is not None:
+            continue
+        ports.setdefault(name, {})[listen_name] = PortAssignment(
+            r.instances[name].node, port)
+    for name, entries in r.ledger.ports.items():
+        if name not in r.mesh.instances:
+            for listen_name, entry in sorted(entries.items()):
+                r.changes.append(Change("port-released", name,
+                                           f"{name} is gone: host port {entry.node}:"
+                                           f"{entry.port} ({listen_name}) is released"))
+        elif name not in ports or not r.live(name):
+            ports[name] = dict(entries)  # kept for a blocked instance, unchanged
+    return pmap({k: pmap(v) for k, v in ports.items()})

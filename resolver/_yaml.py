@@ -1,0 +1,384 @@
+"""Reading one YAML document into plain data and positions, within stated limits.
+
+Invariants:
+- Pure: bytes or text and a file name in; (plain data, position tree) out, or InputError with
+  the fault located at the offending byte, node or alias. Nothing here reads a file.
+- Bounded: every limit (LIMITS, named in docs/schema.md) is checked while the parser's events
+  arrive, before the node past it is built; the parser is driven lazily, so a document past a
+  limit is never parsed further. Nothing here recurses on the document's shape.
+- Aliases are counted, not trusted: each alias adds every node its anchor holds (aliases
+  inside it included) to the document's alias count, refused past MAX_ALIAS_NODES at the
+  alias, before anything is expanded or structured. An alias of an unfinished anchor (a
+  recursive structure) is refused.
+- Plain values only (YAML 1.2 core schema, _scalars): strings, integers, floats, booleans,
+  null, lists and mappings, and `<<` merges. Dates stay the text written; other tags are
+  refused.
+- The data is plain dict / list / str / int / float / bool / None; an aliased value is the
+  same object at each place it appears (never copied here, so never expanded here).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+
+from ._errors import Fault, InputError, MeshError
+from ._scalars import CORE, CORE_TAGS, KINDS, MERGE, MERGE_TEXT, convert, plain_kind, shown_tag
+
+MAX_DOCUMENT_BYTES = 2 * 1024 * 1024  # 2 MiB: the ledger of a fleet of fifty nodes is below it
+MAX_NODES = 50_000  # values (scalars, lists, mappings) written in one document
+MAX_DEPTH = 32  # nested lists and mappings (the schemas need fewer than 8)
+MAX_ALIAS_NODES = 10_000  # nodes that aliases would produce, over the whole document
+MAX_STRING = 65_536  # characters in one string (a key or a value)
+MAX_NUMBER = 32  # characters of one number as written
+
+LIMITS = {
+    "document size": MAX_DOCUMENT_BYTES,
+    "values per document": MAX_NODES,
+    "nesting depth": MAX_DEPTH,
+    "nodes produced by aliases": MAX_ALIAS_NODES,
+    "string length": MAX_STRING,
+    "number length": MAX_NUMBER,
+}
+
+# A position tree: the root is (line, col, child); a mapping's child is a dict
+# key -> (key line, key col, value line, value col, child); a list's child is a list of
+# (line, col, child); a scalar's child is None. Lines and columns are 1-based.
+Child = Union[dict, list, None]
+
+
+def _plural(n: int) -> str:
+    return f"{n:,}"
+
+
+def _describe_kind(value: Any) -> str:
+    return "a mapping" if isinstance(value, dict) else "a list"
+
+
+# --------------------------------------------------------------------------- bytes → text
+
+
+def _byte_position(data: bytes, offset: int) -> tuple[int, int]:
+    """1-based (line, col) of a byte offset; the column counts characters."""
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    col = len(data[line_start:offset].decode("utf-8", "replace")) + 1
+    return data.count(b"\n", 0, offset) + 1, col
+
+
+def decode_document(data: Union[bytes, str], file: str) -> str:
+    """The document's text, refusing one past MAX_DOCUMENT_BYTES or not UTF-8, at the byte."""
+    if isinstance(data, str):
+        if len(data) * 4 <= MAX_DOCUMENT_BYTES:
+            return data
+        raw = data.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(data)
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        line, col = _byte_position(raw, MAX_DOCUMENT_BYTES)
+        raise InputError([Fault(
+            file, line, col, f"the document goes on past {_plural(MAX_DOCUMENT_BYTES)} bytes here",
+            f"at most {_plural(MAX_DOCUMENT_BYTES)} bytes (2 MiB) per document")])
+    if isinstance(data, str):
+        return data
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = _byte_position(raw, exc.start)
+        hint = " (it looks like UTF-16: save it as UTF-8)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") \
+            else ""
+        raise InputError([Fault(file, line, col, f"byte 0x{raw[exc.start]:02x} is not UTF-8 "
+                                f"({exc.reason}){hint}", "UTF-8 text")]) from None
+
+
+# --------------------------------------------------------------------------- text → events → data
+
+
+class _Refusal(MeshError):
+    """A fault that ends reading the document (a limit, a structure that cannot be read)."""
+
+    def __init__(self, line: int, col: int, message: str, expected: str):
+        super().__init__(message)
+        self.line, self.col, self.message, self.expected = line, col, message, expected
+
+
+def _at(mark) -> tuple[int, int]:
+    return mark.line + 1, mark.column + 1
+
+
+class _Frame:
+    """A mapping or list being built."""
+
+    __slots__ = ("value", "child", "line", "col", "anchor", "size", "height", "key", "merges")
+
+    def __init__(self, value, child, line, col, anchor):
+        self.value, self.child, self.line, self.col, self.anchor = value, child, line, col, anchor
+        self.size, self.height = 1, 1
+        self.key: Optional[tuple] = None  # a mapping's pending key: (key, line, col, keep)
+        self.merges: list = []
+
+
+class _Builder:
+    def __init__(self, file: str):
+        self.file = file
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, Optional[tuple]] = {}  # None while the anchored node is open
+        self.root: Optional[tuple] = None
+        self.nodes = 0
+        self.aliased = 0
+        self.faults: list[Fault] = []  # faults that do not end reading (duplicate keys)
+
+    # ---------------------------------------------------------------- events
+
+    def scalar(self, event) -> None:
+        line, col = _at(event.start_mark)
+        self._count(line, col)
+        value = event.value
+        if len(value) > MAX_STRING:
+            raise _Refusal(line, col, f"a string of {_plural(len(value))} characters",
+                           f"at most {_plural(MAX_STRING)} characters")
+        data = self._construct(self._tag(event, line, col), event, line, col)
+        self._anchor_open(event.anchor)
+        self._done(data, None, line, col, 1, 0, event.anchor)
+
+    def start(self, event, mapping: bool) -> None:
+        line, col = _at(event.start_mark)
+        self._count(line, col)
+        top = self.stack[-1] if self.stack else None
+        if top is not None and isinstance(top.value, dict) and top.key is None:
+            raise _Refusal(line, col, f"a mapping key that is {'a mapping' if mapping else 'a list'}",
+                           "a plain key such as a name")
+        if len(self.stack) + 1 > MAX_DEPTH:
+            raise _Refusal(line, col, f"nesting deeper than {MAX_DEPTH} levels",
+                           f"at most {MAX_DEPTH} nested mappings and lists")
+        tag = self._tag(event, line, col)
+        wanted = CORE + ("map" if mapping else "seq")
+        if tag is not None and tag != wanted:
+            raise _Refusal(line, col, f"tag {shown_tag(tag)} on "
+                           f"{'a mapping' if mapping else 'a list'}",
+                           "no tag (plain YAML values)")
+        self._anchor_open(event.anchor)
+        self.stack.append(_Frame({} if mapping else [], {} if mapping else [], line, col,
+                                 event.anchor))
+
+    def end(self) -> None:
+        frame = self.stack.pop()
+        if frame.merges:
+            self._merge(frame)
+        self._done(frame.value, frame.child, frame.line, frame.col, frame.size, frame.height,
+                   frame.anchor)
+
+    def alias(self, event) -> None:
+        line, col = _at(event.start_mark)
+        name = event.anchor
+        if name not in self.anchors:
+            raise _Refusal(line, col, f"alias *{name} names no anchor before it",
+                           f"an anchor &{name} defined earlier in the document")
+        held = self.anchors[name]
+        if held is None:
+            raise _Refusal(line, col, f"alias *{name} refers to a node that contains it",
+                           "an alias of a complete node (recursive structures are not read)")
+        data, child, a_line, a_col, size, height = held
+        self.aliased += size
+        if self.aliased > MAX_ALIAS_NODES:
+            raise _Refusal(line, col, f"alias *{name} brings the nodes aliases produce to "
+                           f"{_plural(self.aliased)}",
+                           f"at most {_plural(MAX_ALIAS_NODES)} nodes produced by aliases")
+        if len(self.stack) + height > MAX_DEPTH:
+            raise _Refusal(line, col, f"alias *{name} nests deeper than {MAX_DEPTH} levels",
+                           f"at most {MAX_DEPTH} nested mappings and lists")
+        top = self.stack[-1] if self.stack else None
+        if child is not None and top is not None and isinstance(top.value, dict) \
+                and top.key is None:
+            raise _Refusal(line, col, f"a mapping key that is {_describe_kind(data)} (alias "
+                           f"*{name})", "a plain key such as a name")
+        self._done(data, child, line, col, size, height, None)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _count(self, line: int, col: int) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _Refusal(line, col, f"more than {_plural(MAX_NODES)} values in one document",
+                           f"at most {_plural(MAX_NODES)} values per document")
+
+    def _anchor_open(self, name: Optional[str]) -> None:
+        if name is not None:
+            self.anchors[name] = None  # a later anchor of the same name replaces it (YAML 1.2)
+
+    @staticmethod
+    def _tag(event, line: int, col: int) -> Optional[str]:
+        text = event.tag
+        if text is None or text == "!":
+            return None
+        if text in CORE_TAGS:
+            return text
+        raise _Refusal(line, col, f"tag {shown_tag(text)} is not read",
+                       "plain YAML values: strings, numbers, true/false, null, lists, mappings")
+
+    @staticmethod
+    def _construct(tag: Optional[str], event, line: int, col: int) -> Any:
+        """A scalar's value: resolved as YAML 1.2's core schema does when untagged, converted
+        when tagged; a number is bounded before it is converted."""
+        value = event.value
+        if tag is None:
+            kind = plain_kind(value) if event.implicit[0] else None  # quoted: text
+        else:
+            kind = tag[len(CORE):]
+        if kind is None or kind == "str":
+            return value
+        if kind == "merge":
+            return MERGE
+        if kind in ("int", "float") and len(value) > MAX_NUMBER:
+            raise _Refusal(line, col, f"a number of {_plural(len(value))} characters",
+                           f"at most {MAX_NUMBER} characters (quote it if it is text)")
+        try:
+            return convert(kind, value)
+        except ValueError:
+            if tag is None:
+                return value  # looked like a number to the pattern, is not one: text
+            raise _Refusal(line, col, f"{_short(value)} is not {KINDS[kind]} (tag !!{kind})",
+                           f"{KINDS[kind]} as YAML 1.2 writes one, or no tag") from None
+
+    def _done(self, data, child, line, col, size, height, anchor) -> None:
+        if anchor is not None:
+            self.anchors[anchor] = (data, child, line, col, size, height)
+        top = self.stack[-1] if self.stack else None
+        if data is MERGE and not (top is not None and isinstance(top.value, dict)
+                                  and top.key is None):
+            data = MERGE_TEXT  # `<<` merges only as a key; elsewhere it is the text
+        if top is None:
+            self.root = (data, (line, col, child))
+            return
+        top.size += size
+        top.height = max(top.height, height + 1)
+        if isinstance(top.value, list):
+            top.value.append(data)
+            top.child.append((line, col, child))
+            return
+        if top.key is None:  # this node is a key
+            if child is not None:  # an aliased collection (a written one is refused at start)
+                raise _Refusal(line, col, f"a mapping key that is {_describe_kind(data)}",
+                               "a plain key such as a name")
+            keep = True
+            if data is not MERGE and data in top.value:
+                first = top.child[data][0]
+                self.faults.append(Fault(self.file, line, col, f"duplicate key {_short(data)} "
+                                         f"(first at line {first})", "each key once"))
+                keep = False
+            top.key = (data, line, col, keep)
+            return
+        key, k_line, k_col, keep = top.key
+        top.key = None
+        if key is MERGE:
+            self._merge_source(top, data, child, line, col)
+        elif keep:
+            top.value[key] = data
+            top.child[key] = (k_line, k_col, line, col, child)
+
+    def _merge_source(self, frame: _Frame, data, child, line, col) -> None:
+        if isinstance(data, dict):
+            frame.merges.append((data, child))
+            return
+        if isinstance(data, list) and all(isinstance(d, dict) for d in data):
+            frame.merges.extend((d, c[2]) for d, c in zip(data, child))
+            return
+        raise _Refusal(line, col, f"<< merges {_describe_value(data)}",
+                       "a mapping, or a list of mappings, to merge")
+
+    @staticmethod
+    def _merge(frame: _Frame) -> None:
+        """`<<` keys: the merged mappings' keys that the mapping does not set itself, the
+        earlier merged mapping first."""
+        for data, child in frame.merges:
+            for key, value in data.items():
+                if key not in frame.value:
+                    frame.value[key] = value
+                    frame.child[key] = child[key]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:50] + "…" + text[-5:]
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return _describe_kind(value)
+    return f"a value ({_short(value)})"
+
+
+def read_yaml(source: Union[bytes, str], file: str) -> tuple[Any, tuple]:
+    """One YAML document as (plain data, position tree); InputError with its position if it
+    is not UTF-8, breaks a limit, is not well-formed, or holds more than one document."""
+    text = decode_document(source, file)
+    builder = _Builder(file)
+    last = (1, 1)
+    documents = 0
+    try:
+        for event in YAML(typ="safe", pure=True).parse(text):
+            last = _at(event.start_mark)
+            if isinstance(event, ScalarEvent):
+                builder.scalar(event)
+            elif isinstance(event, MappingStartEvent):
+                builder.start(event, mapping=True)
+            elif isinstance(event, SequenceStartEvent):
+                builder.start(event, mapping=False)
+            elif isinstance(event, (MappingEndEvent, SequenceEndEvent)):
+                builder.end()
+            elif isinstance(event, AliasEvent):
+                builder.alias(event)
+            elif isinstance(event, DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    raise _Refusal(*last, "a second document in the file",
+                                   "one YAML document per file")
+                if event.version is not None and tuple(event.version) != (1, 2):
+                    version = ".".join(str(v) for v in event.version)
+                    raise _Refusal(*last, f"YAML {version} is not read",
+                                   "YAML 1.2 (no %YAML directive, or %YAML 1.2)")
+    except _Refusal as refusal:
+        raise InputError([Fault(file, refusal.line, refusal.col, refusal.message,
+                                refusal.expected)]) from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = _at(mark) if mark else last
+        what = " ".join(x for x in (exc.context, exc.problem) if x) or "malformed YAML"
+        raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
+    except YAMLError as exc:
+        line, col = _text_position(text, getattr(exc, "position", None))
+        what = getattr(exc, "reason", None) or str(exc).split("\n")[0]
+        if getattr(exc, "character", None) is not None:
+            what = f"character {exc.character!r} is not allowed ({what})"
+        raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError, AssertionError) as exc:
+        # the parser failing on its own: still a fault at the last place it reached
+        raise InputError([Fault(file, *last, f"YAML: the parser failed here ({type(exc).__name__}"
+                                f": {str(exc)[:80]})", "well-formed YAML")]) from None
+    if builder.faults:
+        raise InputError(builder.faults)
+    if builder.root is None:
+        return None, (1, 1, None)
+    return builder.root
+
+
+def _text_position(text: str, index: Optional[int]) -> tuple[int, int]:
+    """1-based (line, col) of a character index (the reader reports indices, not marks)."""
+    if not isinstance(index, int) or index < 0:
+        return 1, 1
+    index = min(index, len(text))
+    return text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+__all__ = ["LIMITS", "MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_DOCUMENT_BYTES", "MAX_NODES",
+           "MAX_NUMBER", "MAX_STRING", "decode_document", "read_yaml"]

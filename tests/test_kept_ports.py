@@ -1,0 +1,98 @@
+"""A kept host port never moves: a floor added on it is refused, naming the port's holder.
+
+Through the `mesh` command on a copy of the homelab fixture whose ledger records every port.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGUE = ROOT / "catalogue"
+
+
+def mesh(*args):
+    return subprocess.run([sys.executable, "-m", "executors.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture
+def homelab(tmp_path):
+    target = tmp_path / "homelab"
+    shutil.copytree(ROOT / "fixtures" / "homelab", target)
+    text = (target / "mesh.yaml").read_text().replace("../../catalogue", str(CATALOGUE))
+    (target / "mesh.yaml").write_text(text)
+    assert mesh("plan", target, "--write-ledger").returncode == 0
+    return target
+
+
+def published(plan: dict) -> dict:
+    return {(c["instance"], p["listen"]): (node, p["host_port"])
+            for node, d in plan["nodes"].items() for c in d["containers"] for p in c["ports"]}
+
+
+def test_a_floor_on_a_kept_port_is_refused_and_moves_nothing(homelab):
+    before = json.loads(mesh("plan", homelab, "--json").stdout)
+    ports = published(before)
+    node, port = ports[("umami@home", "http")]
+    text = (homelab / "mesh.yaml").read_text()
+    (homelab / "mesh.yaml").write_text(
+        text + f"\nfloors:\n  - {{port: {port}, reason: metrics}}\n")
+    line = len(text.splitlines()) + 3
+
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    assert published(after) == ports, "a kept port moved"
+    problem = next(p for p in after["problems"] if p["code"] == "floor-conflict")
+    assert (problem["line"], problem["severity"]) == (line, "error")
+    assert "umami@home" in problem["message"] and str(port) in problem["message"]
+    assert problem["candidates"] == ["umami@home"]
+    for decl in after["nodes"].values():  # the refused floor is in no firewall
+        assert port not in [f["port"] for f in decl["firewall"]["floors"]]
+    text_plan = mesh("plan", homelab).stdout
+    assert f"mesh.yaml:{line}:" in text_plan and "[floor-conflict]" in text_plan
+
+
+def test_a_floor_on_a_free_port_is_kept_by_every_node_and_moves_nothing(homelab):
+    before = json.loads(mesh("plan", homelab, "--json").stdout)
+    ports = published(before)
+    used = {port for _node, port in ports.values()}
+    free = next(p for p in range(20000, 30000) if p not in used)
+    document = YAML().load((homelab / "mesh.yaml").read_text())
+    document["floors"] = [{"port": free, "reason": "metrics"}]
+    with (homelab / "mesh.yaml").open("w") as handle:
+        YAML().dump(document, handle)
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 0, result.stdout
+    after = json.loads(result.stdout)
+    assert published(after) == ports
+    for decl in after["nodes"].values():
+        assert free in [f["port"] for f in decl["firewall"]["floors"]]
+
+
+def test_an_ssh_port_moved_onto_a_kept_port_is_refused_and_moves_nothing(homelab):
+    before = json.loads(mesh("plan", homelab, "--json").stdout)
+    ports = published(before)
+    node, port = ports[("grafana@lab", "http")]
+    assert node == "lab"
+    text = (homelab / "mesh.yaml").read_text()
+    assert "ssh-port: 2222" in text, "fixture layout changed: update this test"
+    (homelab / "mesh.yaml").write_text(text.replace("ssh-port: 2222", f"ssh-port: {port}"))
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    assert published(after) == ports, "a kept port moved"
+    problem = next(p for p in after["problems"] if p["code"] == "floor-conflict")
+    assert "grafana@lab" in problem["message"] and problem["candidates"] == ["grafana@lab"]
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "ssh-port: 2222" in row)
+    assert problem["line"] == line
+    floors = after["nodes"]["lab"]["firewall"]["floors"]
+    assert any(f["port"] == port and f["reason"] == "ssh" for f in floors), "ssh stays open"

@@ -1,0 +1,210 @@
+"""The house: executors' rooms say where code runs, arrows point one way, and no circles.
+
+cli → node, control, common; node → common; control → common; common → nothing of executors.
+Nothing imports cli (the verbs are the top floor). The resolver imports no executor. A room
+may hold sub-packages (node/provisioners/); they belong to their room.
+
+No module of executors/ imports another in a circle, counting every import statement a module
+runs, at its top or inside a function (a lazy import is still an arrow), and leaving out only
+what `if TYPE_CHECKING:` guards (never run). A module's whole name written as a string (the
+provisioner registry's table, imported by importlib on first use) is an arrow too; a name
+built at run time (the verbs' dispatch by command) cannot be seen and is not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOMS = ("cli", "node", "control", "common")
+ALLOWED = {
+    "cli": {"cli", "node", "control", "common"},
+    "node": {"node", "common"},
+    "control": {"control", "common"},
+    "common": {"common"},
+}
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _import_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every import statement that runs (at module level or in a function), not those under
+    `if TYPE_CHECKING:`."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if _type_checking(node):
+            stack.extend(node.orelse)  # type: ignore[attr-defined]
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imported_modules(path: Path, known: Iterable[str], root: Path = ROOT) -> set[str]:
+    """The modules among `known` that the file at `path` imports (relative imports resolved;
+    `from package import name` is the submodule when `name` is one)."""
+    known = set(known)
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):  # a module named in full, for importlib
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in known and node.value != name:
+            found.add(node.value)
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source
+                       for a in node.names]
+        for target in targets:
+            while target and target not in known:  # `import a.b.c` runs a.b.c's module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph(package_dir: Path, root: Path = ROOT) -> dict[str, set[str]]:
+    files = sorted(package_dir.rglob("*.py"))
+    known = {module_name(p, root) for p in files}
+    return {module_name(p, root): imported_modules(p, known, root) for p in files}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected set of modules larger than one (Tarjan), as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def room_of(path: Path) -> str:
+    parts = path.relative_to(ROOT / "executors").parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+FILES = sorted((ROOT / "executors").rglob("*.py"))
+GRAPH = import_graph(ROOT / "executors")
+
+
+def test_every_executor_file_lives_in_a_room():
+    loose = [str(p.relative_to(ROOT)) for p in FILES
+             if room_of(p) not in ROOMS and p.name != "__init__.py"]
+    assert loose == [], "files outside executors/{cli,node,control,common}: " + ", ".join(loose)
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if room_of(p) in ROOMS],
+                         ids=lambda p: str(p.relative_to(ROOT / "executors")))
+def test_imports_point_one_way(path):
+    room = room_of(path)
+    rooms = {m.split(".")[1] for m in GRAPH[module_name(path)] if m.count(".") >= 1}
+    wrong = rooms - ALLOWED[room]
+    assert not wrong, f"{path.relative_to(ROOT)} imports executors.{sorted(wrong)}: " \
+        f"{room} may import only {sorted(ALLOWED[room])}"
+
+
+def test_the_check_catches_a_wrong_arrow():
+    path = ROOT / "executors" / "node" / "x_bad.py"
+    graph = {"executors.node.x_bad": {"executors.control.issuer"}}
+    rooms = {m.split(".")[1] for m in graph[module_name(path)]}
+    assert rooms - ALLOWED[room_of(path)] == {"control"}
+
+
+def test_no_module_of_executors_imports_another_in_a_circle():
+    assert len(GRAPH) > 40
+    # the registry's table is seen: provisioners are imported by it, by name
+    assert "executors.node.provisioners.postgres" in GRAPH["executors.node.provisioners.registry"]
+    found = cycles(GRAPH)
+    assert found == [], "import circles in executors/: " + \
+        "; ".join(" ↔ ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_lazy_imports_and_relative_ones_but_not_type_checking(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ..a import thing\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\n"
+                              "if TYPE_CHECKING:\n    from pkg import d\n")
+    (pkg / "d.py").write_text("import pkg.c\n")
+    (pkg / "e.py").write_text("import importlib\nTABLE = {'x': 'pkg.f'}\n")
+    (pkg / "f.py").write_text("from . import e\n")
+    graph = import_graph(pkg, tmp_path)
+    assert graph["pkg.a"] == {"pkg.sub.b"}
+    assert graph["pkg.sub.b"] == {"pkg.a"}
+    assert graph["pkg.c"] == set()
+    assert graph["pkg.e"] == {"pkg.f"}
+    assert cycles(graph) == [["pkg.a", "pkg.sub.b"], ["pkg.e", "pkg.f"]]
+
+
+def test_the_command_answers_to_each_of_its_entry_points(capsys):
+    """`executors.cli.main` is the command's module (`main.main(argv)`, what the tests and
+    `python -m executors.cli` use) and, called, the command itself (what a console script of
+    the entry point `executors.cli:main` does); pyproject's entry point names the function."""
+    import tomllib
+
+    import resolver
+    from executors.cli import main as module
+
+    assert module.main(["schema"]) == 0
+    assert module(["schema"]) == 0
+    from executors.common.message_schemas import SCHEMAS
+
+    names = list(resolver.document_names()) + list(SCHEMAS)  # documents, then messages
+    assert capsys.readouterr().out.split() == 2 * names
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"mesh": "executors.cli.main:main"}
