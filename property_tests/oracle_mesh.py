@@ -7,7 +7,9 @@ new ledger keeps. Sets, dicts and loops in the documented order; nothing clever.
 
 The steps, each over the instances not refused by an earlier one:
 1. placement: unknown module, unknown node, unknown part, missing facility, unpinned
-   artifact (of every container the instance installs);
+   artifact (of every container the instance installs); then moves: an instance owning
+   state directories whose recorded ports put it on another node is refused until mesh.yaml
+   says `state-from:` that node or `fresh: true`;
 2. singular things: a second provider of a mesh-scoped provision, a claim or fixed port taken
    twice on a node (or a fixed port on a floor), a state path with two owners. Where
    several contend, the one the ledger already knows keeps it (it has recorded ports or
@@ -17,7 +19,8 @@ The steps, each over the instances not refused by an earlier one:
    only candidate in the mesh); a rule that names something not assigned, not providing or on
    no known node refuses instead of falling through; nothing left is ambiguous or no-provider;
 4. a consumer of a refused provider is refused too (unless the requirement is optional);
-5. host ports: fixed ports and the floors are taken; recorded ports on the same node are
+5. host ports: fixed ports, the floors and every recorded port of a refused instance (where
+   it was recorded) are taken; recorded ports on the same node are
    kept (first by name on a collision), whatever the range; then, by name, each listen
    without one takes its recorded port when it is in the range and free, else the lowest
    free port; none left is an exhausted range, which refuses the instance (and step 4 again).
@@ -168,6 +171,24 @@ def expect(world) -> Expected:
                for c in module.containers):
             e.refuse(codes.UNPINNED_ARTIFACT, name)
 
+    # 1b. moves: an instance owning state directories whose recorded ports put it on another
+    # node waits for `state-from: <that node>` (its state copied) or `fresh: true` -------
+    for name in names:
+        inst = instances[name]
+        module = modules.get(inst.module)
+        if module is None or inst.node not in mesh.nodes:
+            continue
+        was = {entry.node for entry in ledger.ports.get(name, {}).values()}
+        before = was.pop() if len(was) == 1 else None
+        if before is None or before == inst.node:
+            if before is not None and inst.state_from is not None:
+                e.refuse(codes.STALE_STATE_FROM, name, block=False, severity="info")
+            continue
+        if not module.state or inst.fresh or inst.state_from == before:
+            continue
+        e.refuse(codes.STATE_FROM_MISMATCH if inst.state_from is not None
+                 else codes.MOVE_WITH_STATE, name)
+
     # 2. singular things ------------------------------------------------------------
     for provision, definition in sorted(catalogue.provisions.items()):
         if definition.scope != "mesh":
@@ -251,6 +272,11 @@ def expect(world) -> Expected:
     first, last = mesh.host_ports.first, mesh.host_ports.last
     taken = {node: {mesh.nodes[node].ssh_port} | {f.port for f in mesh.floors}
              for node in mesh.nodes}
+    for name in names:  # a refused instance keeps its recorded ports, where they are
+        if name in e.refused:
+            for entry in ledger.ports.get(name, {}).values():
+                if entry.node in taken:
+                    taken[entry.node].add(entry.port)
     assigned = {}
     placed = live()
     for name in placed:

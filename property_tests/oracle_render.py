@@ -23,6 +23,7 @@ from resolver import (
     FirewallAllow,
     FirewallFloor,
     FirewallIntent,
+    FirewallLocal,
     GrantDecl,
     HealthDecl,
     MountDecl,
@@ -32,6 +33,8 @@ from resolver import (
     SecretRef,
     StateDirDecl,
 )
+
+from resolver._firewall import assign_macs  # the naming function only: a hash of the name
 
 from .oracle_mesh import credential, installed, state_path
 
@@ -69,6 +72,20 @@ def build(world, expected, logins):
     address = {n: node.address for n, node in mesh.nodes.items()}
     everyone = sorted(set(address.values()))
     live = expected.live
+
+    # consumers bound to a provider on their own node are let in by their containers' MACs
+    # (DESIGN: same-node traffic arrives on the bridge, not from the node's address)
+    def cname(name, container):
+        return UNSAFE.sub("-", f"{mesh.mesh}-{name}-{container}")
+
+    same_node = sorted({c for (c, _as), (p, _rule) in expected.bindings.items()
+                        if instances[c].node == instances[p].node})
+    own_containers = {c: [cname(c, k.name) for k in modules[instances[c].module].containers
+                          if installed(k, instances[c])] for c in same_node}
+    mac_of = {}
+    for node in sorted(mesh.nodes):
+        mac_of.update(assign_macs(mesh.mesh, [n for c in same_node if instances[c].node == node
+                                              for n in own_containers[c]]))
 
     def generation(cred_id):
         cred = ledger.credentials.get(cred_id)
@@ -224,7 +241,8 @@ def build(world, expected, logins):
                 env=pmap(env), secrets=pvector(sorted(refs)), ports=pvector(ports),
                 mounts=pvector(mounts), run_once=container.run_once, health=check,
                 labels=pmap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
-                             "mesh.container": container.name})))
+                             "mesh.container": container.name}),
+                mac=mac_of.get(cname(name, container.name))))
         for provide in module.provides:
             definition = catalogue.provisions.get(provide.provision)
             fields[node]["providers"].append(ProviderDecl(
@@ -254,6 +272,18 @@ def build(world, expected, logins):
         entry[1].add(consumer)
         entry[2] = entry[2] or f"{provider}/{listen_name}"
 
+    local = defaultdict(lambda: [set(), set(), set()])
+    for (consumer, as_), (provider, _rule) in sorted(expected.bindings.items()):
+        node = instances[provider].node
+        if node != instances[consumer].node or not own_containers.get(consumer):
+            continue
+        listen_name = expected.listens[(consumer, as_)]
+        listen = modules[instances[provider].module].listens[listen_name]
+        entry = local[(node, expected.ports[(provider, listen_name)], listen.protocol)]
+        entry[0].update(mac_of[n] for n in own_containers[consumer])
+        entry[1].add(consumer)
+        entry[2].add(f"{provider}/{listen_name}")
+
     declarations = {}
     broker = mesh.substrate.broker
     for node in sorted(mesh.nodes):
@@ -280,8 +310,14 @@ def build(world, expected, logins):
             "state_dirs": sorted(f["state_dirs"], key=lambda d: (d.path, d.instance, d.name)),
             "accesses": [AccessDecl(path, mode, pvector(sorted(users)))
                          for path, (users, mode) in sorted(accessed[node].items())],
-            "firewall": FirewallIntent(address[node], pvector(allows), pvector(sorted(floors)),
-                                       pvector(everyone if admits_everyone else [])),
+            "firewall": FirewallIntent(
+                address[node], pvector(allows), pvector(sorted(floors)),
+                pvector(everyone if admits_everyone else []),
+                local=pvector(FirewallLocal(port, protocol, pvector(sorted(macs)),
+                                            f"{', '.join(sorted(what))} for "
+                                            f"{', '.join(sorted(consumers))}")
+                              for (n, port, protocol), (macs, consumers, what)
+                              in sorted(local.items()) if n == node)),
             "grants": sorted(f["grants"], key=lambda g: (g.provider, g.consumer, g.provision)),
             "providers": sorted(f["providers"], key=lambda p: (p.instance, p.provision)),
             "bindings": sorted(f["bindings"], key=lambda b: (b.consumer, b.requirement)),
