@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "resolver"
 EXCLUDED = {"__init__.py", "_codes.py"}
 COPIED = ("resolver", "executors", "property_tests", "catalogue", "fixtures", "tests", "docs",
-          "pyproject.toml")
+          "scripts", "pyproject.toml")  # scripts/: the fuzz property imports its mutators
 TESTS = "property_tests"
 
 COMPARE_SWAPS = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
