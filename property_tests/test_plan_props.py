@@ -22,7 +22,7 @@ from .strategies import digest_of
 from .strategies_meshes import meshes
 
 EDITS = ["re-pin", "rotate", "issue", "env", "forget-secret", "health", "port", "remove", "add",
-         "command", "mount"]
+         "command", "mount", "run-once"]
 
 
 def edited(world, edits, data):
@@ -47,7 +47,8 @@ def edited(world, edits, data):
             for cred_id in asked[:data.draw(st.integers(1, 3))]:
                 ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
                     cred_id, Credential(active=Generation(1, None, pmap({"anchor": "s"})))))
-        elif edit in ("env", "forget-secret", "health", "command", "mount") and module.containers:
+        elif edit in ("env", "forget-secret", "health", "command", "mount", "run-once") \
+                and module.containers:
             holding = [i for i, c in enumerate(module.containers)
                        if any("password}" in v for v in c.env.values())]
             index = data.draw(st.sampled_from(holding) if edit == "forget-secret" and holding
@@ -60,6 +61,8 @@ def edited(world, edits, data):
                     {k: v for k, v in container.env.items() if "password}" not in v}))
             elif edit == "health":
                 container = attrs.evolve(container, health=Health(command=pvector(["edited"])))
+            elif edit == "run-once":
+                container = attrs.evolve(container, run_once=not container.run_once)
             elif edit == "command":
                 container = attrs.evolve(container, command=pvector(["edited", "--now"]))
             else:
