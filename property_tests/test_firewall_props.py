@@ -305,7 +305,7 @@ def test_the_renderer_and_the_reader_are_pure():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             found += [(name, n) for n in names if n.split(".")[0] in forbidden
-                      or n.startswith("executors") and n != "executors.common.marks"]
+                      or (n.startswith("executors") and n != "executors.common.marks")]
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("open",
                                                                                   "__import__"):
                 found.append((name, node.func.id))

@@ -25,25 +25,43 @@ def register(subparsers) -> None:
         "mesh.yaml and gives the node its broker account, `reject` refuses it.")
     sub = parser.add_subparsers(dest="enrol_command", metavar="ACTION")
     sub.required = True
-    token = sub.add_parser("token", help="make a one-time enrolment token for NODE")
+    token = sub.add_parser(
+        "token", help="make a one-time enrolment token for NODE",
+        description="Make a one-time token for NODE and print it on stdout (the command to type "
+        "on the node goes to stderr). It carries the broker's address as nodes reach it "
+        "(--broker-for-nodes), the mesh CA's fingerprint the node pins, its expiry, and the "
+        "password of a broker account that may only send one enrolment request and read its "
+        "answer; the control node keeps only that password's SHA-256.")
     _fleet_options.add_directory(token)
     token.add_argument("node", metavar="NODE", help="the node to enrol (new, or in mesh.yaml)")
     token.add_argument("--expires", type=int, default=60, metavar="MINUTES",
                        help="how long the token may be used (default 60)")
     _fleet_options.add_broker(token)
     token.set_defaults(func=run_token)
-    listing = sub.add_parser("list", help="take waiting requests and list tokens and requests")
+    listing = sub.add_parser(
+        "list", help="take waiting requests and list tokens and requests",
+        description="Take the enrolment requests waiting on the broker, close the tokens whose "
+        "answer the node took, and list every token with its state and each request's address, "
+        "hostname and key fingerprint (compare it with the node's before accepting).")
     _fleet_options.add_directory(listing)
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
     listing.add_argument("--offline", action="store_true",
                          help="do not ask the broker; list what is kept")
     _fleet_options.add_broker(listing)
     listing.set_defaults(func=run_list)
-    for name, what in (("accept", "accept NODE's waiting request: mesh.yaml, its account, its "
-                        "answer"), ("reject", "reject NODE's waiting request")):
-        action = sub.add_parser(name, help=what)
+    for name, what, description in (
+            ("accept", "accept NODE's waiting request: mesh.yaml, its account, its answer",
+             "Accept NODE's waiting enrolment request: write its public key and address into "
+             "mesh.yaml (comments and layout kept; nothing is written unless the result "
+             "loads), make its broker account (it reads only its own queue and publishes only "
+             "reports) and its queue, and answer it, signed: the CA certificate, the account "
+             "and its password sealed to the node's key."),
+            ("reject", "reject NODE's waiting request",
+             "Reject NODE's waiting enrolment request: answer it, signed, with the reason; "
+             "nothing is written into mesh.yaml and no account is made.")):
+        action = sub.add_parser(name, help=what, description=description)
         _fleet_options.add_directory(action)
-        action.add_argument("node", metavar="NODE")
+        action.add_argument("node", metavar="NODE", help="the node whose request is answered")
         if name == "reject":
             action.add_argument("--reason", default="rejected by the operator",
                                 help="said to the node")

@@ -87,7 +87,8 @@ def load_certificate(pem: Union[str, bytes], what: str = "certificate") -> x509.
         certificate.subject.rfc4514_string(), certificate.issuer.rfc4514_string()
         certificate.extensions, certificate.public_key()
         certificate.not_valid_before_utc, certificate.not_valid_after_utc
-    except (ValueError, TypeError, UnicodeEncodeError, x509.InvalidVersion):
+    except Exception:  # noqa: BLE001 - cryptography's parser of a damaged DER raises
+        # ValueError, UnsupportedAlgorithm, even KeyError: any of them is a refusal
         raise MessageRefused(f"the {what} is not a readable PEM certificate") from None
     return certificate
 

@@ -2,8 +2,9 @@
 broker's admin, and the address nodes are told in their enrolment token.
 
 Invariants:
-- Named explicitly (options or MESH_BROKER_* variables), or else derived from the mesh itself:
-  the substrate broker instance (`substrate: broker:` in mesh.yaml) at its node's address and
+- Named explicitly (options or MESH_BROKER_* variables), or else derived from the mesh itself,
+  each setting on its own (an AMQP address given, say by the control module's binding, with
+  the management API and admin left to the mesh): the substrate broker instance (`substrate: broker:` in mesh.yaml) at its node's address and
   the host ports the ledger assigned to its `amqp` and `management` listens; its admin is the
   account its container names (RABBITMQ_DEFAULT_USER, else `admin`), whose password is opened
   from the control node's escrow with the control node's key (`--key`): the control node
@@ -40,20 +41,27 @@ def settings_from(inputs, *, broker: Optional[str] = None, api: Optional[str] = 
                   admin: Optional[str] = None, admin_password_file: Optional[str] = None,
                   for_nodes: Optional[str] = None, key: Optional[str] = None) -> BrokerSettings:
     """The settings given (None: not given), the rest derived from the mesh."""
-    derived: Optional[dict] = None
+    derived: dict = {}
 
     def mesh_value(name: str):
-        nonlocal derived
-        if derived is None:
-            derived = _from_mesh(inputs, key)
+        if not derived:
+            derived.update(_from_mesh(inputs))
+        if name == "admin_password" and name not in derived:
+            derived[name] = _admin_password(derived["credential"], inputs, key)
         return derived[name]
 
     amqp = BrokerAddress.parse(broker) if broker else mesh_value("amqp")
-    api = api or (mesh_value("api") if not broker else None)
-    if api is None:
-        raise MeshError("--broker-api is needed with --broker (the management API, e.g. "
-                        f"http://{amqp.host}:15672)")
-    admin = admin or (mesh_value("admin") if not broker else DEFAULT_ADMIN)
+    api_from_mesh = not api
+    if api_from_mesh:
+        try:
+            api = mesh_value("api")
+        except MeshError as error:
+            if not broker:
+                raise
+            raise MeshError(f"--broker-api is needed with --broker (the management API, e.g. "
+                            f"http://{amqp.host}:15672): the mesh does not say it ({error})"
+                            ) from None
+    admin = admin or (mesh_value("admin") if api_from_mesh else DEFAULT_ADMIN)
     if admin_password_file:
         try:
             password = Path(admin_password_file).read_text(encoding="utf-8").strip()
@@ -66,10 +74,10 @@ def settings_from(inputs, *, broker: Optional[str] = None, api: Optional[str] = 
     return BrokerSettings(amqp, api.rstrip("/"), admin, password, nodes_see)
 
 
-def _from_mesh(inputs, key_file) -> dict:
+def _from_mesh(inputs) -> dict:
+    """The substrate broker as the mesh declares it: amqp, api, admin, and the credential
+    id of the admin's password (None when the provider declares no admin)."""
     import resolver
-
-    from executors.common.keys import UnsealError, load_private_key, unseal
 
     mesh = inputs.mesh
     broker = mesh.substrate.broker
@@ -97,9 +105,15 @@ def _from_mesh(inputs, key_file) -> dict:
                         f"--broker-api")
     address = mesh.nodes[node].address
     host = f"[{address}]" if ":" in address else address
-    result = {"amqp": BrokerAddress(address, provider.port), "api": f"http://{host}:{management}",
-              "admin": admin_user}
     credential = provider.admin.credential if provider.admin is not None else None
+    return {"amqp": BrokerAddress(address, provider.port), "api": f"http://{host}:{management}",
+            "admin": admin_user, "credential": credential}
+
+
+def _admin_password(credential: Optional[str], inputs, key_file) -> str:
+    """The broker admin's password, opened from the control node's escrow with its key."""
+    from executors.common.keys import UnsealError, load_private_key, unseal
+
     stored = inputs.ledger.credentials.get(credential) if credential else None
     if stored is None or stored.active is None:
         raise MeshError(f"the broker admin's credential ({credential or 'none declared'}) is not "
@@ -112,8 +126,7 @@ def _from_mesh(inputs, key_file) -> dict:
     boxes = list(stored.active.escrow.values()) + list(stored.active.sealed.values())
     for box in boxes:
         try:
-            result["admin_password"] = unseal(private_key, box)
-            return result
+            return unseal(private_key, box)
         except UnsealError:
             continue
     raise MeshError(f"{key_file} opens neither the escrow nor a sealed value of {credential}: "
