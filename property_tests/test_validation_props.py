@@ -695,3 +695,33 @@ def test_the_ends_of_every_range_load_and_one_past_them_is_refused(what, value, 
         else:
             with pytest.raises(InputError):
                 loader(dump_yaml(plain), file)
+
+
+# --------------------------------------------------------------------------- placeholders
+
+SEGMENTS = st.one_of(
+    st.tuples(st.just("text"), st.text(st.characters(blacklist_characters="${}"), min_size=1,
+                                        max_size=6)),
+    st.tuples(st.just("dollar"), st.just("$$")),
+    st.tuples(st.just("body"), st.text("abcdefgh.-_", min_size=1, max_size=8)))
+
+
+@given(st.lists(SEGMENTS, max_size=8))
+def test_placeholders_read_and_render_as_the_segments_they_were_written_from(segments):
+    """An env value written as text, `$$` and `${body}` segments: placeholders() lists the
+    bodies in order, render_placeholders() gives the text, one `$` for each `$$` and the
+    lookup of each body; a value cut inside its last `${` is refused."""
+    from resolver import PlaceholderSyntaxError, placeholders, render_placeholders
+
+    written = "".join(v if kind != "body" else "${" + v + "}" for kind, v in segments)
+    bodies = [v for kind, v in segments if kind == "body"]
+    assert placeholders(written) == bodies
+    wanted = "".join({"text": v, "dollar": "$", "body": f"<{v.upper()}>"}[kind]
+                     for kind, v in segments)
+    assert render_placeholders(written, lambda b: f"<{b.upper()}>") == wanted
+    if bodies:
+        cut = written[:written.rindex("}")]
+        with pytest.raises(PlaceholderSyntaxError):
+            placeholders(cut)
+        with pytest.raises(PlaceholderSyntaxError):
+            render_placeholders(cut, str)
