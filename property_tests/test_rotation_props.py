@@ -372,6 +372,18 @@ class ServerAdminMachine(RuleBasedStateMachine):
         newest = max(g.generation for g in (self.cred.active, self.cred.pending) if g)
         assert newest == self.rotations + 1
 
+    @invariant()
+    def the_plan_says_the_server_changes_first_and_keeps_its_container(self):
+        from resolver._rotation import describe_rotation
+
+        said = describe_rotation(self.ID, self.cred)
+        pending, active = self.cred.pending, self.cred.active
+        if pending is not None:
+            assert said.startswith(
+                f"{self.ID}: the provisioner changes the password on the running server from "
+                f"generation {active.generation} to {pending.generation} first"), said
+            assert "the server's own container is not recreated" in said, said
+
 
 TestServerAdmin = ServerAdminMachine.TestCase
 
