@@ -63,6 +63,7 @@ MODULE_VALUES = {  # one value the loader refuses by itself, and the schema says
     "a number for a name": lambda d: d.update(name=3),
     "a boolean for a number": lambda d: listen(d, port=True),
     "a mapping for a list": lambda d: d.update(secrets={"a": "b"}),
+    "a list for a mapping": lambda d: d.update(listens=["http"]),
 }
 MESH_VALUES = {
     "ssh port": lambda d: next(iter(d["nodes"].values())).update({"ssh-port": 70000}),
@@ -75,6 +76,7 @@ MESH_VALUES = {
     "renewal": lambda d: d.update(ca={"renew-before-days": -1}),
     "unknown key": lambda d: d.update(colour="blue"),
     "missing nodes": lambda d: d.pop("nodes"),
+    "a list for a mapping": lambda d: d.update(defaults=["postgres-database"]),
 }
 PROVISION_VALUES = {
     "scope": lambda d: d.update(zq={"scope": "planet"}),
