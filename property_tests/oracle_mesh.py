@@ -34,7 +34,7 @@ from typing import Optional
 
 import attrs
 
-from resolver import _codes as codes
+import resolver as codes  # the problem codes are public names of the library
 
 STATE_ROOT = "/var/lib/mesh"
 

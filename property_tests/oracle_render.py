@@ -28,13 +28,15 @@ from resolver import (
     HealthDecl,
     MountDecl,
     ProviderDecl,
+    FileDecl,
     PublishedPort,
+    RegistryLogin,
     Request,
     SecretRef,
     StateDirDecl,
 )
 
-from resolver._firewall import assign_macs  # the naming function only: a hash of the name
+from resolver import assign_macs  # the naming function only: a hash of the name
 
 from .oracle_mesh import credential, installed, state_path
 
@@ -186,6 +188,13 @@ def build(world, expected, logins):
         return TOKEN.sub(one, raw)
 
     registry = mesh_registry(world, expected)
+    store = store_node = tls_key = served = None
+    if registry is not None:
+        store, store_node = registry_instance(world, expected)
+        tls_cred = ledger.credentials.get(f"tls/{store}")
+        if store in ledger.tls and tls_cred is not None and tls_cred.active is not None:
+            served = ledger.tls[store]
+            tls_key = SecretRef(f"tls/{store}", tls_cred.active.generation)
     for name in live:
         inst = instances[name]
         module, node = modules[inst.module], inst.node
@@ -235,13 +244,21 @@ def build(world, expected, logins):
                                    timeout=health.timeout)
             artifact = module.artifacts[container.artifact]
             image = image_of(artifact, module.name, container.artifact, ledger, registry)
+            labels = {"mesh.mesh": mesh.mesh, "mesh.instance": name,
+                      "mesh.container": container.name}
+            if name == store:  # the registry: its TLS directory once issued, its accounts' one
+                if served is not None:
+                    mounts.append(MountDecl("tls", f"/etc/mesh/tls/{store}", "/etc/mesh/tls",
+                                            True))
+                    labels["mesh.tls-serial"] = served.serial
+                mounts.append(MountDecl("auth", f"/etc/mesh/auth/{store}", "/etc/mesh/auth",
+                                        True))
             fields[node]["containers"].append(ContainerDecl(
                 name=UNSAFE.sub("-", f"{mesh.mesh}-{name}-{container.name}"), instance=name,
                 container=container.name, image=image, command=container.command,
                 env=pmap(env), secrets=pvector(sorted(refs)), ports=pvector(ports),
                 mounts=pvector(mounts), run_once=container.run_once, health=check,
-                labels=pmap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
-                             "mesh.container": container.name}),
+                labels=pmap(labels),
                 mac=mac_of.get(cname(name, container.name))))
         for provide in module.provides:
             definition = catalogue.provisions.get(provide.provision)
@@ -260,7 +277,7 @@ def build(world, expected, logins):
             accessed[inst.node][access.path] = (users | {name},
                                                 "rw" if access.mode == "rw" else mode)
 
-    allowed = defaultdict(lambda: [set(), set(), None])
+    allowed = defaultdict(lambda: [set(), set(), set()])
     for (consumer, as_), (provider, _rule) in sorted(expected.bindings.items()):
         pnode, cnode = instances[provider].node, instances[consumer].node
         if pnode == cnode:
@@ -270,7 +287,37 @@ def build(world, expected, logins):
         entry = allowed[(pnode, expected.ports[(provider, listen_name)], listen.protocol)]
         entry[0].add(address[cnode])
         entry[1].add(consumer)
-        entry[2] = entry[2] or f"{provider}/{listen_name}"
+        entry[2].add(f"{provider}/{listen_name}")
+    if registry is not None:  # every other node's container runtime pulls from the registry
+        for other in sorted(mesh.nodes):
+            if other != store_node and address[other] != address[store_node]:
+                entry = allowed[(store_node, int(registry.rsplit(":", 1)[1]), "tcp")]
+                entry[0].add(address[other])
+                entry[1].add(f"{other}'s container runtime")
+                entry[2].add(f"{store}/artifact-store")
+
+    # the registry's accounts: a pull account per node, one push account for the control node
+    logins_of = {}
+    if registry is not None:
+        control = next((n for n, d in sorted(mesh.nodes.items()) if d.control), None)
+        accounts = [(f"registry-pull/{store}/{n}", n, n, f"node-{n}", "pull", {store_node, n})
+                    for n in sorted(mesh.nodes)]
+        accounts.append((f"registry-push/{store}/control", "control", control or store_node,
+                         "mesh-push", "push", {store_node} | ({control} if control else set())))
+        for cred_id, consumer, consumer_node, login, resource, holders in accounts:
+            ask(cred_id, holders)
+            cred = ledger.credentials.get(cred_id)
+            newest, retiring = in_force(cred)
+            ref = SecretRef(cred_id, generation(cred_id))
+            fields[store_node]["grants"].append(GrantDecl(
+                provision="artifact-store", kind="registry+account", provider=store,
+                consumer=consumer, consumer_node=consumer_node, login=login, resource=resource,
+                credential=SecretRef(cred_id, newest.generation) if newest else ref,
+                retiring=SecretRef(cred_id, retiring.generation) if retiring else None))
+            if resource == "pull":
+                logins_of[consumer] = RegistryLogin(registry, login, ref)
+        if served is None or tls_reason(world, store, store_node) is not None:
+            requests.add(("tls-certificate", store))
 
     local = defaultdict(lambda: [set(), set(), set()])
     for (consumer, as_), (provider, _rule) in sorted(expected.bindings.items()):
@@ -298,7 +345,7 @@ def build(world, expected, logins):
                                         pvector(everyone if f.sources == "mesh" else []),
                                         f.reason or f"floor {f.port}/{f.protocol}"))
         allows = [FirewallAllow(port, protocol, pvector(sorted(sources)),
-                                f"{what} for {', '.join(sorted(consumers))}")
+                                f"{', '.join(sorted(what))} for {', '.join(sorted(consumers))}")
                   for (n, port, protocol), (sources, consumers, what) in sorted(allowed.items())
                   if n == node]
         f = fields[node]
@@ -323,19 +370,67 @@ def build(world, expected, logins):
             "bindings": sorted(f["bindings"], key=lambda b: (b.consumer, b.requirement)),
             "instances": [n for n in live if instances[n].node == node],
             "certificate": certificate.pem if certificate is not None else None,
+            "files": sorted(files_of(world, node, registry, store, store_node, served, tls_key)),
+            "registry_logins": [logins_of[node]] if node in logins_of else [],
         }
     return declarations, requests
 
 
-def mesh_registry(world, expected):
-    """host:port of the mesh's own registry: the first live artifact store, by name."""
+def live_stores(world, expected) -> dict:
+    """instance → "address:port" of every live instance providing artifact-store."""
+    stores = {}
     for name in expected.live:
         inst = world.mesh.instances[name]
         for provide in world.catalogue.modules[inst.module].provides:
             if provide.provision == "artifact-store":
                 port = expected.ports[(name, provide.listen)]
-                return f"{world.mesh.nodes[inst.node].address}:{port}"
+                stores[name] = f"{world.mesh.nodes[inst.node].address}:{port}"
+    return stores
+
+
+def registry_instance(world, expected):
+    """(instance, node) of the mesh's own registry: the artifact-store default when it names a
+    live store, else the only live store; None when there is none or several and no default."""
+    stores = live_stores(world, expected)
+    default = world.mesh.defaults.get("artifact-store")
+    chosen = default if default in stores else (next(iter(stores)) if len(stores) == 1
+                                                 else None)
+    return None if chosen is None else (chosen, world.mesh.instances[chosen].node)
+
+
+def mesh_registry(world, expected):
+    """host:port of the mesh's own registry (registry_instance picks it), or None."""
+    picked = registry_instance(world, expected)
+    return None if picked is None else live_stores(world, expected)[picked[0]]
+
+
+def tls_reason(world, store, node):
+    """Why the registry's server certificate must be issued anew (no `now`: no renewal), or
+    None when the one the ledger keeps still fits."""
+    certificate = world.ledger.tls.get(store)
+    cred = world.ledger.credentials.get(f"tls/{store}")
+    if certificate is None or cred is None or cred.active is None:
+        return "missing"
+    if certificate.address != world.mesh.nodes[node].address:
+        return "address"
+    if set(cred.active.sealed) != {node}:
+        return "moved"
     return None
+
+
+def files_of(world, node, registry, store, store_node, served, key) -> list:
+    """The files a node declares: the trust of the mesh CA for the registry (once the ledger
+    has a CA), and on the registry's node its server certificate and key (a secret token)."""
+    files = []
+    if registry is not None and world.ledger.ca:
+        files.append(FileDecl(f"/etc/docker/certs.d/{registry}/ca.crt", world.ledger.ca, "0644",
+                              reason=f"the container runtime trusts the mesh CA for {registry}"))
+    if served is not None and node == store_node:
+        files.append(FileDecl(f"/etc/mesh/tls/{store}/server.crt", served.pem, "0644",
+                              reason=f"server certificate of {store}"))
+        files.append(FileDecl(f"/etc/mesh/tls/{store}/server.key", token(f"tls/{store}"),
+                              "0600", key, reason=f"server key of {store}"))
+    return files
 
 
 def repository_path(repository: str) -> str:
@@ -361,16 +456,17 @@ def image_of(artifact, module_name, artifact_name, ledger, registry):
 
 
 def artifact_state(world, expected) -> str:
-    """Self-hosting when the mesh's registry holds every mirrorable image its containers run."""
+    """Self-hosting when the mesh's registry holds every mirrorable image of every module
+    assigned in mesh.yaml (refused or not: `mesh mirror` copies what the mesh is to run)."""
     registry = mesh_registry(world, expected)
     if registry is None:
         return "external"
-    for name in expected.live:
-        inst = world.mesh.instances[name]
-        module = world.catalogue.modules[inst.module]
-        for container in module.containers:
-            artifact = module.artifacts[container.artifact]
-            if installed(container, inst) and artifact.mirror and artifact.repository:
+    assigned = {i.module for i in world.mesh.instances.values()
+                if i.module in world.catalogue.modules}
+    for module_name in sorted(assigned):
+        module = world.catalogue.modules[module_name]
+        for artifact in module.artifacts.values():
+            if artifact.mirror and artifact.repository:
                 digest = world.ledger.pins[f"{artifact.repository}:{artifact.tag}"]
                 if world.ledger.mirrored.get(digest) != registry:
                     return "external"
@@ -392,7 +488,7 @@ def certificate_reasons(world) -> dict:
 
 
 def request_key(request: Request) -> tuple:
-    if request.kind == "certificate":
-        return ("certificate", request.id)
+    if request.kind in ("certificate", "tls-certificate"):
+        return (request.kind, request.id)
     reason = "reseal" if request.reason.startswith("re-seal") else "issue"
     return ("credential", request.id, tuple(request.holders), request.slot, reason)

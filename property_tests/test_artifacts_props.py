@@ -19,7 +19,7 @@ from pyrsistent import pmap, pvector
 
 from resolver import (Artifact, BuildRecord, Catalogue, Container, Instance, Ledger, Mesh, Module,
                       Node)
-from resolver._artifacts import (
+from resolver import (
     SELF_HOSTING,
     artifact_state,
     build_graph,
@@ -246,7 +246,7 @@ def test_images_are_named_by_their_digest_from_the_registry_holding_it(case, reg
 
 
 def test_a_cycle_of_bases_is_refused_and_an_acyclic_graph_is_not():
-    from resolver._artifacts import validate_build_graph
+    from resolver import validate_build_graph
 
     def module(name, artifacts):
         return Module(name=name, artifacts=pmap(artifacts))
@@ -276,7 +276,7 @@ ELSEWHERE = ["10.0.0.1:5000", "registry.example:8443", "[fd00::1]:5000", "ghcr.i
 
 @given(st.sampled_from(LOOPBACK + ELSEWHERE))
 def test_a_registry_is_on_loopback_exactly_when_its_host_is(registry):
-    from resolver._artifacts import is_loopback
+    from resolver import is_loopback
 
     assert is_loopback(registry) == (registry in LOOPBACK)
 
@@ -285,7 +285,7 @@ def test_a_registry_is_on_loopback_exactly_when_its_host_is(registry):
 def test_every_stale_artifact_says_which_base_moved(case):
     """Each reason names the bases that moved and, when both are known, the digests (their
     first twelve hex digits); what is stale only through a base says which one."""
-    from resolver._artifacts import staleness
+    from resolver import staleness
 
     catalogue, ledger = case
     graph = build_graph(catalogue)
@@ -318,7 +318,7 @@ def test_every_stale_artifact_says_which_base_moved(case):
 
 @given(catalogue_and_ledger(), catalogue_and_ledger(), st.data())
 def test_changed_pins_name_exactly_the_artifacts_whose_digest_moved(case, other, data):
-    from resolver._artifacts import artifacts_changed_by_pins, containers_using
+    from resolver import artifacts_changed_by_pins, containers_using
 
     catalogue, before = case
     every = catalogue_artifacts(catalogue)
@@ -342,38 +342,21 @@ def test_changed_pins_name_exactly_the_artifacts_whose_digest_moved(case, other,
         f"i-{n.split('/')[0]}/c-{n.split('/')[1]}" for n in affected)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["n1", "n2", "n9"]),
-                          st.one_of(st.none(), st.integers(1, 65535))), max_size=4),
-       st.one_of(st.none(), st.sampled_from(["reg@n1", "reg@n2", "web@n1", "nothing"])),
-       st.dictionaries(st.sampled_from(["reg@n1", "reg@n2", "reg@n9"]),
-                       st.integers(20000, 20010), max_size=3))
-def test_the_mesh_registry_is_the_one_artifact_store_and_its_port(registries, default, ports):
-    """The mesh default when it names a provider, else the only provider; its node's address
-    and the port of the listen it provides through (fixed, or assigned in the ledger)."""
-    from resolver import Listen, PortAssignment, Provide
-    from resolver._artifacts import artifact_store_address
+@given(st.dictionaries(st.sampled_from(["reg@n1", "reg@n2", "web@n1", "b@n9"]),
+                       st.sampled_from(["10.0.0.1:5000", "[fd00::2]:5001", "10.0.0.3:20000"]),
+                       max_size=4),
+       st.one_of(st.none(), st.sampled_from(["reg@n1", "reg@n2", "web@n1", "nothing"])))
+def test_the_mesh_registry_is_the_default_store_else_the_only_one(stores, default):
+    """The mesh default when it names a serving store, else the only store, else none (never a
+    silent pick among several); the address is that store's own."""
+    from resolver import choose_artifact_store, choose_artifact_store_instance
 
-    modules, instances = {}, {}
-    for module_name, node, fixed in registries:
-        modules[module_name] = Module(
-            name=module_name, listens=pmap({"api": Listen(port=5000, fixed=fixed)}),
-            provides=pvector([Provide("artifact-store", "api")]))
-        instances[f"reg@{node}" if module_name == "a" else f"{module_name}@{node}"] = \
-            Instance(module=module_name, node=node)
-    instances["web@n1"] = Instance(module="web", node="n1")
-    modules["web"] = Module(name="web", listens=pmap({"http": Listen(port=80)}))
-    nodes = {"n1": Node(address="10.0.0.1"), "n2": Node(address="fd00::2")}
-    mesh = Mesh(mesh="m", nodes=pmap(nodes), instances=pmap(instances),
-                defaults=pmap({"artifact-store": default} if default else {}))
-    ledger = Ledger(ports=pmap({n: pmap({"api": PortAssignment(n.split("@")[1], p)})
-                                for n, p in ports.items()}))
-    catalogue = Catalogue(modules=pmap(modules))
-    providers = sorted(n for n, i in instances.items() if modules[i.module].provides)
-    chosen = default if default in providers else (providers[0] if len(providers) == 1 else None)
-    expected = None
-    if chosen is not None and instances[chosen].node in nodes:
-        listen = modules[instances[chosen].module].listens["api"]
-        port = listen.fixed if listen.fixed is not None else ports.get(chosen)
-        if port is not None:
-            expected = f"{nodes[instances[chosen].node].address}:{port}"
-    assert artifact_store_address(catalogue, mesh, ledger) == expected
+    if default is not None and default in stores:
+        expected = default
+    elif len(stores) == 1:
+        [expected] = stores
+    else:
+        expected = None
+    assert choose_artifact_store_instance(stores, default) == expected
+    assert choose_artifact_store(stores, default) == (None if expected is None
+                                                      else stores[expected])

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap
 
 from resolver import Certificate, MeshError, resolve
-from resolver._certs import epoch_seconds, renewal_due
+from resolver import epoch_seconds, renewal_due
 
 from .strategies_meshes import meshes
 

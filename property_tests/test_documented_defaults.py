@@ -36,7 +36,7 @@ from resolver import (
     StateDir,
     structure,
 )
-from resolver._convert import yaml_key
+from resolver import yaml_key
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "schema.md"
 SECTIONS = {  # heading on the page → the model class, and a document with only required keys

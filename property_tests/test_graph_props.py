@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from pyrsistent import pmap
 
 from resolver import mesh_dot, problem_key, resolve
-from resolver._dot import binding_id, escape, instance_id, problem_id, quote
-from resolver._picture import EdgeView, ProblemView
+from resolver import binding_id, dot_escape as escape, instance_id, problem_id, dot_quote as quote
+from resolver import EdgeView, ProblemView
 
 from .strategies import worlds
 

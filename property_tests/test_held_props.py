@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import Floor, Instance, NodeSerial, Require, newest_written, record_declared, resolve
-from resolver import _codes as codes
+from resolver import ProblemCode as codes
 
 from .strategies import module_named, with_instance, worlds
 

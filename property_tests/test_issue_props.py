@@ -24,8 +24,8 @@ import resolver
 from executors.control.ca import init_ca
 from executors.control.issuer import issue, rotate
 from executors.common.keys import public_key_b64
-from resolver._plan import container_changes
-from resolver._rotation import (
+from resolver import container_changes
+from resolver import (
     holder_nodes,
     provider_applied,
     server_held_credentials,

@@ -30,10 +30,11 @@ import attrs
 from hypothesis import given, note
 
 from resolver import resolve, unstructure
-from resolver import _codes as codes
+import resolver as codes  # the problem codes are public names of the library
 
 from .oracle_mesh import LOGIN, credential, expect
-from .oracle_render import artifact_state, build, certificate_reasons, request_key
+from .oracle_render import (artifact_state, build, certificate_reasons, mesh_registry,
+                            registry_instance, request_key)
 from .strategies_meshes import meshes
 
 
@@ -143,6 +144,12 @@ def test_firewall_opens_exactly_the_models_pairs_and_the_floors(world):
         listen = expected.listens[(consumer, as_)]
         protocol = modules[mesh.instances[provider].module].listens[listen].protocol
         wanted[pnode].add((expected.ports[(provider, listen)], protocol, address[cnode]))
+    picked = registry_instance(world, expected)
+    if picked is not None:  # every other node's container runtime pulls from the registry
+        store, store_node = picked
+        port = int(mesh_registry(world, expected).rsplit(":", 1)[1])
+        wanted[store_node] |= {(port, "tcp", address[n]) for n in mesh.nodes
+                               if address[n] != address[store_node]}
     broker = mesh.substrate.broker
     for node, decl in resolution.declarations.items():
         opened = {(a.port, a.protocol, s) for a in decl.firewall.allow for s in a.sources}
@@ -161,7 +168,7 @@ def test_firewall_opens_exactly_the_models_pairs_and_the_floors(world):
 
 
 FIELDS = ("address", "containers", "state_dirs", "accesses", "firewall", "grants", "providers",
-          "bindings", "instances", "certificate")
+          "bindings", "instances", "certificate", "files", "registry_logins")
 
 
 @given(meshes())

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import (
+    MISSING_PUBLIC_KEY,
     Node,
     PortAssignment,
     Sources,
@@ -119,6 +120,10 @@ def rename(world, inst: dict, node: dict):
         parts = c.split("/")
         if parts[0] == "secret":
             return f"secret/{i(parts[1])}/{parts[2]}"
+        if parts[0] == "registry-pull":  # the pull account of a node on the registry
+            return f"registry-pull/{i(parts[1])}/{d(parts[2])}"
+        if len(parts) == 2:  # tls/<instance>
+            return f"{parts[0]}/{i(parts[1])}"
         return f"{parts[0]}/{i(parts[1])}/{i(parts[2])}"
 
     def generation(g):
@@ -161,6 +166,7 @@ def renamed_text(text: str, mesh_name: str, inst: dict, node: dict) -> str:
                             f"{mesh_name}-{UNSAFE.sub('-', inst[old])}-")
         text = text.replace(old, inst[old])
     for old in sorted(node, key=len, reverse=True):
+        text = text.replace(f"node-{old}", f"node-{node[old]}")  # a node's registry login
         text = re.sub(rf"(?<![A-Za-z0-9_@\-]){re.escape(old)}(?![A-Za-z0-9_@\-])", node[old],
                       text)
     return text
@@ -180,6 +186,13 @@ def test_renaming_nodes_and_instances_gives_an_isomorphic_resolution(world):
     mapped = json.loads(renamed_text(json.dumps(canonical(first)), world.mesh.mesh, inst, node))
     want = without_digests(canonical(second))
     got = without_digests(mapped)
+    for plain in (want, got):  # the push account's consumer, "control", is not renamed: the
+        for decl in plain["declarations"].values():  # grants' order by consumer may change
+            decl.get("grants", []).sort(key=lambda g: json.dumps(g, sort_keys=True))
+            for allow in decl.get("firewall", {}).get("allow", []):  # nor are the runtimes
+                what, _, consumers = allow["reason"].partition(" for ")  # pulling from it
+                allow["reason"] = " for ".join(", ".join(sorted(part.split(", ")))
+                                               for part in (what, consumers))
     for key in want:
         assert got[key] == want[key], key
 
@@ -259,6 +272,25 @@ def admits_the_mesh(declaration) -> bool:
     return any(list(f.sources) == everyone and everyone for f in declaration.firewall.floors)
 
 
+def without_puller(declaration, node: str, address: str):
+    """The registry node's declaration without what a new node `node` pulling from it adds:
+    its pull account's grant, its address among the sources of the registry's opening and its
+    runtime among that opening's consumers. Anything else the new node changed stays."""
+    puller = f"{node}'s container runtime"
+    allows = []
+    for allow in declaration.firewall.allow:
+        what, _, consumers = allow.reason.partition(" for ")
+        rest = [c for c in consumers.split(", ") if c != puller]
+        if not rest:
+            continue
+        allows.append(attrs.evolve(allow, sources=pvector(s for s in allow.sources
+                                                          if s != address),
+                                   reason=f"{what} for {', '.join(rest)}"))
+    firewall = attrs.evolve(declaration.firewall, allow=pvector(allows))
+    grants = pvector(g for g in declaration.grants if g.consumer != node)
+    return attrs.evolve(declaration, firewall=firewall, grants=grants, serial=0, digest="")
+
+
 @given(meshes(), st.sampled_from(["10.44.0.99", "fd00:44::99"]), st.booleans())
 def test_adding_an_unrelated_node_changes_no_existing_declaration(world, address, keyed):
     before = resolve(world.catalogue, world.mesh, world.ledger)
@@ -267,13 +299,24 @@ def test_adding_an_unrelated_node_changes_no_existing_declaration(world, address
     bigger = attrs.evolve(world.mesh, nodes=world.mesh.nodes.set("spare", spare))
     after = resolve(world.catalogue, bigger, world.ledger)
     assert not after.declarations["spare"].containers
+    registry_node = world.mesh.instances[before.registry_instance].node \
+        if before.registry_instance else None
     for node, decl in before.declarations.items():
         if admits_the_mesh(decl):
             continue  # a floor open to every node of the mesh now admits the new one too
+        if node == registry_node:  # the new node pulls from the registry: its account, opening
+            assert without_puller(after.declarations[node], "spare", address) == \
+                attrs.evolve(decl, serial=0, digest=""), node
+            assert any(g.consumer == "spare" and g.resource == "pull"
+                       for g in after.declarations[node].grants)
+            continue
         assert after.declarations[node].digest == decl.digest, node
         assert after.declarations[node].serial == decl.serial, node
     assert after.bindings == before.bindings
-    assert after.problems == before.problems
+    # a keyless new node is warned about only when it must hold its registry pull account
+    told = [p for p in after.problems if p.code == MISSING_PUBLIC_KEY and "spare" in p.message]
+    assert len(told) == (1 if registry_node is not None and not keyed else 0)
+    assert [p for p in after.problems if p not in told] == list(before.problems)
 
 
 # --------------------------------------------------------------------------- remove, add back

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import Credential, Generation, Health, Instance, resolve
-from resolver._plan import container_changes
+from resolver import container_changes
 
 from .strategies import digest_of
 from .strategies_meshes import meshes

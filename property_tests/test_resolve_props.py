@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import Instance, Node, resolve, unstructure
-from resolver import _codes as codes
+from resolver import ProblemCode as codes
 
 from .oracle_mesh import expect
 from .strategies import (module_named, selection_worlds, with_instance, without_instance,

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyrsistent import pmap
 
-from resolver._rotation import (
+from resolver import (
     RotationError,
     accepted_generations,
     begin_rotation,
@@ -374,7 +374,7 @@ class ServerAdminMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_plan_says_the_server_changes_first_and_keeps_its_container(self):
-        from resolver._rotation import describe_rotation
+        from resolver import describe_rotation
 
         said = describe_rotation(self.ID, self.cred)
         pending, active = self.cred.pending, self.cred.active

@@ -28,7 +28,7 @@ from resolver import (
     resolve,
     unstructure,
 )
-from resolver._convert import unstructure_full
+from resolver import unstructure_full
 
 from .strategies_meshes import meshes
 

@@ -271,37 +271,29 @@ def stale(graph: Mapping[str, Iterable[str]], ledger_builds: Mapping[str, BuildR
 # --------------------------------------------------------------------------- self-hosting
 
 
-def artifact_store_address(catalogue: Catalogue, mesh: Mesh, ledger: Ledger) -> Optional[str]:
-    """"host:port" of the mesh's own registry, or None while the mesh has none.
+def choose_artifact_store_instance(stores: Mapping[str, str],
+                                   default: Optional[str]) -> Optional[str]:
+    """The instance that is the mesh's own registry, or None while the mesh has none: the one
+    rule (choose_artifact_store gives its "host:port").
 
-    The registry is the assigned instance providing `artifact-store`: the mesh default if it
-    names one, else the only provider. Its address is its node's address and the host port of the
-    listen it provides through (a fixed port, or the one assigned in `ledger.ports`: pass the
-    ledger after port assignment). Several providers and no default, an unknown node or no port
-    yet: None (the mesh stays on external artifacts; never a silent pick).
+    `stores` maps each instance that provides `artifact-store` and serves now (declared live
+    with a host port, or held at its last good declaration) to its "host:port". The registry is
+    the mesh default's (`defaults: {artifact-store: <instance>}`) when it names one of them,
+    else the only one. Several and no default naming one of them: None, and the mesh stays on
+    external artifacts (never a silent pick: `mesh mirror` and every image reference follow
+    this same answer, so they cannot disagree).
     """
-    providers = sorted(
-        name for name, instance in mesh.instances.items()
-        if instance.module in catalogue.modules
-        and any(p.provision == ARTIFACT_STORE for p in catalogue.modules[instance.module].provides)
-    )
-    chosen = mesh.defaults.get(ARTIFACT_STORE)
-    if chosen not in providers:
-        chosen = providers[0] if len(providers) == 1 else None
-    if chosen is None:
-        return None
-    instance = mesh.instances[chosen]
-    node = mesh.nodes.get(instance.node)
-    module = catalogue.modules[instance.module]
-    provide = next(p for p in module.provides if p.provision == ARTIFACT_STORE)
-    listen = module.listens.get(provide.listen)
-    if node is None or listen is None:
-        return None
-    port = listen.fixed
-    if port is None:
-        assignment = ledger.ports.get(chosen, pmap()).get(provide.listen)
-        port = assignment.port if assignment is not None else None
-    return None if port is None else f"{node.address}:{port}"
+    if default is not None and default in stores:
+        return default
+    if len(stores) == 1:
+        return next(iter(stores))
+    return None
+
+
+def choose_artifact_store(stores: Mapping[str, str], default: Optional[str]) -> Optional[str]:
+    """"host:port" of the mesh's own registry (choose_artifact_store_instance decides which)."""
+    chosen = choose_artifact_store_instance(stores, default)
+    return None if chosen is None else stores[chosen]
 
 
 def artifact_digest(key: str, artifact: Artifact, ledger: Ledger) -> Optional[str]:
@@ -318,7 +310,7 @@ def image_reference(artifact: Artifact, ledger: Ledger, registry_address: Option
     """The image a container runs, by digest; None when the artifact has no digest (unpinned).
 
     Upstream artifact: "<registry address>/<repository path>@<digest>" when `registry_address`
-    (the mesh's own registry, see artifact_store_address) is given, the artifact may be mirrored
+    (the mesh's own registry, see choose_artifact_store) is given, the artifact may be mirrored
     and `ledger.mirrored` records that registry holding the digest; otherwise
     "<repository>@<digest>" (genesis, or a registry that does not hold it yet).
     Built artifact (pass `key`, "module/artifact"): "<registry address>/<key>@<digest>" when the
@@ -379,18 +371,29 @@ def pending_mirror(catalogue: Catalogue, mesh: Mesh, ledger: Ledger,
 
 
 def validate_artifact_store_modules(catalogue: Catalogue, sources: Sources = NO_SOURCES) -> list[Fault]:
-    """Refuse a module that provides `artifact-store` yet has an artifact with `mirror: true`.
+    """Refuse a module that provides `artifact-store` yet has an artifact the mesh builds
+    (`build:`) or one with `mirror: true`.
 
     The mesh's registry cannot run from an image only the mesh's registry serves (it would need
     itself to exist), so every artifact of such a module must say `mirror: false` and run from
-    its upstream digest.
+    its upstream digest. Nor can the mesh build it: a build is pushed to the mesh's registry,
+    the one thing not there yet; `mirror: false` on a build does not make it upstream.
     """
     faults = []
     for module_name, module in sorted(catalogue.modules.items()):
         if not any(p.provision == ARTIFACT_STORE for p in module.provides):
             continue
         for name, artifact in sorted(module.artifacts.items()):
-            if artifact.mirror:
+            if artifact.build is not None:
+                file, line, col = sources.where(f"module:{module_name}", "artifacts", name,
+                                                "build", at_key=True)
+                faults.append(Fault(
+                    file, line, col,
+                    f"module {module_name!r} provides artifact-store, so its artifact {name!r} "
+                    "cannot be built by the mesh: a build goes to the mesh's own registry, "
+                    "which would need itself to exist",
+                    "an upstream `repository:` and `tag:` with `mirror: false`"))
+            elif artifact.mirror:
                 file, line, col = sources.where(f"module:{module_name}", "artifacts", name, at_key=True)
                 faults.append(Fault(
                     file, line, col,

@@ -4,7 +4,9 @@ Invariants:
 - A node's declaration holds exactly the renderings of the instances declared on it (live,
   or held at the rendering last written for them), plus what its providers hold for
   consumers elsewhere: their grants and firewall openings (allows from other nodes, same-node
-  containers by MAC), and the exposures of its own instances. Nothing else is in it.
+  containers by MAC), and the exposures of its own instances; the mesh's registry's node also
+  allows every other node to the registry's port (each node's container runtime pulls from it),
+  and every node holds the trust file of that registry (resolver/_tls.py). Nothing else is in it.
 - A held instance's grants and allows on a provider's node are placed only while that
   provider is declared on that node (live or held there): a provider that moved or went takes
   its grants with it.
@@ -32,12 +34,24 @@ from ._declaration import (
     HeldDecl,
     InstanceRendering,
 )
+from ._digest import declaration_digest
 from ._firewall import merge_openings
 from ._records import next_serial
-from ._render import declaration_digest
+from ._registry_access import registry_accounts
+from ._tls import server_files, tls_ref, trust_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
+
+
+def registry_pullers(mesh, store: str, store_node: str, port: int) -> list:
+    """The openings of the mesh's registry: every other node pulls from it (its container
+    runtime consumes the artifact store), so each node's address is allowed to its port."""
+    own = mesh.nodes[store_node].address
+    return [(f"{name}'s container runtime",
+             FirewallAllow(port, "tcp", pvector([node.address]), f"{store}/artifact-store"))
+            for name, node in sorted(mesh.nodes.items())
+            if name != store_node and node.address != own]
 
 
 def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
@@ -55,6 +69,12 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         for node in sorted(set(rendering.grants) | set(rendering.allows) | set(rendering.locals)):
             foreign.setdefault(node, []).append((name, rendering))
     mesh_sources = sorted({n.address for n in mesh.nodes.values()})
+    registry = r.mesh_registry()
+    store, store_node = r.registry_instance if registry is not None else (None, None)
+    key = tls_ref(r.ledger, store) if store is not None else None
+    served = r.ledger.tls.get(store) if key is not None else None
+    accounts, logins = registry_accounts(r, store, store_node, registry) \
+        if store is not None and store in renderings else ([], {})
     declarations = {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
@@ -80,6 +100,8 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
                 grants.extend(rendering.grants.get(node_name, ()))
                 allow.extend((consumer, a) for a in rendering.allows.get(node_name, ()))
                 local.extend((consumer, a) for a in rendering.locals.get(node_name, ()))
+        if registry is not None and store_node == node_name and store in here:
+            allow.extend(registry_pullers(mesh, store, node_name, int(registry.rsplit(":", 1)[1])))
         floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
         broker = mesh.substrate.broker
         if broker in here:
@@ -98,9 +120,17 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         # all: adding a node must not change the declaration of a node it has nothing to do with
         admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
         cert = r.ledger.certificates.get(node_name)
+        files = []
+        if registry is not None and r.ledger.ca:  # every node's runtime pulls from it
+            files.append(trust_file(registry, r.ledger.ca))
+        containers = [c for rendering in mine for c in rendering.containers]
+        if served is not None and store_node == node_name and store in here:
+            files.extend(server_files(store, served.pem, key))
+        if accounts and store_node == node_name and store in here:
+            grants.extend(accounts)  # the registry's accounts, kept by its htpasswd provisioner
         decl = Declaration(
             mesh=mesh.mesh, node=node_name, address=node.address,
-            containers=pvector(c for rendering in mine for c in rendering.containers),
+            containers=pvector(containers),
             state_dirs=pvector(sorted((d for rendering in mine for d in rendering.state_dirs),
                                       key=lambda d: (d.path, d.instance, d.name))),
             accesses=pvector(AccessDecl(path, mode, pvector(sorted(names_)))
@@ -117,6 +147,8 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
             instances=pvector(names),
             certificate=cert.pem if cert is not None else None,
             held=pvector(sorted(h for name in names if name in held for h in held[name][1])),
+            files=pvector(sorted(files)),
+            registry_logins=pvector([logins[node_name]] if node_name in logins else []),
         )
         digest = declaration_digest(decl)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)

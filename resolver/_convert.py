@@ -93,10 +93,35 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
 
     conv.register_structure_hook_func(is_pmap, structure_pmap)
     conv.register_structure_hook_func(is_pvector, structure_pvector)
-    conv.register_unstructure_hook_func(
-        is_pmap, lambda m: {k: conv.unstructure(v) for k, v in m.items()}
-    )
-    conv.register_unstructure_hook_func(is_pvector, lambda v: [conv.unstructure(i) for i in v])
+    def element_hook(item_t: Any) -> Any:
+        """How one element of a declared type unstructures, decided once per type (not looked
+        up again for every element): a plain value stays itself, anything else goes through
+        the hook of its declared type (runtime dispatch for `Any`)."""
+        if item_t in (str, int, bool):
+            return None
+        if item_t is Any:
+            return conv.unstructure
+        return conv.get_unstructure_hook(item_t)
+
+    def unstructure_pmap_factory(t: Any) -> Any:
+        args = typing.get_args(t)
+        val_t = args[1] if len(args) == 2 else Any
+        hook = element_hook(val_t)
+        if hook is None:  # the exact plain type needs nothing; a subclass (a StrEnum) its value
+            return lambda m: {k: v if type(v) is val_t else conv.unstructure(v)
+                              for k, v in m.items()}
+        return lambda m: {k: hook(v) for k, v in m.items()}
+
+    def unstructure_pvector_factory(t: Any) -> Any:
+        args = typing.get_args(t)
+        item_t = args[0] if len(args) == 1 else Any
+        hook = element_hook(item_t)
+        if hook is None:
+            return lambda v: [i if type(i) is item_t else conv.unstructure(i) for i in v]
+        return lambda v: [hook(i) for i in v]
+
+    conv.register_unstructure_hook_factory(is_pmap, unstructure_pmap_factory)
+    conv.register_unstructure_hook_factory(is_pvector, unstructure_pvector_factory)
     # values unstructured without a declared type arrive with pyrsistent's runtime classes
     conv.register_unstructure_hook_func(
         lambda t: isinstance(t, type) and issubclass(t, RuntimePMap),
@@ -128,10 +153,6 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
 
 CONVERTER = make_converter()
 FULL_CONVERTER = make_converter(omit_defaults=False)  # every field, for programs reading plans
-
-
-def structure(data: Any, cls: type):
-    return CONVERTER.structure(data, cls)
 
 
 def unstructure(obj: Any) -> Any:

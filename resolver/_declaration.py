@@ -23,12 +23,6 @@ from pyrsistent.typing import PMap, PVector
 
 from ._model import EMPTY_MAP, EMPTY_VEC
 
-SECRET_TOKEN = "${{secret:{}}}"  # format with a credential id
-
-
-def secret_token(credential: str) -> str:
-    return SECRET_TOKEN.format(credential)
-
 
 @attrs.frozen(order=True)
 class SecretRef:
@@ -230,6 +224,27 @@ class InstanceRendering:
     claims: PVector[str] = EMPTY_VEC  # the singular things it claims on its node, kept held
 
 
+@attrs.frozen(order=True)
+class RegistryLogin:
+    """The account a node's container runtime pulls from a registry with (its own)."""
+
+    registry: str  # host:port
+    user: str
+    secret: SecretRef
+
+
+@attrs.frozen(order=True)
+class FileDecl:
+    """A file the node must hold, written whole at `path` (under the node's file root): public
+    content as written, or a `${secret:<id>}` token the executor unseals (`secret`)."""
+
+    path: str  # absolute
+    content: str
+    mode: str = "0644"  # octal
+    secret: Optional[SecretRef] = None
+    reason: str = ""
+
+
 @attrs.frozen
 class Declaration:
     mesh: str
@@ -247,6 +262,8 @@ class Declaration:
     instances: PVector[str] = EMPTY_VEC  # instances declared here, held ones included
     certificate: Optional[str] = None  # the node certificate's PEM (public)
     held: PVector[HeldDecl] = EMPTY_VEC  # instances refused now, kept at their last good state
+    files: PVector[FileDecl] = EMPTY_VEC  # files outside the state root (trust, TLS), by path
+    registry_logins: PVector[RegistryLogin] = EMPTY_VEC  # this node's pull account(s)
 
 
 @attrs.frozen(order=True)

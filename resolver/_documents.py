@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 import attrs
 from pyrsistent import pmap
@@ -26,7 +26,7 @@ from ._convert import unstructure
 from ._errors import Fault, InputError
 from ._inputs import Catalogue, Sources
 from ._ledger import EMPTY_LEDGER, Ledger
-from ._load import DocumentPositions, load_document
+from ._load import DocumentPositions, Parsed, load_document
 from ._model import Mesh, Module, Provisions
 from ._validate import (
     ledger_version_fault,
@@ -143,7 +143,7 @@ class Inputs:
 from ._artifacts import validate_artifact_store_modules, validate_build_graph  # noqa: E402
 
 
-def load_inputs(documents: Mapping[str, tuple[str, str]]) -> Inputs:
+def load_inputs(documents: Mapping[str, tuple[Union[str, bytes, Parsed], str]]) -> Inputs:
     """Load a whole mesh from documents keyed like Sources ("mesh", "provisions", "ledger",
     "module:<name>"), each (text, UTF-8 bytes or a Parsed; file). No "ledger" means the empty ledger; no
     "provisions", none defined. Raises one InputError with the faults of every document."""

@@ -52,3 +52,7 @@ class InputError(MeshError):
 
 class ResolutionError(MeshError):
     """A request the resolver cannot honour at all (not a problem of one instance)."""
+
+
+class PlaceholderSyntaxError(MeshError, ValueError):
+    """An env value whose `${…}` cannot be read (an unclosed `${`)."""

@@ -100,6 +100,12 @@ class Ledger:
     logins: PMap[str, str] = EMPTY_MAP  # credential id → login
     credentials: PMap[str, Credential] = EMPTY_MAP  # credential id → rotation state
     certificates: PMap[str, Certificate] = EMPTY_MAP  # node → certificate
+    # the mesh CA's own certificate (public), recorded by the issuer: what every node's
+    # container runtime is told to trust for the mesh's registry
+    ca: str = ""
+    # instance → the TLS server certificate the mesh CA issued it (its key is the sealed
+    # credential `tls/<instance>`): the artifact store serves with it
+    tls: PMap[str, Certificate] = EMPTY_MAP
     pins: PMap[str, str] = EMPTY_MAP  # "repository:tag" → "sha256:…"
     mirrored: PMap[str, str] = EMPTY_MAP  # digest → registry address that holds it
     builds: PMap[str, BuildRecord] = EMPTY_MAP  # "module/artifact" → build record

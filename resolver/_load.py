@@ -10,7 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, TypeVar
 
 import attrs
 from cattrs.errors import (
@@ -20,7 +20,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from ._convert import _describe, structure, yaml_key
+from ._convert import CONVERTER, _describe, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
 from ._yaml import read_yaml
@@ -75,8 +75,25 @@ class DocumentPositions:
         return tuple(k for k in child if isinstance(k, str))
 
     def fault(self, path: Path, message: str, expected: str = "", *, at_key: bool = False) -> Fault:
+        """A Fault at `path`; in a document built in code (no text, so no line) it names the
+        key path instead: `mesh: nodes.anchor.address: …`."""
         line, col = self.position(path, at_key=at_key)
+        if line == 0 and path[self.skip:]:
+            message = f"{key_path(path[self.skip:])}: {message}"
         return Fault(self.file, line, col, message, expected)
+
+
+def key_path(path: Iterable[Any]) -> str:
+    """A key path as an operator reads it: `nodes.anchor.ssh-port`, `containers[0].env.DB`."""
+    out = ""
+    for element in path:
+        out += f"[{element}]" if isinstance(element, int) else ("." if out else "") + str(element)
+    return out
+
+
+def positionless(document: str, skip: int = 0) -> DocumentPositions:
+    """The positions of a document built in code: none, so its faults name key paths."""
+    return DocumentPositions(document, (0, 0, None), skip)
 
 
 def parse_yaml(text, file: str) -> tuple[Any, DocumentPositions]:
@@ -98,6 +115,21 @@ class Parsed:
 
 def parse_document(text, file: str) -> Parsed:
     return Parsed(*parse_yaml(text, file))
+
+
+T = TypeVar("T")
+
+
+def structure(data: Any, cls: type[T], *, document: str = "") -> T:
+    """`data` (plain dicts, lists and scalars, keys as documents write them) as an instance of
+    `cls`, strictly: no coercion, unknown keys refused. Every fault is an InputError named by
+    key path (under `document`, default the class name); never the converter's own errors."""
+    try:
+        return CONVERTER.structure(data, cls)
+    except Exception as exc:  # noqa: BLE001 - the converter's exception tree, mapped
+        where = positionless(document or cls.__name__)
+        faults = structure_faults(exc, where) or [where.fault((), str(exc))]
+        raise InputError(faults) from None
 
 
 def structure_faults(exc: BaseException, where: DocumentPositions, path: Path = ()) -> list[Fault]:
@@ -163,7 +195,7 @@ def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None
         data = {wrap: data}
         where = attrs.evolve(where, skip=1)
     try:
-        model = structure(data, cls)
+        model = CONVERTER.structure(data, cls)
     except Exception as exc:  # the converter's exception tree, mapped to positions
         faults = structure_faults(exc, where) or [Fault(file, 1, 1, str(exc))]
         if validate is not None:
@@ -184,7 +216,7 @@ def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: Docume
             return []  # something was missing or not a plain value: nothing sound to check
         repaired += paths
         try:
-            model = structure(data, cls)
+            model = CONVERTER.structure(data, cls)
         except Exception as again:  # noqa: BLE001 - the converter's exception tree
             exc = again
             continue

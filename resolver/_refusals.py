@@ -267,7 +267,7 @@ def check_public_keys(r: "_Resolver") -> None:
     in the plan, before the issuer has to refuse."""
     waiting: dict[str, int] = {}
     for request in r.requests:
-        if request.kind == "credential":
+        if request.kind in ("credential", "tls-certificate"):
             for node in request.holders:
                 if r.mesh.nodes[node].public_key is None:
                     waiting[node] = waiting.get(node, 0) + 1

@@ -16,20 +16,17 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from typing import TYPE_CHECKING
 
-import attrs
 from pyrsistent import pmap, pvector
 
-from ._convert import unstructure
+from ._bound import RESOURCE_KEYS, binding_record, secret_id
+from ._placeholders import secret_token, template
 from ._declaration import (
     AccessDecl,
     BindingDecl,
     ContainerDecl,
-    Declaration,
     FirewallAllow,
     FirewallLocal,
     GrantDecl,
@@ -40,7 +37,6 @@ from ._declaration import (
     PublishedPort,
     SecretRef,
     StateDirDecl,
-    secret_token,
 )
 from ._firewall import consumer_container_macs, exposures_of
 from ._rotation import grant_view
@@ -48,7 +44,6 @@ from ._rotation import grant_view
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
-PLACEHOLDER = re.compile(r"\$\$|\$\{([^}]*)\}")
 DEFAULT_FACILITY_PATHS = {"docker-socket": "/var/run/docker.sock"}
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
@@ -69,16 +64,20 @@ def container_name(mesh: str, instance: str, container: str) -> str:
     return _NAME_UNSAFE.sub("-", f"{mesh}-{instance}-{container}")
 
 
-def declaration_digest(declaration: Declaration) -> str:
-    body = unstructure(attrs.evolve(declaration, serial=0, digest=""))
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+def registry_containers(r: "_Resolver", store: str, containers: list) -> list:
+    """The registry instance's containers with its certificate directory (once issued) and its
+    accounts' directory mounted."""
+    from ._registry_access import with_auth
+    from ._tls import tls_ref, with_tls
+
+    served = r.ledger.tls.get(store) if tls_ref(r.ledger, store) is not None else None
+    if served is not None:
+        containers = [with_tls(c, store, served.serial) for c in containers]
+    return [with_auth(c, store) for c in containers]
 
 
 def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
     """Every live instance's rendering, and the bindings (as the plan lists them)."""
-    from ._resolve import RESOURCE_KEYS, binding_record, secret_id
-
     mesh, instances = r.mesh, r.instances
     address = {n: node.address for n, node in mesh.nodes.items()}
     live = r.placed()
@@ -138,7 +137,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
         if template:
             values["url"] = template.format_map(_Missing(values))
         values_of[key] = values
-        bindings.append(binding_record(r, b, values, secret))
+        bindings.append(binding_record(r.mesh.instances, b, values, secret))
         mine["bindings"].append(BindingDecl(
             consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
             provision=b.requirement.provision, values=pmap(values), secret=secret, kind=b.kind))
@@ -225,8 +224,11 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
                 mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
     renderings = {}
+    store = r.registry_instance[0] if r.mesh_registry() is not None else None
     for name in live:
         mine = parts[name]
+        if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
+            mine["containers"] = registry_containers(r, name, mine["containers"])
         renderings[name] = InstanceRendering(
             node=instances[name].node,
             containers=pvector(mine["containers"]),
@@ -277,16 +279,13 @@ def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
         return raw
     inst = r.instances[name]
 
-    def one(match):
-        if match.group(0) == "$$":
-            return "$"
-        parts = match.group(1).split(".")
+    def one(parts: tuple[str, ...]) -> str:
         if parts[0] == "self":
-            if parts[1:] == ["address"]:
+            if parts[1:] == ("address",):
                 return r.mesh.nodes[inst.node].address
-            if parts[1:] == ["instance"]:
+            if parts[1:] == ("instance",):
                 return name
-            if parts[1:] == ["node"]:
+            if parts[1:] == ("node",):
                 return inst.node
             if len(parts) == 3 and parts[2] == "password" and (name, parts[1]) in own_secrets:
                 ref = own_secrets[(name, parts[1])]
@@ -294,7 +293,7 @@ def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
                 return secret_token(ref.credential)
             if len(parts) == 3 and parts[2] == "port" and (name, parts[1]) in assigned:
                 return str(assigned[(name, parts[1])])
-            return match.group(0)
+            return "${" + ".".join(parts) + "}"
         key = (name, parts[0])
         if key not in values_of:  # an optional requirement left unbound: told nothing
             return ""
@@ -305,7 +304,7 @@ def _fill(raw, r, name, bound, values_of, own_secrets, assigned, refs) -> str:
                 refs.add(ref)
         return value
 
-    return PLACEHOLDER.sub(one, raw)
+    return "".join(part if type(part) is str else one(part) for part in template(raw))
 
 
 def _pending_ref(r, cred_id):

@@ -12,6 +12,8 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Optional
+
 import attrs
 from pyrsistent.typing import PMap, PVector
 
@@ -29,6 +31,8 @@ class Resolution:
     changes: PVector[Change]
     ledger: Ledger
     artifacts: str = "external"  # external | self-hosting
+    registry: Optional[str] = None  # "host:port" of the mesh's own registry (choose_artifact_store)
+    registry_instance: Optional[str] = None  # the instance that is that registry
     renderings: PMap[str, InstanceRendering] = EMPTY_MAP  # live instance → its rendering
 
     @property

@@ -25,8 +25,10 @@ from pyrsistent import pmap, pvector
 
 from . import _codes as codes
 from ._assemble import assemble
+from ._check import validate
+from ._errors import InputError
+from ._bound import Bound, credential_id
 from ._declaration import (
-    Binding,
     Change,
     Problem,
     Request,
@@ -38,8 +40,15 @@ from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
 from ._ledger import Ledger
 from ._model import Mesh, Module, Require
-from ._artifacts import artifact_key, image_reference
+from ._artifacts import (
+    ARTIFACT_STORE,
+    artifact_key,
+    artifact_state,
+    choose_artifact_store_instance,
+    image_reference,
+)
 from ._certs import certificate_requests
+from ._tls import tls_reason, tls_request
 from ._refusals import (
     check_claims,
     check_defaults,
@@ -54,31 +63,7 @@ from ._firewall import check_exposures
 from ._render import render_instances
 from ._resolution import Resolution
 from ._select import select_provider
-
-DUAL_LOGIN_KINDS = ("database+login",)
-RESOURCE_KEYS = {"database+login": "database", "vhost+account": "vhost",
-                 "bucket+key": "bucket", "client+secret": "client"}
-
-
-def credential_id(provision: str, provider: str, consumer: str) -> str:
-    return f"{provision}/{provider}/{consumer}"
-
-
-def secret_id(instance: str, name: str) -> str:
-    return f"secret/{instance}/{name}"
-
-
-@attrs.define
-class _Bound:
-    """A binding under construction (mutable while resolving, frozen into Binding after)."""
-
-    consumer: str
-    requirement: Require
-    provider: str
-    chosen_by: str
-    listen: str
-    kind: str = "none"
-    credential: Optional[str] = None
+_UNSET = object()
 
 
 class _Resolver:
@@ -103,7 +88,9 @@ class _Resolver:
         self.assigned_ports: Optional[dict] = None
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
-        self._mirrorable = self._mirrored = 0
+        self._registry: object = _UNSET
+        self.registry_instance: Optional[tuple[str, str]] = None  # (instance, node), set with _registry
+        self._images: dict[str, str] = {}  # artifact key → its image reference
         self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
@@ -172,13 +159,13 @@ class _Resolver:
                     lst.append(name)
         return by_provision, by_module
 
-    def bind_all(self) -> dict[tuple, _Bound]:
+    def bind_all(self) -> dict[tuple, Bound]:
         held = held_candidates(self)
         by_provision, by_module = self.candidates_index(held)
         instance_nodes = {n: self.instances[n].node for n in self.names
                           if self.module_of(n) is not None}
         instance_nodes.update({n: rendering.node for n, rendering in held.items()})
-        bound: dict[tuple, _Bound] = {}
+        bound: dict[tuple, Bound] = {}
         local_index: dict[tuple, list] = {}  # (what, node) → candidates on that node
         for key, names in list(by_provision.items()) + [(("module", m), n)
                                                         for m, n in by_module.items()]:
@@ -235,7 +222,7 @@ class _Resolver:
                                  blocks=[] if optional else [name])
                     continue
                 listen = self.serving_listen(selection.provider, req)
-                bound[(name, req.as_)] = _Bound(name, req, selection.provider,
+                bound[(name, req.as_)] = Bound(name, req, selection.provider,
                                                 selection.chosen_by, listen)
         return bound
 
@@ -276,7 +263,7 @@ class _Resolver:
             self.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
                          state=state, candidates=selection.candidates, blocks=[name])
 
-    def propagate_blocks(self, bound: dict[tuple, _Bound]) -> None:
+    def propagate_blocks(self, bound: dict[tuple, Bound]) -> None:
         """A consumer of a blocked provider is blocked too (it could not start honestly)."""
         changed = True
         while changed:
@@ -362,6 +349,7 @@ class _Resolver:
         renderings, bindings = render_instances(self, bound, assigned, logins)
         declarations = assemble(self, renderings, held_instances(self))
         self.certificate_requests()
+        self.tls_requests()
         check_public_keys(self)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
@@ -390,6 +378,8 @@ class _Resolver:
             changes=pvector(sorted(set(self.changes))),
             ledger=ledger,
             artifacts=self.artifact_state,
+            registry=self.mesh_registry(),
+            registry_instance=self.registry_instance[0] if self.registry_instance else None,
             renderings=pmap(renderings),
         )
 
@@ -400,42 +390,53 @@ class _Resolver:
     # ------------------------------------------------------------------ artifacts
 
     def mesh_registry(self) -> Optional[str]:
-        """host:port of the mesh's own artifact store, when one is live (self-hosting possible)."""
-        if not hasattr(self, "_registry"):
-            self._registry = None
-            stores = []
+        """host:port of the mesh's own artifact store (choose_artifact_store decides which),
+        when one serves: declared live with an assigned port, or held (it still serves)."""
+        if self._registry is _UNSET:
+            stores: dict[str, str] = {}
+            nodes: dict[str, str] = {}
             for name in self.placed():
                 for provide in self.module_of(name).provides:
-                    if provide.provision == "artifact-store" and self.assigned_ports is not None:
+                    if provide.provision == ARTIFACT_STORE and self.assigned_ports is not None:
                         port = self.assigned_ports.get((name, provide.listen))
                         if port is not None:
-                            stores.append((name, self.instances[name].node, port))
+                            node = self.instances[name].node
+                            stores[name] = f"{self.mesh.nodes[node].address}:{port}"
+                            nodes[name] = node
             for name, rendering in held_candidates(self).items():  # held, it still serves
                 for provide in rendering.providers:
-                    if provide.provision == "artifact-store":
-                        stores.append((name, rendering.node, provide.port))
-            if stores:
-                _name, node, port = min(stores)
-                self._registry = f"{self.mesh.nodes[node].address}:{port}"
+                    if provide.provision == ARTIFACT_STORE:
+                        stores.setdefault(
+                            name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
+                        nodes.setdefault(name, rendering.node)
+            chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
+            self._registry = None if chosen is None else stores[chosen]
+            self.registry_instance = None if chosen is None else (chosen, nodes[chosen])
         return self._registry
 
+    def tls_requests(self) -> None:
+        """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
+        if self.mesh_registry() is None:
+            return
+        name, node = self.registry_instance
+        reason = tls_reason(self.mesh, self.ledger, name, node, self.now)
+        if reason is not None:
+            self.requests.append(tls_request(name, node, reason))
+
     def image_reference(self, module: Module, artifact_name: str) -> str:
-        """`repository@digest`, or the mesh registry's copy when it holds that digest."""
-        artifact = module.artifacts[artifact_name]
-        registry = self.mesh_registry()
+        """`repository@digest`, or the mesh registry's copy when it holds that digest (the
+        same for every container of the module's artifact: worked out once per artifact)."""
         key = artifact_key(module.name, artifact_name)
-        reference = image_reference(artifact, self.ledger, registry, key=key)
-        if artifact.mirror and artifact.repository is not None:
-            self._mirrorable += 1
-            if registry is not None and reference.startswith(registry + "/"):
-                self._mirrored += 1
+        reference = self._images.get(key)
+        if reference is None:
+            artifact = module.artifacts[artifact_name]
+            reference = image_reference(artifact, self.ledger, self.mesh_registry(), key=key)
+            self._images[key] = reference
         return reference
 
     @property
     def artifact_state(self) -> str:
-        if self.mesh_registry() is not None and self._mirrored == self._mirrorable:
-            return "self-hosting"
-        return "external"
+        return artifact_state(self.catalogue, self.mesh, self.ledger, self.mesh_registry())
 
 
 def _problem_order(p: Problem):
@@ -443,17 +444,15 @@ def _problem_order(p: Problem):
 
 
 def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Sources = NO_SOURCES,
-            now: Optional[str] = None) -> Resolution:
-    """Resolve the whole mesh. `now` (ISO 8601, UTC) enables certificate renewal windows."""
+            now: Optional[str] = None, checked: bool = False) -> Resolution:
+    """Resolve the whole mesh. `now` (ISO 8601, UTC) enables certificate renewal windows.
+
+    The inputs are validated first (validate(), the rules loading applies): inputs with faults
+    raise InputError with every fault; everything else is a problem in the Resolution.
+    `checked=True` says the caller has validated them already and skips that (a test feeding
+    the renderer names no document may hold does it knowingly)."""
+    if not checked:
+        faults = validate(catalogue, mesh, ledger, sources)
+        if faults:
+            raise InputError(faults)
     return _Resolver(catalogue, mesh, ledger, sources, now).run()
-
-
-def binding_record(r: "_Resolver", b: _Bound, values: dict, secret) -> Binding:
-    inst = r.mesh.instances
-    return Binding(
-        consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
-        provision=b.requirement.provision, module=b.requirement.module,
-        consumer_node=inst[b.consumer].node, provider_node=inst[b.provider].node,
-        chosen_by=b.chosen_by, host=values["host"], port=int(values["port"]),
-        login=values.get("user"), resource=values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
-        url=values.get("url"), secret=secret)

@@ -18,6 +18,7 @@ from typing import Any, Union
 import attrs
 from pyrsistent.typing import PMap, PVector
 
+from ._errors import MeshError
 from ._convert import CONVERTER, document_key
 from ._declaration import Declaration
 from ._ledger import LEDGER_VERSION, Ledger
@@ -196,6 +197,6 @@ def document_names() -> list[str]:
 def json_schema(document: str) -> dict:
     """The JSON Schema of one document type (see document_names())."""
     if document not in DOCUMENTS:
-        raise KeyError(document)
+        raise MeshError(f"no document type {document!r}; expected one of " + ", ".join(DOCUMENTS))
     root, description = DOCUMENTS[document]
     return _document(document, root, description)

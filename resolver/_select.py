@@ -20,13 +20,14 @@ from typing import Mapping, Optional, Sequence
 import attrs
 
 from . import _codes as codes
+from ._codes import ChosenBy
 
-INSTANCE_OVERRIDE = "instance override"
-MANIFEST = "manifest"
-RECORDED = "recorded"
-CO_LOCATED = "co-located"
-MESH_DEFAULT = "mesh default"
-SOLE_PROVIDER = "sole provider"
+INSTANCE_OVERRIDE = ChosenBy.INSTANCE_OVERRIDE
+MANIFEST = ChosenBy.MANIFEST
+RECORDED = ChosenBy.RECORDED
+CO_LOCATED = ChosenBy.CO_LOCATED
+MESH_DEFAULT = ChosenBy.MESH_DEFAULT
+SOLE_PROVIDER = ChosenBy.SOLE_PROVIDER
 
 
 @attrs.frozen

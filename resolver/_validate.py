@@ -25,6 +25,8 @@ from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
 from ._model import GRANT_KINDS, Health, Mesh, Module, Provisions
+from ._errors import PlaceholderSyntaxError
+from ._placeholders import placeholders
 
 PROTOCOLS = ("tcp", "udp")
 ACCESS_MODES = ("ro", "rw")
@@ -41,46 +43,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNER = re.compile(r"^[0-9]+:[0-9]+$")
 OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-class PlaceholderSyntaxError(MeshError, ValueError):
-    """An env value whose `${…}` cannot be read."""
-
-
-def placeholders(value: str) -> list[str]:
-    """The `${…}` bodies of an env value, in order. `$$` is a literal `$`."""
-    found, i = [], 0
-    while i < len(value):
-        if value.startswith("$$", i):
-            i += 2
-        elif value.startswith("${", i):
-            end = value.find("}", i + 2)
-            if end < 0:
-                raise PlaceholderSyntaxError("an unclosed ${")
-            found.append(value[i + 2:end])
-            i = end + 1
-        else:
-            i += 1
-    return found
-
-
-def render_placeholders(value: str, lookup) -> str:
-    """Replace each `${body}` with lookup(body) and `$$` with `$` (the resolver's half)."""
-    out, i = [], 0
-    while i < len(value):
-        if value.startswith("$$", i):
-            out.append("$")
-            i += 2
-        elif value.startswith("${", i):
-            end = value.find("}", i + 2)
-            if end < 0:
-                raise PlaceholderSyntaxError("an unclosed ${")
-            out.append(lookup(value[i + 2:end]))
-            i = end + 1
-        else:
-            out.append(value[i])
-            i += 1
-    return "".join(out)
 
 
 class _Faults:

@@ -160,7 +160,7 @@ def container(mesh: str, short: str, image: str, *, env=None, secrets=(), port=N
         run_once=run_once, health=health, labels=pmap(labels or {}))
 
 
-def http_health(port: int, timeout: int = 20):
+def http_health(port: int, timeout: int = 60):  # the product default: a loaded machine is slow
     from resolver import HealthDecl
 
     return HealthDecl(kind="http", port=HTTP_PORT, host_port=port, path="/cgi-bin/env",

@@ -38,6 +38,22 @@ def test_an_artifact_store_that_needs_a_mirrored_artifact_is_refused_with_the_re
     assert fault.line > 0 and "itself" in str(fault)
 
 
+def test_an_artifact_store_the_mesh_would_build_is_refused_even_with_mirror_false(mesh_dir):
+    """The artifact store builds nothing: a build is pushed to the mesh's own registry, so a
+    registry module with a `build:` artifact needs itself, whatever `mirror:` says."""
+    manifest = mesh_dir / "catalogue" / "registry" / "module.yaml"
+    text = manifest.read_text()
+    upstream = ('    repository: docker.io/library/registry\n    tag: "2.8.3"\n'
+                '    mirror: false')
+    assert upstream in text
+    manifest.write_text(text.replace(upstream, "    build: ./image\n    mirror: false"))
+    with pytest.raises(InputError) as caught:
+        load_mesh_dir(mesh_dir)
+    (fault,) = [f for f in caught.value.faults if "registry" in f.file]
+    assert fault.line > 0 and "cannot be built by the mesh" in str(fault)
+    assert fault.line == text.splitlines().index(upstream.splitlines()[0]) + 1  # at `build:`
+
+
 def test_a_cycle_of_build_bases_is_refused(mesh_dir):
     manifest = mesh_dir / "catalogue" / "control" / "module.yaml"
     text = manifest.read_text()

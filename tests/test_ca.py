@@ -23,7 +23,7 @@ from executors.control.issuer import issue, renew
 from executors.common.keys import create_node_key
 from executors.control.loading import load_mesh_dir
 from resolver import EMPTY_LEDGER, CaConfig, Mesh, Node
-from resolver._certs import certificate_requests, epoch_seconds
+from resolver import certificate_requests, epoch_seconds
 
 from _meshdir import FIXTURES, prepare, run_cli
 

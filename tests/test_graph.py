@@ -22,8 +22,8 @@ import resolver
 from executors.cli.graph import render
 from executors.control.loading import load_mesh_dir
 from resolver import Floor, Instance, Mesh, Node, Opening, Require, mesh_dot, mesh_picture
-from resolver._dot import render_dot
-from resolver._rotation import begin_rotation, first_generation
+from resolver import render_dot
+from resolver import begin_rotation, first_generation
 from property_tests.strategies import PROVISIONS, module_named, pins_for
 from tests._meshdir import run_cli
 
@@ -48,7 +48,7 @@ def dot_of(inputs, resolution, **kwargs) -> str:
 
 
 def statement(dot: str, element_id: str) -> str:
-    found = [line for line in dot.splitlines() if f"id={resolver._dot.quote(element_id)}" in line]
+    found = [line for line in dot.splitlines() if f"id={resolver.dot_quote(element_id)}" in line]
     assert len(found) == 1, (element_id, found)
     return found[0]
 
@@ -282,8 +282,9 @@ def test_names_with_quotes_backslashes_and_other_scripts_survive_real_dot(graphv
                                 provider: Instance("db", weird_node)}),
                 floors=pvector([Floor(9, "udp", "any", 'reason with "quotes" \\ and\nnewline '
                                       '\x01 ünïcode')]))
-    resolution = resolver.resolve(catalogue, mesh,
-                                  resolver.Ledger(pins=pmap(pins_for([server, client]))))
+    resolution = resolver.resolve(catalogue, mesh,  # names validate() refuses, on purpose
+                                  resolver.Ledger(pins=pmap(pins_for([server, client]))),
+                                  checked=True)
     assert [b.provider for b in resolution.bindings] == [provider]
     dot = mesh_dot(resolution, mesh)
     elements = svg_elements(render(dot, "svg"))

@@ -15,7 +15,7 @@ import resolver
 
 from executors.common.keys import load_private_key, unseal_for_node
 from executors.control.loading import load_mesh_dir, write_ledger
-from resolver._rotation import holder_nodes, report_applied
+from resolver import holder_nodes, report_applied
 
 from _meshdir import fixture_dirs, fixture_id, prepare, run_cli
 
@@ -67,7 +67,8 @@ def test_no_issued_secret_in_any_file_or_output(fixture, tmp_path):
     else:
         _issued_values(mesh_dir, keys, values)
         credentials = sorted(load_mesh_dir(mesh_dir).ledger.credentials)
-        binding_ids = [c for c in credentials if not c.startswith("secret/")]
+        binding_ids = [c for c in credentials  # provision/provider/consumer: not own, not TLS
+                       if not c.startswith(("secret/", "tls/"))]
         if binding_ids:
             first = binding_ids[0]
             mesh("rotate", mesh_dir, first)

@@ -4,7 +4,8 @@ cli → node, control, common; node → common; control → common; common → n
 Nothing imports cli (the verbs are the top floor). The resolver imports no executor. A room
 may hold sub-packages (node/provisioners/); they belong to their room.
 
-No module of executors/ imports another in a circle, counting every import statement a module
+No module of executors/ or resolver/ imports another in a circle (the two packages are one
+graph, so a circle through both is seen too), counting every import statement a module
 runs, at its top or inside a function (a lazy import is still an arrow), and leaving out only
 what `if TYPE_CHECKING:` guards (never run). A module's whole name written as a string (the
 provisioner registry's table, imported by importlib on first use) is an arrow too; a name
@@ -89,8 +90,11 @@ def imported_modules(path: Path, known: Iterable[str], root: Path = ROOT) -> set
     return found
 
 
-def import_graph(package_dir: Path, root: Path = ROOT) -> dict[str, set[str]]:
-    files = sorted(package_dir.rglob("*.py"))
+def import_graph(package_dir: Path | Iterable[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module → the modules it imports, over every file under `package_dir` (one directory
+    or several: an arrow between two packages is seen only when both are in the graph)."""
+    dirs = [package_dir] if isinstance(package_dir, Path) else list(package_dir)
+    files = sorted(p for d in dirs for p in d.rglob("*.py"))
     known = {module_name(p, root) for p in files}
     return {module_name(p, root): imported_modules(p, known, root) for p in files}
 
@@ -171,6 +175,28 @@ def test_no_module_of_executors_imports_another_in_a_circle():
         "; ".join(" ↔ ".join(c) for c in found)
 
 
+RESOLVER_GRAPH = import_graph(ROOT / "resolver")
+WHOLE_GRAPH = import_graph([ROOT / "resolver", ROOT / "executors"])
+
+
+def test_no_module_of_resolver_imports_another_in_a_circle():
+    """The resolution stages (selection, refusals, rendering, assembly) import what they share
+    from modules below them (_bound, _declaration), never the orchestrator (_resolve) back."""
+    assert len(RESOLVER_GRAPH) > 30
+    assert "resolver._render" in RESOLVER_GRAPH["resolver._resolve"]
+    found = cycles(RESOLVER_GRAPH)
+    assert found == [], "import circles in resolver/: " + \
+        "; ".join(" ↔ ".join(c) for c in found)
+
+
+def test_no_circle_runs_through_resolver_and_executors_together():
+    assert any(m.startswith("resolver") for m in WHOLE_GRAPH["executors.node.apply_render"])
+    assert not any(m.startswith("executors") for name, targets in WHOLE_GRAPH.items()
+                   if name.startswith("resolver") for m in targets), "the resolver imports an executor"
+    found = cycles(WHOLE_GRAPH)
+    assert found == [], "import circles: " + "; ".join(" ↔ ".join(c) for c in found)
+
+
 def test_the_cycle_check_sees_lazy_imports_and_relative_ones_but_not_type_checking(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -189,6 +215,15 @@ def test_the_cycle_check_sees_lazy_imports_and_relative_ones_but_not_type_checki
     assert graph["pkg.c"] == set()
     assert graph["pkg.e"] == {"pkg.f"}
     assert cycles(graph) == [["pkg.a", "pkg.sub.b"], ["pkg.e", "pkg.f"]]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "g.py").write_text("from pkg import c\n")
+    (pkg / "h.py").write_text("from other.g import x\n")
+    (pkg / "c.py").write_text("import pkg.h\n")
+    assert cycles(import_graph(pkg, tmp_path)) == [["pkg.a", "pkg.sub.b"], ["pkg.e", "pkg.f"]]
+    assert cycles(import_graph([pkg, other], tmp_path)) == [
+        ["other.g", "pkg.c", "pkg.h"], ["pkg.a", "pkg.sub.b"], ["pkg.e", "pkg.f"]]
 
 
 def test_the_command_answers_to_each_of_its_entry_points(capsys):

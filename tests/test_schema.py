@@ -15,7 +15,7 @@ from resolver import (
     load_ledger,
     parse_yaml,
 )
-from resolver._convert import document_key
+from resolver import document_key
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")
 

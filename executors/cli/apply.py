@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never l
 
 
 def register(subparsers) -> None:
-    from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
+    from executors.node.node_paths import (DEFAULT_STATE_ROOT, FILE_ROOT_ENV, STATE_ROOT_ENV,
+                                           default_file_root, default_state_root)
 
     parser = subparsers.add_parser(
         "apply",
@@ -54,6 +55,11 @@ def register(subparsers) -> None:
                         f"{DEFAULT_STATE_ROOT}): instances' state "
                         "directories under <root>/<instance>/, the executor's own files (env "
                         "files, step markers, applied record) under <root>/.mesh/")
+    parser.add_argument("--file-root", default=default_file_root(), metavar="DIR",
+                        help=f"where the declaration's files are written (default: "
+                        f"${FILE_ROOT_ENV} or /): /etc/docker/certs.d/<registry>/ca.crt, the "
+                        "mesh CA this node's container runtime trusts for the mesh's registry, "
+                        "and the registry's certificate and key under /etc/mesh/tls/<instance>/")
     parser.add_argument("--secrets", metavar="FILE",
                         help="the ledger (or an extract of it) holding values sealed to this node")
     parser.add_argument("--key", metavar="FILE", help="this node's private key file")

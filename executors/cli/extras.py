@@ -18,8 +18,9 @@ DISTRIBUTION = "mesh-resolver"
 
 # extra → the distributions it installs (as pyproject.toml lists them, without versions)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "node": ("docker", "PyNaCl", "psycopg[binary]", "requests", "pika", "scramp", "cryptography"),
-    "control": ("PyNaCl", "cryptography", "requests", "pika", "graphviz"),
+    "node": ("docker", "PyNaCl", "psycopg[binary]", "requests", "pika", "scramp", "cryptography",
+             "bcrypt"),
+    "control": ("PyNaCl", "cryptography", "requests", "pika", "graphviz", "docker"),
 }
 
 # top-level import name → the distribution that provides it
@@ -34,6 +35,7 @@ PROVIDED_BY: dict[str, str] = {
     "scramp": "scramp",
     "cryptography": "cryptography",
     "graphviz": "graphviz",
+    "bcrypt": "bcrypt",
 }
 
 # verb → the extra it needs (verbs that need none are absent)
@@ -41,7 +43,7 @@ VERB_EXTRA: dict[str, str] = {
     "apply": "node", "verify": "node", "firewall": "node", "node-key": "node",
     "plan": "control",  # --issue: sealing and signing
     "graph": "control",  # svg and png through Graphviz
-    "pin": "control", "mirror": "control",
+    "pin": "control", "mirror": "control", "build": "control",
     "ca": "control", "renew": "control", "rotate": "control", "applied": "control",
     "agent": "node",  # the broker (pika), opening sealed values, checking signatures
     "control": "control", "publish": "control", "collect": "control", "enrol": "control",

@@ -25,7 +25,7 @@ COMMANDS = [
     "check",
     "schema",
     "plan", "graph",
-    "pin", "mirror", "stale",
+    "pin", "mirror", "stale", "build",
     "firewall",
     "apply",
     "node-key", "ca", "rotate",

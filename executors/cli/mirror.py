@@ -16,6 +16,7 @@ import sys
 from executors.control.loading import load_mesh_dir
 from executors.control.mirroring import mirror
 from executors.control.registry import RegistryClient
+from executors.control.trust import push_auth, registry_trust
 
 
 def register(subparsers) -> None:
@@ -32,6 +33,9 @@ def register(subparsers) -> None:
                         help="the registry to copy into (default: the mesh's artifact-store instance)")
     parser.add_argument("--all", action="store_true",
                         help="mirror every pinned artifact of the catalogue, not only those the mesh runs")
+    parser.add_argument("--key", metavar="FILE",
+                        help="the control node's private key: opens the mesh registry's push "
+                        "account (sealed to the control node), sent to that registry alone")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="per-request timeout (default 30)")
     parser.set_defaults(func=run)
@@ -40,7 +44,9 @@ def register(subparsers) -> None:
 def run(args, out=None, client: RegistryClient | None = None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    done = mirror(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+    done = mirror(inputs, client=client or RegistryClient(
+        timeout=(args.timeout, args.timeout), trust=registry_trust(inputs),
+        auth=push_auth(inputs, args.key)),
                   registry=args.registry, every_artifact=args.all,
                   say=lambda line: print(line, file=out, flush=True))
     print(f"artifacts: {done.state}" + ("" if done.registry_of_mesh == done.target else

@@ -15,6 +15,7 @@ import sys
 from executors.control.loading import load_mesh_dir
 from executors.control.pinning import EVERYTHING, pin
 from executors.control.registry import RegistryClient
+from executors.control.trust import push_auth, registry_trust
 
 
 def register(subparsers) -> None:
@@ -32,6 +33,9 @@ def register(subparsers) -> None:
                         "(module/artifact or repository:tag)")
     parser.add_argument("--all", action="store_true",
                         help="pin every artifact of the catalogue, not only those the mesh runs")
+    parser.add_argument("--key", metavar="FILE",
+                        help="the control node's private key: opens the mesh registry's push "
+                        "account (sealed to the control node), sent to that registry alone")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                         help="per-request timeout (default 10)")
     parser.set_defaults(func=run)
@@ -40,7 +44,9 @@ def register(subparsers) -> None:
 def run(args, out=None, client: RegistryClient | None = None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)
-    pinned = pin(inputs, client=client or RegistryClient(timeout=(args.timeout, args.timeout)),
+    pinned = pin(inputs, client=client or RegistryClient(
+        timeout=(args.timeout, args.timeout), trust=registry_trust(inputs),
+        auth=push_auth(inputs, args.key)),
                  refresh=args.refresh, every_artifact=args.all,
                  say=lambda line: print(line, file=out, flush=True))
     if not pinned.asked:

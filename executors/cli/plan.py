@@ -21,8 +21,8 @@ from pathlib import Path
 
 import resolver
 from resolver import Fault, InputError, Resolution
-from resolver._convert import unstructure_full
-from resolver._plan import container_changes
+from resolver import unstructure_full
+from resolver import container_changes
 
 from executors.common.runtime import now_iso
 from executors.control.declarations import (
@@ -86,8 +86,11 @@ def _run(args, out) -> int:
         from executors.common.keys import load_private_key
 
         control_key = load_private_key(args.key)
+    notes: list[str] = []
     resolution = resolve_for_writing(inputs, previous, now=now, issue=args.issue,
-                                     control_key=control_key)
+                                     control_key=control_key, notes=notes)
+    for note in notes:  # what the issuer did (names and generations, never a value)
+        print(f"issue: {note}", file=sys.stderr)
     changes = container_changes(previous, resolution.declarations) if args.out else None
     nodes = sorted(args.node) if args.node else sorted(resolution.declarations)
     unknown = [n for n in nodes if n not in resolution.declarations]
@@ -166,6 +169,12 @@ def print_plan(resolution: Resolution, nodes, changes, out) -> None:
             w(f"  grant {g.kind} {g.resource} login {g.login}"
               + (f"_{g.slot}" if g.slot else "") + f" for {g.consumer} ({gen})"
               + (f", retiring gen {g.retiring.generation}" if g.retiring else ""))
+        for f in d.files:  # the content is public, or a sealed token: only the path is shown
+            w(f"  file {f.path} {f.mode} ({f.reason})")
+        for login in d.registry_logins:
+            gen = "pending" if login.secret.generation is None else \
+                f"gen {login.secret.generation}"
+            w(f"  pulls from {login.registry} as {login.user} ({gen})")
         for h in d.held:
             where = f"{h.file}:{h.line}:{h.col}" if h.line else h.file
             w(f"  held {h.instance} at its last good declaration: [{h.code}] {where}")

@@ -2,7 +2,7 @@
 
 A new generation for each credential addressed, sealed to the holders of the current one; the
 ledger is written atomically (unless --dry-run). A provider's own admin secret is rotated
-provider first like its credentials (resolver._rotation.server_held_credentials). The plan
+provider first like its credentials (resolver.server_held_credentials). The plan
 (executors/control/rotation.py) is stated in two steps, because holders only move once the provider has the new generation in
 force:
   1. now: the provider's grant (a new password on the idle login, or the account's password
@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import sys
 
-from resolver._plan import container_changes
-from resolver._rotation import describe_rotation, holder_nodes
+from resolver import container_changes
+from resolver import describe_rotation, holder_nodes
 
 from executors.control.applied import record_digest, record_report, resolve_current
 from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger

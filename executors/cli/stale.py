@@ -14,7 +14,7 @@ import json
 import sys
 
 from executors.control.loading import load_mesh_dir
-from resolver._artifacts import build_graph, current_digests, staleness
+from resolver import build_graph, current_digests, staleness
 
 
 def register(subparsers) -> None:

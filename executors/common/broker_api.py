@@ -1,6 +1,6 @@
-"""The AMQP broker's management HTTP API (RabbitMQ; LavinMQ serves the same), and the marks by
-which the mesh knows the objects it manages there: shared by the grant provisioner
-(node/provision_amqp.py) and the mesh's own delivery objects (control/fleet_broker.py).
+"""The AMQP broker's management HTTP API (RabbitMQ; LavinMQ serves the same): shared by the
+grant provisioner (node/provisioners/amqp.py) and the mesh's own delivery objects
+(control/fleet_broker.py); the marks it reads and writes are common/broker_marks.py's rules.
 
 Invariants:
 - What the mesh manages is marked by a global parameter `mesh-mark:<user|vhost>:<name>` whose
@@ -16,77 +16,30 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 from typing import Mapping, Optional
-from urllib.parse import quote
 
-import attrs
 import requests
 
 from resolver import MeshError
 
+from executors.common.broker_marks import (  # noqa: F401  (the rules, re-exported with the client)
+    DEFAULT_VHOST,
+    HASHES,
+    MARK_PREFIX,
+    USER,
+    VHOST,
+    Call,
+    hash_matches,
+    mark_call,
+    mark_name,
+    marker,
+    parse_marks,
+    path,
+    tags_of,
+    unmark_call,
+)
+
 HTTP_TIMEOUT = 10
-DEFAULT_VHOST = "/"
-MARK_PREFIX = "mesh-mark:"
-USER, VHOST = "user", "vhost"
-HASHES = {"rabbit_password_hashing_sha256": hashlib.sha256,
-          "rabbit_password_hashing_sha512": hashlib.sha512,
-          "rabbit_password_hashing_md5": hashlib.md5,
-          "SHA256": hashlib.sha256, "SHA512": hashlib.sha512, "MD5": hashlib.md5}
-
-
-@attrs.frozen
-class Call:
-    op: str
-    subject: str
-    cause: str
-    method: str
-    path: str
-    body: Mapping = attrs.field(factory=dict, repr=False, eq=False)
-
-
-def path(*parts: str) -> str:
-    return "/api/" + "/".join(quote(p, safe="") for p in parts)
-
-
-def marker(mesh: str, owner: str) -> str:
-    return f"mesh:{mesh}:{owner}"
-
-
-def mark_name(kind: str, name: str) -> str:
-    return f"{MARK_PREFIX}{kind}:{name}"
-
-
-def mark_call(kind: str, name: str, mark: str, cause: str) -> Call:
-    return Call("mark", f"{kind} {name}", cause, "PUT",
-                path("global-parameters", mark_name(kind, name)), {"value": mark})
-
-
-def unmark_call(kind: str, name: str, cause: str) -> Call:
-    return Call("unmark", f"{kind} {name}", cause, "DELETE",
-                path("global-parameters", mark_name(kind, name)))
-
-
-def hash_matches(password_hash: Optional[str], hashing: str, password: str) -> bool:
-    """Whether the broker's stored hash base64(salt[4] + H(salt + password)) is `password`'s."""
-    algorithm = HASHES.get(hashing)
-    if not password_hash or algorithm is None:
-        return False
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except ValueError:
-        return False
-    salt, digest = raw[:4], raw[4:]
-    return hmac.compare_digest(algorithm(salt + password.encode("utf-8")).digest(), digest)
-
-
-def tags_of(value) -> tuple[str, ...]:
-    if isinstance(value, str):  # older brokers answer a comma-separated string
-        value = value.split(",")
-    return tuple(sorted(t for t in (value or []) if t))
 
 
 class ApiError(MeshError):
@@ -136,10 +89,4 @@ def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
 
 def read_marks(api: Api) -> dict[tuple[str, str], str]:
     """(user|vhost, name) → the mark it carries, for every mesh mark on the broker."""
-    marks: dict[tuple[str, str], str] = {}
-    for parameter in api.get("/api/global-parameters") or []:
-        name, value = parameter.get("name", ""), parameter.get("value")
-        kind, _, subject = name[len(MARK_PREFIX):].partition(":")
-        if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
-            marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
-    return marks
+    return parse_marks(api.get("/api/global-parameters") or [])

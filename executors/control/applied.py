@@ -7,7 +7,7 @@ Invariants:
 - As provider, the node's report counts only for the generations its provisioners reported in
   force (plus grants the operator put in force by hand and names with `by_hand`, only grants
   the report lists as not provisioned by the mesh); as holder, for what its declaration holds
-  (resolver._rotation.record_applied).
+  (resolver.record_applied).
 - Pure apart from nothing: the caller loads the mesh (under the ledger lock) and writes the
   returned ledger; nothing here touches a file.
 """
@@ -20,7 +20,7 @@ import attrs
 
 import resolver
 from resolver import Ledger, MeshError, Resolution
-from resolver._rotation import record_applied
+from resolver import record_applied
 
 from executors.control.loading import MeshInputs
 from executors.common.applied_record import acceptance

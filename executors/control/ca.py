@@ -7,6 +7,8 @@ Invariants:
 - A node certificate names the node (CN), its address (SubjectAltName) and certifies the
   node's own X25519 public key from mesh.yaml; it is signed only when the issuer is asked to,
   so a recorded certificate is kept byte for byte until renewal.
+- A TLS server certificate (the artifact store's) certifies a fresh ECDSA P-256 key made here;
+  the key leaves only sealed (the issuer's business), never written in plaintext.
 - All cryptography is the `cryptography` package's; the clock is read here, never in resolver/.
 """
 
@@ -22,7 +24,7 @@ import attrs
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from resolver import Certificate, Mesh, MeshError
@@ -119,6 +121,35 @@ def _subject_alt_name(address: str) -> x509.GeneralName:
         return x509.DNSName(address)
 
 
+def _leaf(ca: MeshCa, common_name: str, public_key, address: str, now: datetime.datetime,
+          not_after: datetime.datetime, *, signs: bool, agrees: bool,
+          purposes: list) -> tuple[int, x509.Certificate]:
+    """(serial, certificate): one end-entity certificate issued by the mesh CA for the node at
+    `address` (CN=common_name, SAN=address, never a CA), used as `signs`/`agrees` and
+    `purposes` (extended key usages) say."""
+    serial = x509.random_serial_number()
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(public_key)
+        .serial_number(serial)
+        .not_valid_before(now).not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName([_subject_alt_name(address)]),
+                       critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=signs, content_commitment=False,
+                                     key_encipherment=False, data_encipherment=False,
+                                     key_agreement=agrees, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(purposes), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            ca.key.public_key()), critical=False)
+        .sign(ca.key, None)
+    )
+    return serial, certificate
+
+
 def sign_node(ca: MeshCa, mesh: Mesh, node: str,
               now: Optional[datetime.datetime] = None) -> Certificate:
     """Sign `node`'s certificate: CN=node, SAN=its address, its X25519 key, ca.validity-days."""
@@ -135,27 +166,9 @@ def sign_node(ca: MeshCa, mesh: Mesh, node: str,
         raise CaError(f"node {node}: public-key is not a base64 X25519 public key") from None
     now = now or utc_now()
     not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
-    serial = x509.random_serial_number()
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(subject_key)
-        .serial_number(serial)
-        .not_valid_before(now).not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName([_subject_alt_name(described.address)]),
-                       critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False,
-                                     key_agreement=True, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-            ca.key.public_key()), critical=False)
-        .sign(ca.key, None)
-    )
+    serial, certificate = _leaf(
+        ca, node, subject_key, described.address, now, not_after, signs=False, agrees=True,
+        purposes=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
     return Certificate(
         serial=format(serial, "x"),
         not_before=iso(now),
@@ -164,6 +177,32 @@ def sign_node(ca: MeshCa, mesh: Mesh, node: str,
         address=described.address,
         public_key=described.public_key,
     )
+
+
+def sign_server(ca: MeshCa, mesh: Mesh, instance: str, node: str,
+                now: Optional[datetime.datetime] = None) -> tuple[Certificate, str]:
+    """A TLS server certificate for `instance` on `node` (CN=instance, SAN=the node's address,
+    serverAuth) with a fresh ECDSA P-256 key: (certificate, the key's PEM). The key is a secret:
+    the caller seals it and forgets it."""
+    described = mesh.nodes.get(node)
+    if described is None:
+        raise CaError(f"node {node} is not in mesh.yaml")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = now or utc_now()
+    not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
+    serial, certificate = _leaf(
+        ca, instance, key.public_key(), described.address, now, not_after, signs=True,
+        agrees=False, purposes=[ExtendedKeyUsageOID.SERVER_AUTH])
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode("ascii")
+    return Certificate(
+        serial=format(serial, "x"), not_before=iso(now), not_after=iso(not_after),
+        pem=certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+        address=described.address), key_pem
+
+
+def ca_pem(ca: MeshCa) -> str:
+    return ca.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
 def verify_node_certificate(ca_certificate: x509.Certificate, pem: str) -> x509.Certificate:

@@ -28,8 +28,8 @@ import attrs
 from nacl.public import PrivateKey
 
 from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
-from resolver._certs import certificate_reason
-from resolver._rotation import (
+from resolver import certificate_reason
+from resolver import (
     begin_rotation,
     holder_nodes,
     in_progress,
@@ -37,7 +37,9 @@ from resolver._rotation import (
     reseal,
 )
 
-from .ca import CaError, MeshCa, iso, load_ca, sign_node, utc_now
+from resolver import TLS_REQUEST, is_tls_credential, tls_credential, tls_reason
+
+from .ca import CaError, MeshCa, ca_pem, iso, load_ca, sign_node, sign_server, utc_now
 from executors.common.keys import UnsealError, sealed_to_each, unseal
 
 Entropy = Callable[[], str]
@@ -193,15 +195,26 @@ def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
     notes = notes if notes is not None else []
     credential_requests = [r for r in requests if r.kind == "credential"]
     certificate_requests = [r for r in requests if r.kind == "certificate"]
-    check_keys(mesh, credential_requests)
+    tls_requests = [r for r in requests if r.kind == TLS_REQUEST]
+    check_keys(mesh, credential_requests + tls_requests)
     opened = open_for_reseal(mesh, ledger, credential_requests, control_key)
     for request in sorted(credential_requests):
         ledger = _issue_credential(ledger, mesh, request, entropy, notes, opened)
-    if certificate_requests and ca is None and ca_loader is not None:
+    if (certificate_requests or tls_requests or not ledger.ca) and ca is None \
+            and ca_loader is not None:
         try:
             ca = ca_loader()
         except CaError as error:
-            notes.append(f"certificates not issued: {error}")
+            if certificate_requests or tls_requests:
+                notes.append(f"certificates not issued: {error}")
+    if ca is not None and ledger.ca != ca_pem(ca):
+        ledger = attrs.evolve(ledger, ca=ca_pem(ca))
+        notes.append("recorded the mesh CA's certificate (what every node's container runtime "
+                     "trusts for the mesh's registry)")
+    if tls_requests and ca is not None:
+        moment = now or iso(utc_now())
+        for request in sorted(tls_requests):
+            ledger = _issue_tls(ledger, mesh, ca, request, moment, notes)
     if certificate_requests and ca is not None:
         moment = now or iso(utc_now())
         for request in sorted(certificate_requests):
@@ -213,6 +226,31 @@ def issue(requests: Sequence[Request], mesh: Mesh, ledger: Ledger, *,
             notes.append(f"signed {request.id}'s certificate ({request.reason}), valid until "
                          f"{certificate.not_after}")
     return ledger
+
+
+def _issue_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, request: Request, moment: str,
+               notes: list[str]) -> Ledger:
+    """A server certificate and a fresh key for an instance, the key sealed to its node (and
+    the escrow) as the next generation of `tls/<instance>`; nothing when the rule keeps the
+    one recorded (issuing twice signs nothing twice)."""
+    instance, (node,) = request.id, tuple(request.holders)
+    if tls_reason(mesh, ledger, instance, node, moment) is None:
+        return ledger
+    certificate, key_pem = sign_server(ca, mesh, instance, node)
+    cred_id = tls_credential(instance)
+    previous = ledger.credentials.get(cred_id) or Credential()
+    number = next_generation_number(previous)
+    generation = Generation(generation=number,
+                            sealed=sealed_to_each(_public_keys(mesh, [node]), key_pem),
+                            escrow=_escrow(mesh, key_pem))
+    del key_pem
+    retired = previous.retired.extend(g.generation for g in _generations(previous))
+    credential = Credential(active=generation, retired=retired)
+    notes.append(f"signed {instance}'s server certificate for {certificate.address} "
+                 f"({request.reason}), valid until {certificate.not_after}; its key is "
+                 f"{cred_id} generation {number}, sealed to {node}")
+    return attrs.evolve(ledger, tls=ledger.tls.set(instance, certificate),
+                        credentials=ledger.credentials.set(cred_id, credential))
 
 
 def select_credentials(ledger: Ledger, *, credential: Optional[str] = None,
@@ -245,13 +283,16 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
            entropy: Entropy = new_secret, server_held: Iterable[str] = ()) -> Ledger:
     """A new generation for each credential, sealed to the holders of its current one.
     `server_held`: the own secrets a provider's server holds (its admin), rotated provider
-    first like a provider's credentials (resolver._rotation.server_held_credentials)."""
+    first like a provider's credentials (resolver.server_held_credentials)."""
     server_held = frozenset(server_held)
     ids = sorted(set(credential_ids))
     refused = []
     for cred_id in ids:
         credential = ledger.credentials.get(cred_id)
-        if credential is None or credential.active is None:
+        if is_tls_credential(cred_id):
+            refused.append(f"{cred_id}: a TLS key is replaced only together with its "
+                           "certificate (renewed inside ca.renew-before-days of expiry)")
+        elif credential is None or credential.active is None:
             refused.append(f"{cred_id}: never issued (`mesh plan --issue` issues it)")
         elif (reason := in_progress(credential)) is not None:
             refused.append(f"{cred_id}: a rotation is in progress: {reason}")

@@ -9,7 +9,8 @@ Invariants:
 - Each copied digest is recorded in the ledger (`mirrored`: digest → registry address), which
   is what lets declarations name the mesh's registry (self-hosting). The ledger is written
   (atomically, read back first) only when something new was recorded.
-- The target is the mesh's artifact-store instance unless the caller names one. Every step is
+- The target is the mesh's own registry as the resolver chooses it (Resolution.registry, the
+  one image references name) unless the caller names one. Every step is
   said through `say` as it happens.
 """
 
@@ -19,10 +20,8 @@ from typing import Callable, Optional
 
 import attrs
 
-from resolver import Ledger, MeshError
-from resolver._artifacts import (
-    artifact_state,
-    artifact_store_address,
+from resolver import Ledger, MeshError, resolve
+from resolver import (
     catalogue_artifacts,
     pin_key,
     used_artifacts,
@@ -40,7 +39,7 @@ class Mirrored:
     failures: int  # artifacts that could not be mirrored
     ledger: Ledger  # with what was mirrored (written when it changed)
     written: bool
-    state: str  # the mesh's artifacts state with the new ledger (resolver.artifact_state)
+    state: str  # the mesh's artifacts state with the new ledger (Resolution.artifacts)
     registry_of_mesh: Optional[str]  # the mesh's own registry (may differ from target)
 
 
@@ -50,7 +49,9 @@ def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
     """Copy every pinned artifact the mesh runs (of the catalogue, with `every_artifact`) into
     `registry` (default: the mesh's artifact-store instance); MeshError when there is none."""
     catalogue, mesh, ledger, sources = inputs.catalogue, inputs.mesh, inputs.ledger, inputs.sources
-    target = registry or artifact_store_address(catalogue, mesh, ledger)
+    # the mesh's own registry is the resolver's answer (Resolution.registry), the one every
+    # image reference names: mirroring can never fill another registry than the one pulled from
+    target = registry or resolve(catalogue, mesh, ledger, sources=sources).registry
     if target is None:
         raise MeshError("the mesh has no registry to mirror into: assign one instance of a module "
                         "providing artifact-store (with its port in the ledger), or pass --registry HOST:PORT")
@@ -100,6 +101,5 @@ def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
             write_ledger(inputs.ledger_path,
                          attrs.evolve(now, mirrored=now.mirrored.update(mirrored)))
         say(f"ledger written: {inputs.ledger_path}")
-    registry_of_mesh = artifact_store_address(catalogue, mesh, updated)
-    state = artifact_state(catalogue, mesh, updated, registry_of_mesh)
-    return Mirrored(target, failures, updated, written, state, registry_of_mesh)
+    after = resolve(catalogue, mesh, updated, sources=sources)
+    return Mirrored(target, failures, updated, written, after.artifacts, after.registry)

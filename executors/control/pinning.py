@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import attrs
 
 from resolver import Ledger, MeshError
-from resolver._artifacts import (
+from resolver import (
     artifacts_changed_by_pins,
     catalogue_artifacts,
     containers_using,

@@ -6,11 +6,14 @@ Invariants:
   a multi-platform tag pins its index, not one platform's manifest.
 - Every request has a timeout; every failure is a RegistryError whose kind is one of
   unreachable | unauthorised | not-found | protocol and whose message names the URL.
-- A token-auth challenge (WWW-Authenticate: Bearer) is followed once, anonymously; no
-  credentials are read from anywhere.
+- A token-auth challenge (WWW-Authenticate: Bearer) is followed once, anonymously. The only
+  credentials sent are those the caller gives for a registry (`auth`: the mesh registry's push
+  account, as HTTP basic auth, over verified TLS), to that registry alone.
 - A copy moves exact bytes: manifests are PUT as fetched, so the digest at the target is the
   digest at the source; blobs are verified against their digest before upload.
-- Loopback registries are spoken to over http, every other registry over https.
+- Loopback registries are spoken to over http, every other registry over https, verified:
+  a registry the client was told to `trust` (the mesh's own) against that CA bundle alone (the
+  mesh CA), every other one against the system's roots. Nothing is ever sent unverified.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from urllib.parse import urljoin
 import requests
 
 from resolver import MeshError
-from resolver._artifacts import is_loopback, split_repository
+from resolver import is_loopback, split_repository
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -71,10 +74,18 @@ def sha256_digest(data: bytes) -> str:
 class RegistryClient:
     """Talks to any number of registries; keeps one anonymous token per (registry, scope)."""
 
-    def __init__(self, timeout=DEFAULT_TIMEOUT, session: Optional[requests.Session] = None):
+    def __init__(self, timeout=DEFAULT_TIMEOUT, session: Optional[requests.Session] = None,
+                 trust: Optional[dict[str, str]] = None,
+                 auth: Optional[dict[str, tuple[str, str]]] = None):
         self.timeout = timeout
         self.session = session or requests.Session()
         self._tokens: dict[tuple[str, str], str] = {}
+        self.trust: dict[str, str] = dict(trust or {})  # registry host:port → CA bundle file
+        # registry host:port → (user, password): the mesh registry's push account (basic auth)
+        self.auth: dict[str, tuple[str, str]] = dict(auth or {})
+
+    def _verify(self, registry: str):
+        return self.trust.get(registry, True)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -86,12 +97,20 @@ class RegistryClient:
         for attempt in (1, 2):
             if token:
                 headers["Authorization"] = f"Bearer {token}"
+            elif registry in self.auth:
+                kwargs["auth"] = self.auth[registry]
             try:
                 response = self.session.request(method, url, headers=headers, timeout=self.timeout,
-                                                allow_redirects=True, **kwargs)
+                                                allow_redirects=True,
+                                                verify=self._verify(registry), **kwargs)
             except requests.exceptions.Timeout:
                 raise RegistryError("unreachable", f"{what}: {url} did not answer within "
                                     f"{self.timeout[1] if isinstance(self.timeout, tuple) else self.timeout}s") from None
+            except requests.exceptions.SSLError as exc:
+                trusted = (f"the mesh CA ({self.trust[registry]})" if registry in self.trust
+                           else "the system's certificate authorities")
+                raise RegistryError("unreachable", f"{what}: {url}: its TLS certificate is not "
+                                    f"one {trusted} vouches for ({_reason(exc)})") from None
             except requests.exceptions.ConnectionError as exc:
                 raise RegistryError("unreachable", f"{what}: cannot connect to {url} ({_reason(exc)})") from None
             except requests.exceptions.RequestException as exc:
@@ -106,8 +125,11 @@ class RegistryClient:
         if response.status_code in ok:
             return response
         if response.status_code in (401, 403):
+            who = (f"the account {self.auth[registry][0]} is refused" if registry in self.auth
+                   else "anonymous access is refused (the mesh's registry: pass --key, the "
+                   "control node's key, to push with the mesh's push account)")
             raise RegistryError("unauthorised", f"{what}: {url} answered {response.status_code} "
-                                f"({_registry_message(response)}); anonymous access is refused")
+                                f"({_registry_message(response)}); {who}")
         if response.status_code == 404:
             raise RegistryError("not-found", f"{what}: {url} answered 404 ({_registry_message(response)})")
         raise RegistryError("protocol", f"{what}: {url} answered {response.status_code} "

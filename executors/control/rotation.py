@@ -19,7 +19,7 @@ import attrs
 
 import resolver
 from resolver import Ledger, Resolution
-from resolver._rotation import is_dual, provider_applied, provider_first, server_held_credentials
+from resolver import is_dual, provider_applied, provider_first, server_held_credentials
 
 from .issuer import rotate, select_credentials
 

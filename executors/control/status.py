@@ -7,7 +7,7 @@ Invariants:
   report, when it last reported and with what result (and why, for anything but applied),
   drift repaired, `mesh verify` results; `behind` when the serial in force is older than the
   one published.
-- Per rotation in progress (resolver._rotation): the credential, where it stands, and the nodes
+- Per rotation in progress (the rotation functions of resolver): the credential, where it stands, and the nodes
   it still waits for (the provider's node while pending, the holders that have not reported
   the new generation while the old one is retiring).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from resolver._rotation import holder_nodes, in_progress, waiting_holders
+from resolver import holder_nodes, in_progress, waiting_holders
 
 from executors.control.control_state import ControlState
 from executors.control.loading import load_mesh_dir

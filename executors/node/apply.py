@@ -53,7 +53,7 @@ from .apply_exec import (  # noqa: F401  (observe: part of this module's API)
 )
 from .apply_render import Rendered, render  # noqa: F401  (render: part of this module's API)
 from .extensions import Firewall, SecretSource
-from .node_paths import DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
+from .node_paths import DEFAULT_FILE_ROOT, DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
 from executors.common.report import Report
 
 # The hooks an apply runs (extensions.py documents the firewall and the secret source):
@@ -173,11 +173,13 @@ def apply_declaration(declaration: Declaration, *, api, state_root=DEFAULT_STATE
                       secret_source: Optional[SecretSource] = None, dry_run: bool = False,
                       report: Optional[Report] = None, firewall: Optional[Firewall] = None,
                       checks: Sequence[Check] = (), provisioners: Sequence[ProvisionHook] = (),
-                      stop_timeout: int = 10, noop_inputs: Optional[dict] = None) -> Report:
+                      stop_timeout: int = 10, noop_inputs: Optional[dict] = None,
+                      file_root: str = DEFAULT_FILE_ROOT) -> Report:
     """Make this node match `declaration`; returns the report (report.facts["result"]).
-    With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record."""
+    With `noop_inputs` (apply_fast.noop_inputs), a success leaves the no-op check's record.
+    `file_root`: where the declaration's files (absolute paths) are written, `/` on a node."""
     report = report if report is not None else Report()
-    paths = NodePaths(Path(state_root))
+    paths = NodePaths(Path(state_root), file_root)
     report.facts.update(mesh=declaration.mesh, node=declaration.node, serial=declaration.serial,
                         held=held_facts(declaration))
     for held in report.facts["held"]:

@@ -44,7 +44,7 @@ from .apply_diff import (
 )
 from .apply_render import Rendered
 from .node_paths import NodePaths
-from executors.common.atomic import write_atomic
+from executors.common.atomic import write_atomic, write_exclusive
 from executors.common.report import Report
 
 # Every file written here is 0600: env files and binding files hold unsealed values, and the
@@ -115,6 +115,16 @@ def observe(api, paths: NodePaths, desired: Desired) -> Observed:
                                     os.access(a.path, os.R_OK), os.access(a.path, os.W_OK))
                 for a in desired.accesses}
     files = {**_file_facts(paths.env_dir), **_file_facts(paths.bindings_dir)}
+    # declared files elsewhere: those declared now, and those written before (to remove them)
+    written = set(_read_json(paths.files_record, []))
+    for path in written | {f.path for f in desired.files if not paths.owns(f.path)}:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files[path] = FileFacts(path, hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+                                    stat.S_IMODE(st.st_mode))
     containers = {}
     for row in engine.list_managed(api, desired.mesh):
         containers[row.name] = ContainerFacts(
@@ -180,15 +190,33 @@ class _Executor:
         return "recorded"
 
     # files ---------------------------------------------------------------
+    def _record_file(self, path: str, present: bool) -> None:
+        recorded = set(_read_json(self.paths.files_record, []))
+        changed = recorded | {path} if present else recorded - {path}
+        if changed != recorded:
+            _write_json(self.paths.files_record, sorted(changed))
+
     def write_file(self, op: Op, _) -> str:
-        write_atomic(op.subject, self.rendered.contents[op.subject], PRIVATE)
-        return "written (0600)"
+        if self.paths.owns(op.subject):  # env and binding files: the executor's own, 0600
+            write_atomic(op.subject, self.rendered.contents[op.subject], PRIVATE)
+            return "written (0600)"
+        want = next(f for f in self.rendered.desired.files if f.path == op.subject)
+        self._record_file(op.subject, True)  # recorded first: a crash leaves it removable
+        Path(op.subject).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(op.subject, self.rendered.contents[op.subject], want.mode)
+        return f"written ({want.mode:04o})"
 
     def remove_file(self, op: Op, _) -> str:
         try:
             os.unlink(op.subject)
         except FileNotFoundError:
             pass
+        if not self.paths.owns(op.subject):
+            self._record_file(op.subject, False)
+            try:  # a directory left empty by it (certs.d/<registry>/): it was made for it
+                os.rmdir(os.path.dirname(op.subject))
+            except OSError:
+                pass
         return "removed"
 
     # containers ----------------------------------------------------------
@@ -202,6 +230,13 @@ class _Executor:
 
     def _create_and_start(self, op, operation) -> str:
         spec = self.rendered.specs[op.subject]
+        for path in spec.placeholders:  # empty until its provisioner fills it; never replaced
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                write_exclusive(path, b"", 0o600)
+                self.report.progress(operation, f"created {path} empty (its provisioner fills it)")
+            except FileExistsError:
+                pass
         engine.create(self.api, spec, self.rendered.desired.mesh,
                       lambda message: self.report.progress(operation, message))
         engine.start(self.api, op.subject)

@@ -7,7 +7,7 @@ Invariants:
 - An env value holding a provider's admin secret in that provider's server container is
   fingerprinted as written (its token), not by value: the provisioner changes it on the running
   server, the container reads it only to initialise, so a new generation rewrites the env file
-  and never recreates the server (resolver._rotation.server_held_secrets decides which).
+  and never recreates the server (resolver.server_held_secrets decides which).
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
@@ -21,15 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap
 
 from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declaration_digest,
-                      secret_token)
-from resolver._rotation import server_held_secrets
+                      fill_secret_tokens, secret_token, secret_tokens)
+from resolver import server_held_secrets
 
 from . import docker_engine as engine
 from .extensions import SecretSource
@@ -45,7 +44,6 @@ from .apply_diff import (
     fingerprint,
 )
 
-SECRET_PATTERN = re.compile(r"\$\{secret:([^}]*)\}")
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
 
 
@@ -66,8 +64,7 @@ class _Substituter:
         self.refusals = refusals
 
     def __call__(self, value: str, refs: dict[str, SecretRef], subject: str, key: str):
-        def replace(match: re.Match) -> str:
-            credential = match.group(1)
+        def replace(credential: str) -> str:
             ref = refs.get(credential)
             if ref is None:
                 raise _Refused(f"{key} refers to credential {credential!r}, which is not among "
@@ -84,7 +81,7 @@ class _Substituter:
                                f"cannot be unsealed: {exc}") from None
 
         try:
-            text = SECRET_PATTERN.sub(replace, value)
+            text = fill_secret_tokens(value, replace)
         except _Refused as refused:
             self.refusals.append(Refusal(subject, str(refused)))
             return None
@@ -130,7 +127,18 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
                                     f"published on every address ({p.host_ip or 'none given'}); "
                                     "the mesh binds published ports to the node's address only"))
         ports.append((f"{p.container_port}/{p.protocol}", p.host_ip, p.host_port))
-    binds = tuple((m.source, m.target, "ro" if m.read_only else "rw") for m in c.mounts)
+    # TLS and registry-auth directories are files the mesh writes: under the file root
+    binds = tuple((paths.on_node(m.source) if m.kind in ("tls", "auth") else m.source,
+                   m.target, "ro" if m.read_only else "rw") for m in c.mounts)
+    placeholders = tuple(os.path.join(paths.on_node(m.source), "htpasswd")
+                         for m in c.mounts if m.kind == "auth")
+    pull_auth = None
+    for login in declaration.registry_logins:
+        if c.image.startswith(login.registry + "/"):
+            password = substitute(secret_token(login.secret.credential),
+                                  {login.secret.credential: login.secret}, c.name,
+                                  f"pull account {login.user} on {login.registry}")
+            pull_auth = (login.user, password) if password is not None else None
     restart = "no" if c.run_once else "unless-stopped"
     summary = {"image": c.image, "run-once": str(c.run_once).lower(), "restart": restart,
                "command": json.dumps(list(c.command)) if c.command is not None else "-"}
@@ -152,10 +160,52 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     spec = engine.ContainerSpec(
         name=c.name, image=c.image, command=tuple(c.command) if c.command is not None else None,
         environment=tuple(f"{k}={v}" for k, v in env), labels=tuple(sorted(labels.items())),
-        ports=tuple(ports), binds=binds, restart=restart, mac=c.mac)
+        ports=tuple(ports), binds=binds, restart=restart, mac=c.mac, pull_auth=pull_auth,
+        placeholders=placeholders)
     env_file = DesiredFile(str(paths.env_dir / f"{_safe_name(c.name)}.env"),
                            hashlib.sha256(env_text.encode()).hexdigest())
     return DesiredContainer(c.name, c.run_once, digest, pmap(summary)), spec, env_file, env_text
+
+
+def _declared_file(f, paths: NodePaths, secret_source: Optional[SecretSource],
+                   refusals: list[Refusal]):
+    """(DesiredFile, bytes) of a declared file under the file root, or None (refused)."""
+    if not os.path.isabs(f.path):
+        refusals.append(Refusal(f.path, "a declared file must be an absolute path"))
+        return None
+    try:
+        mode = int(f.mode, 8)
+    except ValueError:
+        refusals.append(Refusal(f.path, f"mode {f.mode!r} is not octal (e.g. \"0644\")"))
+        return None
+    target = paths.on_node(f.path)
+    if paths.owns(target):
+        refusals.append(Refusal(f.path, f"a declared file inside the executor's own directory "
+                                f"{paths.root}"))
+        return None
+    text = f.content
+    if f.secret is not None:
+        ref = f.secret
+        if ref.generation is None:
+            refusals.append(Refusal(f.path, f"credential {ref.credential} has not been issued "
+                                    "yet (`mesh plan --issue`)"))
+            return None
+        if secret_source is None:
+            refusals.append(Refusal(f.path, f"needs credential {ref.credential}, but no sealed "
+                                    "secrets were given (--secrets FILE --key FILE)"))
+            return None
+        try:
+            value = secret_source(ref)
+        except Exception as exc:  # the unsealer's error, named (never the value)
+            refusals.append(Refusal(f.path, f"credential {ref.credential} generation "
+                                    f"{ref.generation} cannot be unsealed: {exc}"))
+            return None
+        text = text.replace(secret_token(ref.credential), value)
+    if secret_tokens(text):  # a token left: a credential the file does not declare
+        refusals.append(Refusal(f.path, "refers to a credential it does not declare"))
+        return None
+    data = text.encode()
+    return DesiredFile(target, hashlib.sha256(data).hexdigest(), mode), data
 
 
 def render(declaration: Declaration, paths: NodePaths,
@@ -200,6 +250,14 @@ def render(declaration: Declaration, paths: NodePaths,
         if b.secret is not None and b.secret.generation is not None:
             generations[b.secret.credential] = max(b.secret.generation,
                                                    generations.get(b.secret.credential, 0))
+    for f in declaration.files:
+        rendered_file = _declared_file(f, paths, secret_source, refusals)
+        if rendered_file is not None:
+            files.append(rendered_file[0])
+            contents[rendered_file[0].path] = rendered_file[1]
+            if f.secret is not None and f.secret.generation is not None:
+                generations[f.secret.credential] = max(f.secret.generation,
+                                                       generations.get(f.secret.credential, 0))
     dirs = []
     for d in declaration.state_dirs:
         try:

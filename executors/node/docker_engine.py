@@ -52,6 +52,11 @@ class ContainerSpec:
     binds: tuple[tuple[str, str, str], ...]  # (source, target, "ro" | "rw")
     restart: str  # unless-stopped | no
     mac: Optional[str] = None  # fixed MAC on the default bridge (same-node consumers)
+    # (user, password) the node pulls its image with (its own account on the mesh's registry)
+    pull_auth: Optional[tuple[str, str]] = attrs.field(default=None, repr=False, eq=False)
+    # files a bind mount needs before the container starts: created empty when absent, never
+    # overwritten (the registry's htpasswd, which its provisioner fills)
+    placeholders: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -133,7 +138,10 @@ def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
         try:
             repository, digest = spec.image.split("@", 1)
             next_tick = time.monotonic() + TICK_SECONDS
-            for event in api.pull(repository, tag=digest, stream=True, decode=True):
+            auth = ({"username": spec.pull_auth[0], "password": spec.pull_auth[1]}
+                    if spec.pull_auth is not None else None)
+            for event in api.pull(repository, tag=digest, stream=True, decode=True,
+                                  auth_config=auth):
                 if "error" in event:
                     raise EngineError(f"pulling {spec.image} failed: {event['error']}")
                 if time.monotonic() >= next_tick:  # a long pull is never silent

@@ -27,11 +27,20 @@ from pathlib import Path
 EXECUTOR_DIR = ".mesh"
 DEFAULT_STATE_ROOT = "/var/lib/mesh"
 STATE_ROOT_ENV = "MESH_STATE_ROOT"  # overrides the default of `mesh apply --state-root`
+FILE_ROOT_ENV = "MESH_FILE_ROOT"  # overrides the default of `mesh apply --file-root`
+DEFAULT_FILE_ROOT = "/"
+FILES_RECORD = "files.json"  # the declared files the executor wrote (what it may remove)
 APPLIED_FILE, NOOP_FILE, DIRS_FILE = "applied.json", "noop.json", "dirs.json"
 FIREWALL_DIGEST_FILE = "firewall.digest"
 LOCK_FILE = "lock"
 RECORDS = (APPLIED_FILE, NOOP_FILE, DIRS_FILE, FIREWALL_DIGEST_FILE)
 FILE_DIRS = {"env": ".env", "bindings": ".env", "steps": ".digest"}
+
+
+def default_file_root() -> str:
+    """Where a declaration's files (absolute paths such as /etc/docker/certs.d/…) are written:
+    $MESH_FILE_ROOT, else `/`. A test points it at a directory of its own."""
+    return os.environ.get(FILE_ROOT_ENV) or DEFAULT_FILE_ROOT
 
 
 def default_state_root() -> str:
@@ -45,22 +54,33 @@ class NodePaths:
     A plain immutable value (equal, hashable) without attrs, so the no-op
     check can use it for the cost of pathlib alone."""
 
-    __slots__ = ("state_root",)
+    __slots__ = ("state_root", "file_root")
 
-    def __init__(self, state_root) -> None:
+    def __init__(self, state_root, file_root=DEFAULT_FILE_ROOT) -> None:
         object.__setattr__(self, "state_root", Path(state_root))
+        object.__setattr__(self, "file_root", Path(file_root))
 
     def __setattr__(self, name, value) -> None:
         raise AttributeError(f"NodePaths is immutable ({name})")
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, NodePaths) and other.state_root == self.state_root
+        return (isinstance(other, NodePaths) and other.state_root == self.state_root
+                and other.file_root == self.file_root)
 
     def __hash__(self) -> int:
-        return hash(("NodePaths", self.state_root))
+        return hash(("NodePaths", self.state_root, self.file_root))
 
     def __repr__(self) -> str:
-        return f"NodePaths(state_root={str(self.state_root)!r})"
+        return (f"NodePaths(state_root={str(self.state_root)!r}, "
+                f"file_root={str(self.file_root)!r})")
+
+    def on_node(self, path: str) -> str:
+        """Where a declared absolute path (a file, a TLS directory) is, under the file root."""
+        return os.path.normpath(os.path.join(str(self.file_root), path.lstrip("/")))
+
+    @property
+    def files_record(self) -> Path:
+        return self.root / FILES_RECORD
 
     @property
     def root(self) -> Path:

@@ -226,7 +226,28 @@ def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
 
     if not provisioners.needs_provisioning(declaration):
         return [], []
+    from executors.node.provisioners.registry import FILE_KINDS
+
+    if declaration.grants and all(g.kind in FILE_KINDS for g in declaration.grants) and \
+            not any(p.admin is not None for p in declaration.providers):
+        return [], []  # only the registry's accounts: the file hook (file_hooks) keeps them
     return [provisioners.check_admins], [provisioners.provision]
+
+
+def file_hooks(declaration: Declaration, paths, api) -> list:
+    """The provisioners that keep a file on this node (the mesh registry's htpasswd), bound to
+    its file root and Docker Engine; empty when the declaration grants none of their kinds."""
+    from executors.node.provisioners.registry import FILE_KINDS
+
+    if not any(g.kind in FILE_KINDS for g in declaration.grants):
+        return []
+    from executors.node.provisioners.htpasswd import provision_accounts
+
+    def hook(declaration, secret_source, report, dry_run=False):
+        return provision_accounts(declaration, secret_source, report, paths=paths, api=api,
+                                  dry_run=dry_run)
+
+    return [hook]
 
 
 # --------------------------------------------------------------------------- apply
@@ -245,9 +266,14 @@ def apply_files(options, report: "Report") -> "Report":
     secret_source = secret_source_from(options.secrets, options.key, node)
     from executors.node import apply as apply_module
     from executors.node import docker_engine
+    from executors.node.node_paths import NodePaths, default_file_root
 
     api = docker_engine.connect(options.docker_host)
-    checks, provisioners = provisioning_hooks(max(declarations, key=lambda d: d[1].serial)[1])
+    newest = max(declarations, key=lambda d: d[1].serial)[1]
+    checks, provisioners = provisioning_hooks(newest)
+    file_root = getattr(options, "file_root", None) or default_file_root()
+    provisioners = provisioners + file_hooks(newest, NodePaths(options.state_root, file_root),
+                                             api)
     try:
         report = apply_module.apply_latest(
             declarations, api=api, state_root=options.state_root, secret_source=secret_source,
@@ -255,6 +281,7 @@ def apply_files(options, report: "Report") -> "Report":
             firewall=None if options.no_firewall else firewall_hook(options.state_root, api),
             checks=checks, provisioners=provisioners,
             stop_timeout=options.stop_timeout,
+            file_root=file_root,
             noop_inputs=noop_inputs if noop_inputs == _noop_inputs(apply_fast, options) else None)
     except (docker_engine.docker.errors.DockerException, RequestException) as exc:
         # the engine is unreachable or broke off mid-way: nothing is recorded as applied

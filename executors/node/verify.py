@@ -308,18 +308,3 @@ def verify_declaration(declaration: Declaration, secret_source: Optional[SecretS
         results.append(Result(consumer=instance, status=REQUIRES_NOTHING,
                               message="requires nothing: no binding to check"))
     return results
-
-
-def engine_locator(docker_host) -> Locate:
-    """container name → (pid, state), asked of the Docker Engine at `docker_host` when first
-    needed (`mesh verify` and the node agent)."""
-    api = []
-
-    def locate(name: str):
-        from executors.node import docker_engine
-
-        if not api:
-            api.append(docker_engine.connect(docker_host, timeout=30))
-        return docker_engine.container_pid(api[0], name)
-
-    return locate

@@ -5,6 +5,9 @@
 - `postgres.py` (database+login) and `amqp.py` (vhost+account, the broker's management API):
   each a query (I/O) → `parse(rows)` → `diff` → `after` → apply, and a binding check; the pure
   half of each (desired and observed state, parse, diff, after) is its `*_plan.py`.
+- `htpasswd.py` (registry+account: the mesh registry's accounts, kept in its htpasswd file on
+  the registry's node, a file kind the registry lists in FILE_KINDS and `mesh apply` runs as a
+  hook of its own, runner.file_hooks) with its pure half `htpasswd_plan.py`.
 - `grants.py`: `provision_grants`, what `mesh apply` runs on a provider's node.
 - `admin_login.py`: a provider's admin credential on its running server (the check before
   anything changes, a rotated admin password put in force on the running server).

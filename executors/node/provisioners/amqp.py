@@ -20,6 +20,7 @@ import requests
 
 from resolver import BindingDecl, GrantDecl
 
+from executors.common.broker_api import HTTP_TIMEOUT, Api, ApiError
 from executors.common.report import Report
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ from .amqp_plan import (
     DesiredAccount,
     Observed,
     Plan,
-    _tags,
+    tags_of,
     after,
     delete_vhost_command,
     desired_account,
@@ -52,57 +53,17 @@ from .base import (
     _one_line,
     binding_address,
     credential_name,
-    wait_ready,
 )
 
 KIND = AMQP_KIND
 DESCRIPTION = "amqp management"
 CONNECT_TIMEOUT = 5
-HTTP_TIMEOUT = 10
 
 
-class Api:
-    """The management API as the admin (one HTTP session; never logs a body)."""
-
-    def __init__(self, endpoint: Endpoint, admin_password: str, timeout: float = HTTP_TIMEOUT):
-        self.timeout = timeout
-        self.base = f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}"
-        self.session = requests.Session()
-        self.session.auth = (endpoint.user, admin_password)
-        self.session.headers["content-type"] = "application/json"
-
-    def get(self, api_path: str) -> Optional[dict]:
-        response = self.session.get(self.base + api_path, timeout=self.timeout)
-        if response.status_code == 404:
-            return None
-        _raise_for(response, "GET", api_path)
-        return response.json()
-
-    def send(self, method: str, api_path: str, body: Mapping) -> None:
-        payload = dict(body) if method != "DELETE" else None
-        response = self.session.request(method, self.base + api_path, json=payload,
-                                        timeout=self.timeout)
-        _raise_for(response, method, api_path)
-
-    def close(self) -> None:
-        self.session.close()
-
-
-class ApiError(ProvisionError):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
-    if response.status_code < 300:
-        return
-    try:
-        reason = response.json().get("reason", "")
-    except ValueError:
-        reason = response.text[:200]
-    raise ApiError(response.status_code,
-                   f"{method} {api_path} answered {response.status_code}: {reason}".strip())
+def _api(endpoint: Endpoint, password: str, timeout: float = HTTP_TIMEOUT) -> Api:
+    """The management API of `endpoint` as its admin."""
+    return Api(f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}", endpoint.user, password,
+               timeout=timeout)
 
 
 def query(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> dict[str, Any]:
@@ -135,7 +96,7 @@ def auth_refused(error: Exception) -> bool:
 
 def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
     """Ask the management API for its overview as the admin; the broker's self-description."""
-    api = Api(endpoint, password, timeout=timeout)
+    api = _api(endpoint, password, timeout=timeout)
     try:
         overview = api.get("/api/overview") or {}
     finally:
@@ -147,27 +108,15 @@ def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -
 def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> None:
     """PUT the admin account with its new password and the tags it has (a PUT replaces them),
     authenticated with its password in force."""
-    api = Api(endpoint, password)
+    api = _api(endpoint, password)
     try:
         account = api.get(path("users", endpoint.user))
         if account is None:
             raise ProvisionError(f"the broker has no account {endpoint.user}")
         api.send("PUT", path("users", endpoint.user),
-                 {"password": new_password, "tags": ",".join(_tags(account.get("tags")))})
+                 {"password": new_password, "tags": ",".join(tags_of(account.get("tags")))})
     finally:
         api.close()
-
-
-def wait_for_broker(api: Api, report: Report, subject: str, timeout: float) -> None:
-    def probe() -> str:
-        overview = api.get("/api/overview") or {}
-        return (f"{overview.get('product_name', 'broker')} "
-                f"{overview.get('product_version', overview.get('rabbitmq_version', ''))}").strip()
-
-    def fatal(error: Exception) -> bool:
-        return isinstance(error, ApiError) and error.status in (401, 403)
-
-    wait_ready(report, subject, probe, timeout=timeout, fatal=fatal)
 
 
 def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
@@ -177,7 +126,7 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
     (answering, its admin accepted: provisioners waited for it), delete the accounts of its
     grants that are gone and report their vhosts orphaned."""
     subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
-    api = Api(endpoint, admin_password)
+    api = _api(endpoint, admin_password)
     failed: Optional[str] = None
     try:
         desired = [desired_account(g, secret_source) for g in grants]

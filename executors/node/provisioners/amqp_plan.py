@@ -28,26 +28,33 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
-import json
 import shlex
 from typing import Any, Mapping, Optional, Sequence
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import attrs
 
 from resolver import GrantDecl
 
+from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_matches: this module's API)
+    DEFAULT_VHOST,
+    MARK_PREFIX,
+    USER,
+    VHOST,
+    Call,
+    hash_matches,
+    mark_call,
+    mark_name,
+    marker,
+    parse_marks,
+    path,
+    tags_of,
+    unmark_call,
+)
+
 from .base import ProvisionError, SecretSource
 
 FULL = ".*"
-DEFAULT_VHOST = "/"
-MARK_PREFIX = "mesh-mark:"
-USER, VHOST = "user", "vhost"
-HASHES = {"rabbit_password_hashing_sha256": hashlib.sha256,
-          "rabbit_password_hashing_sha512": hashlib.sha512,
-          "rabbit_password_hashing_md5": hashlib.md5,
-          "SHA256": hashlib.sha256, "SHA512": hashlib.sha512, "MD5": hashlib.md5}
 
 
 @attrs.frozen
@@ -77,16 +84,6 @@ class Observed:
 
 
 @attrs.frozen
-class Call:
-    op: str
-    subject: str
-    cause: str
-    method: str
-    path: str
-    body: Mapping = attrs.field(factory=dict, repr=False, eq=False)
-
-
-@attrs.frozen
 class Plan:
     calls: tuple[Call, ...] = ()
     refusals: tuple[tuple[str, str], ...] = ()  # (account, reason): grants not provisioned
@@ -94,57 +91,22 @@ class Plan:
     untouched: tuple[tuple[str, str], ...] = ()  # (subject, why): marked ours, never touched
 
 
-def path(*parts: str) -> str:
-    return "/api/" + "/".join(quote(p, safe="") for p in parts)
-
-
-def marker(mesh: str, provider: str) -> str:
-    return f"mesh:{mesh}:{provider}"
-
-
-def mark_name(kind: str, name: str) -> str:
-    return f"{MARK_PREFIX}{kind}:{name}"
-
-
-def hash_matches(password_hash: Optional[str], hashing: str, password: str) -> bool:
-    """Whether the broker's stored hash base64(salt[4] + H(salt + password)) is `password`'s."""
-    algorithm = HASHES.get(hashing)
-    if not password_hash or algorithm is None:
-        return False
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except ValueError:
-        return False
-    salt, digest = raw[:4], raw[4:]
-    return hmac.compare_digest(algorithm(salt + password.encode("utf-8")).digest(), digest)
-
-
 def delete_vhost_command(vhost: str) -> str:
     return f"rabbitmqctl delete_vhost {shlex.quote(vhost)}"
-
-
-def _mark_call(kind: str, name: str, mark: str, cause: str) -> Call:
-    return Call("mark", f"{kind} {name}", cause, "PUT",
-                path("global-parameters", mark_name(kind, name)), {"value": mark})
-
-
-def _unmark_call(kind: str, name: str, cause: str) -> Call:
-    return Call("unmark", f"{kind} {name}", cause, "DELETE",
-                path("global-parameters", mark_name(kind, name)))
 
 
 def _account_calls(want: DesiredAccount, observed: Observed, mark: str) -> list[Call]:
     calls: list[Call] = []
     vhost_exists = want.vhost in observed.vhosts
     if observed.marks.get((VHOST, want.vhost)) != mark:
-        calls.append(_mark_call(VHOST, want.vhost, mark, "adopted: was not marked as managed"
+        calls.append(mark_call(VHOST, want.vhost, mark, "adopted: was not marked as managed"
                                 if vhost_exists else "mark as managed, before it is made"))
     if not vhost_exists:
         calls.append(Call("create-vhost", want.vhost, f"vhost of {want.credential}", "PUT",
                           path("vhosts", want.vhost), {"description": mark}))
     user = observed.users.get(want.user)
     if observed.marks.get((USER, want.user)) != mark:
-        calls.append(_mark_call(USER, want.user, mark, "adopted: was not marked as managed"
+        calls.append(mark_call(USER, want.user, mark, "adopted: was not marked as managed"
                                 if user is not None else "mark as managed, before it is made"))
     why = []
     if user is None:
@@ -212,33 +174,22 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
         elif kind == USER and name in observed.users:
             calls.append(Call("delete-user", name, "grant gone: its login goes (its vhost and "
                               "messages are kept)", "DELETE", path("users", name)))
-            calls.append(_unmark_call(USER, name, "its account is deleted"))
+            calls.append(unmark_call(USER, name, "its account is deleted"))
         elif kind == VHOST and name in observed.vhosts:
             orphaned.append(name)
         else:
-            calls.append(_unmark_call(kind, name, f"the {kind} is gone (removed by hand): "
+            calls.append(unmark_call(kind, name, f"the {kind} is gone (removed by hand): "
                                                   "its mark goes"))
     return Plan(tuple(calls), tuple(refusals), tuple(orphaned), tuple(untouched))
-
-
-def _tags(value) -> tuple[str, ...]:
-    if isinstance(value, str):  # older brokers answer a comma-separated string
-        value = value.split(",")
-    return tuple(sorted(t for t in (value or []) if t))
 
 
 def parse(rows: Mapping[str, Any]) -> Observed:
     """The observed broker from `query`'s answers (pure)."""
     users = {u["name"]: UserFacts(u["name"], u.get("password_hash"),
-                                  u.get("hashing_algorithm", ""), _tags(u.get("tags")))
+                                  u.get("hashing_algorithm", ""), tags_of(u.get("tags")))
              for u in rows["users"]}
     vhosts = frozenset(v["name"] for v in rows["vhosts"])
-    marks: dict[tuple[str, str], str] = {}
-    for parameter in rows["global-parameters"]:
-        name, value = parameter.get("name", ""), parameter.get("value")
-        kind, _, subject = name[len(MARK_PREFIX):].partition(":")
-        if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
-            marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
+    marks = parse_marks(rows["global-parameters"])
     permissions = {(p["vhost"], p["user"]): (p["configure"], p["write"], p["read"])
                    for p in rows["permissions"]}
     return Observed(rows["admin"], users, vhosts, permissions, marks)
@@ -277,7 +228,7 @@ def after(observed: Observed, plan: Plan) -> Observed:
             vhosts.add(args[0])
         elif (call.method, what, len(args)) == ("PUT", "users", 1):
             users[args[0]] = UserFacts(args[0], model_hash(call.body["password"]),
-                                       MODEL_HASHING, _tags(call.body.get("tags")))
+                                       MODEL_HASHING, tags_of(call.body.get("tags")))
         elif (call.method, what, len(args)) == ("DELETE", "users", 1):
             if args[0] not in users:
                 raise ProvisionError(f"{call.method} {call.path}: no such account")

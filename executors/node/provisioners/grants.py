@@ -40,7 +40,7 @@ from .base import (
     derive_endpoint,
     idle_providers,
 )
-from .registry import no_provisioner, provisioner_for
+from .registry import FILE_KINDS, no_provisioner, provisioner_for
 
 
 def _providers(declaration: Declaration,
@@ -52,6 +52,16 @@ def _providers(declaration: Declaration,
         groups.setdefault((provider, kind), [])
     return dict(sorted(groups.items()))
 
+
+
+def _failed(report: Report, result: ProvisionResult, provider: str, kind: str, grants,
+            problem: str) -> None:
+    """`provider`'s `grants` of `kind` all failed for one `problem`: said once, each outcome."""
+    report.record("provision", provider, f"{len(grants)} {kind} grant(s)", f"failed: {problem}",
+                  ok=False)
+    result.problems.append(f"{provider}: {problem}")
+    result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer, "failed",
+                                        message=problem, kind=kind) for g in grants)
 
 
 def _not_provisioned(report: Report, result: ProvisionResult, provider: str, kind: str,
@@ -96,18 +106,15 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
     for (provider, kind), grants in _providers(declaration, provider_kinds).items():
         if wanted_kinds is not None and kind not in wanted_kinds:
             continue
+        if kind in FILE_KINDS:  # kept in a file by a hook of its own (runner)
+            continue
         provisioner = provisioner_for(kind)
         if provisioner is None:
             _not_provisioned(report, result, provider, kind, grants)
             continue
         if secret_source is None:
-            problem = "no secret values to provision with: pass --secrets and --key"
-            report.record("provision", provider, f"{len(grants)} {kind} grant(s)",
-                          f"failed: {problem}", ok=False)
-            result.problems.append(f"{provider}: {problem}")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "failed", message=problem, kind=kind)
-                                   for g in grants)
+            _failed(report, result, provider, kind, grants,
+                    "no secret values to provision with: pass --secrets and --key")
             continue
         issued = [g for g in grants if g.credential.generation is not None]
         for grant in grants:
@@ -132,12 +139,7 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
             report.notice(provider, f"not checked for orphaned logins: {problem}")
             continue
         if problem is not None:
-            report.record("provision", provider, f"{len(issued)} {kind} grant(s)",
-                          f"failed: {problem}", ok=False)
-            result.problems.append(f"{provider}: {problem}")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "failed", message=problem, kind=kind)
-                                   for g in issued)
+            _failed(report, result, provider, kind, issued, problem)
             continue
         ops_before = len(report.ops)
         try:

@@ -46,7 +46,7 @@ class Registry:
 
     def provides(self, kind: str) -> bool:
         """Whether grants of `kind` have a provisioner (nothing is imported to say so)."""
-        return kind in self._loaded or kind in self._modules
+        return kind in self._loaded or kind in self._modules or kind in FILE_KINDS
 
     def get(self, kind: str) -> Optional[Provisioner]:
         """The provisioner of `kind`, or None when the mesh has none."""
@@ -62,6 +62,13 @@ class Registry:
         """Make `provisioner` the one of its kind."""
         self._loaded[provisioner.kind] = provisioner
 
+
+# Grant kinds kept in a file on the provider's node rather than through a server's admin
+# interface: the mesh registry's accounts (htpasswd). `mesh apply` runs them as a hook of
+# their own (runner.provisioning_hooks); provision_grants leaves them to it.
+FILE_KINDS: Mapping[str, str] = {
+    "registry+account": "executors.node.provisioners.htpasswd",
+}
 
 REGISTRY = Registry(KNOWN)
 

@@ -1,0 +1,60 @@
+"""Bindings while they are being resolved, and the names of the credentials they carry.
+
+Invariants:
+- One place names credentials: `credential_id` for a consumer's binding to a provider,
+  `secret_id` for a module's own secret; the ledger, the issuer and rotation read these ids.
+- A Bound is mutable only while the requirement stages fill it (kind, credential); rendering
+  freezes it into the plan's Binding with `binding_record`, and nothing changes it after.
+- Imports only the model and the declaration types: the resolution stages (selection,
+  refusals, rendering, assembly) all import it, and it imports none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import attrs
+
+from ._declaration import Binding
+from ._model import Instance, Require
+
+DUAL_LOGIN_KINDS = ("database+login",)
+"""Grant kinds whose provider keeps two login slots for a credential (rotation without a gap)."""
+RESOURCE_KEYS = {"database+login": "database", "vhost+account": "vhost",
+                 "bucket+key": "bucket", "client+secret": "client"}
+"""Grant kind → the binding value that names the resource granted."""
+
+
+def credential_id(provision: str, provider: str, consumer: str) -> str:
+    """The ledger's id of the credential `consumer` holds for `provision` at `provider`."""
+    return f"{provision}/{provider}/{consumer}"
+
+
+def secret_id(instance: str, name: str) -> str:
+    """The ledger's id of module-own secret `name` of `instance`."""
+    return f"secret/{instance}/{name}"
+
+
+@attrs.define
+class Bound:
+    """A binding under construction (mutable while resolving, frozen into Binding after)."""
+
+    consumer: str
+    requirement: Require
+    provider: str
+    chosen_by: str
+    listen: str
+    kind: str = "none"
+    credential: Optional[str] = None
+
+
+def binding_record(instances: Mapping[str, Instance], b: Bound, values: Mapping[str, Any],
+                   secret: Any) -> Binding:
+    """The plan's Binding of `b`, with the values rendered for its consumer."""
+    return Binding(
+        consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
+        provision=b.requirement.provision, module=b.requirement.module,
+        consumer_node=instances[b.consumer].node, provider_node=instances[b.provider].node,
+        chosen_by=b.chosen_by, host=values["host"], port=int(values["port"]),
+        login=values.get("user"), resource=values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
+        url=values.get("url"), secret=secret)

@@ -1,0 +1,106 @@
+"""Placeholders in env values, read in one place: `${<as>.<key>}`, `${self.…}`, `$$`, and the
+`${secret:<credential id>}` tokens a resolved value carries for the executor to fill.
+
+Invariants:
+- One grammar, one reader (`parse_template`): `$$` is a literal `$`; `${` opens a placeholder
+  whose body runs to the first `}`; an unclosed `${` is a PlaceholderSyntaxError; any other `$`
+  is literal. The validator, the renderer and `render_placeholders` all read with it, so what
+  validates is exactly what renders.
+- A template is read once per distinct text and rendered once per instance: a tuple of
+  literal strings and placeholder bodies split on `.` (a body is a tuple, a literal a str).
+- A secret token is the only thing a resolved value holds in place of a secret; executors
+  replace it with `fill_secret_tokens` and nothing else reads one.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Callable, Union
+
+from ._errors import PlaceholderSyntaxError
+
+Body = tuple[str, ...]
+"""A placeholder's body split on dots: `${db.host}` is ("db", "host")."""
+Template = tuple[Union[str, Body], ...]
+"""An env value read: literal strings and placeholder bodies, in order."""
+
+SECRET_TOKEN = "${{secret:{}}}"  # format with a credential id
+_SECRET = re.compile(r"\$\{secret:([^}]*)\}")
+
+
+def parse_template(value: str, *, strict: bool = True) -> Template:
+    """`value` read as literal text and placeholder bodies; PlaceholderSyntaxError when a `${`
+    is never closed (with `strict=False`, the unclosed rest is literal text, as rendering an
+    unvalidated value has always read it)."""
+    if "$" not in value:
+        return (value,) if value else ()
+    parts: list[Union[str, Body]] = []
+    literal: list[str] = []
+    i, size = 0, len(value)
+    while i < size:
+        at = value.find("$", i)
+        if at < 0:
+            literal.append(value[i:])
+            break
+        literal.append(value[i:at])
+        if value.startswith("$$", at):
+            literal.append("$")
+            i = at + 2
+        elif value.startswith("${", at):
+            end = value.find("}", at + 2)
+            if end < 0:
+                if strict:
+                    raise PlaceholderSyntaxError("an unclosed ${")
+                literal.append(value[at:])
+                break
+            if literal:
+                text = "".join(literal)
+                if text:
+                    parts.append(text)
+                literal = []
+            parts.append(tuple(value[at + 2:end].split(".")))
+            i = end + 1
+        else:
+            literal.append("$")
+            i = at + 1
+    text = "".join(literal)
+    if text:
+        parts.append(text)
+    return tuple(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def template(value: str) -> Template:
+    """parse_template(value, strict=False), read once per distinct value: a module's env is
+    rendered once per instance of it, and the same text need not be read again each time."""
+    return parse_template(value, strict=False)
+
+
+def placeholders(value: str) -> list[str]:
+    """The `${…}` bodies of an env value, in order (`$$` is a literal `$`)."""
+    return [".".join(part) for part in parse_template(value) if not isinstance(part, str)]
+
+
+def render_placeholders(value: str, lookup: Callable[[str], str]) -> str:
+    """`value` with each `${body}` replaced by `lookup(body)` and `$$` by `$`."""
+    return "".join(part if isinstance(part, str) else lookup(".".join(part))
+                   for part in parse_template(value))
+
+
+def secret_token(credential: str) -> str:
+    """The token a resolved env value holds in place of credential `credential`'s value."""
+    return SECRET_TOKEN.format(credential)
+
+
+def fill_secret_tokens(value: str, lookup: Callable[[str], str]) -> str:
+    """A resolved value with each `${secret:<id>}` token replaced by `lookup(<id>)` (the
+    executor's half: it unseals the value); whatever `lookup` raises propagates."""
+    if "${secret:" not in value:
+        return value
+    return _SECRET.sub(lambda match: lookup(match.group(1)), value)
+
+
+def secret_tokens(value: str) -> list[str]:
+    """The credential ids of the secret tokens in a resolved value, in order."""
+    return _SECRET.findall(value)

@@ -1,0 +1,93 @@
+"""Who may pull from and push to the mesh's own registry: one account per node, one to push.
+
+Invariants:
+- The registry requires authentication. Every node of the mesh pulls (its container runtime
+  consumes the artifact store), so each has its own pull account, `node-<node>`, whose password
+  is the credential `registry-pull/<registry instance>/<node>`, sealed to the registry's node
+  (whose provisioner writes its bcrypt hash) and to that node alone (whose runtime pulls with
+  it). Pushing (mirror, build) has one account, `mesh-push`, credential
+  `registry-push/<registry instance>/control`, sealed to the registry's node and the control
+  node. Issued once, rotated like any single-password credential (provider first).
+- The registry's node holds one grant per account (kind `registry+account`), with the newest
+  generation to put in force (resolver/_rotation.grant_view); the htpasswd provisioner makes
+  them, and nothing else of the mesh's, true in the registry's htpasswd file.
+- Each node's declaration names its own pull account only (`registry_logins`): a node never
+  holds another node's password, so a node without its account is refused by the registry.
+- The registry's containers mount `/etc/mesh/auth/<instance>/` read-only at `/etc/mesh/auth`,
+  where the provisioner keeps `htpasswd`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import attrs
+
+from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, SecretRef
+from ._rotation import grant_view
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._resolve import _Resolver
+
+ACCOUNT_KIND = "registry+account"
+PROVISION = "artifact-store"
+AUTH_HOST_DIR = "/etc/mesh/auth"  # + /<instance>/ on the registry's node
+AUTH_CONTAINER_DIR = "/etc/mesh/auth"
+HTPASSWD = "htpasswd"
+PUSH_LOGIN = "mesh-push"
+
+
+def pull_credential(store: str, node: str) -> str:
+    return f"registry-pull/{store}/{node}"
+
+
+def push_credential(store: str) -> str:
+    return f"registry-push/{store}/control"
+
+
+def pull_login(node: str) -> str:
+    return f"node-{node}"
+
+
+def control_node(r: "_Resolver") -> Optional[str]:
+    return next((name for name, node in sorted(r.mesh.nodes.items()) if node.control), None)
+
+
+def _grant(r: "_Resolver", store: str, cred_id: str, consumer: str, consumer_node: str,
+           login: str, resource: str, fallback: SecretRef) -> GrantDecl:
+    credential = r.credentials.get(cred_id)
+    newest, retiring = grant_view(credential) if credential is not None and \
+        credential.active is not None else (None, None)
+    return GrantDecl(
+        provision=PROVISION, kind=ACCOUNT_KIND, provider=store, consumer=consumer,
+        consumer_node=consumer_node, login=login, resource=resource,
+        credential=SecretRef(cred_id, newest.generation) if newest else fallback,
+        retiring=SecretRef(cred_id, retiring.generation) if retiring else None)
+
+
+def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str):
+    """(grants on the registry's node, node → its RegistryLogin), requesting what is not
+    issued yet."""
+    grants, logins = [], {}
+    for node in sorted(r.mesh.nodes):
+        cred_id = pull_credential(store, node)
+        ref = r.secret_ref(cred_id, {store_node, node},
+                           f"pull account of node {node} on the registry {store}")
+        grants.append(_grant(r, store, cred_id, node, node, pull_login(node), "pull", ref))
+        logins[node] = RegistryLogin(registry, pull_login(node), ref)
+    control = control_node(r)
+    cred_id = push_credential(store)
+    ref = r.secret_ref(cred_id, {store_node} | ({control} if control else set()),
+                       f"push account on the registry {store} (mirror, build)")
+    grants.append(_grant(r, store, cred_id, "control", control or store_node, PUSH_LOGIN,
+                         "push", ref))
+    return grants, logins
+
+
+def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:
+    mount = MountDecl("auth", f"{AUTH_HOST_DIR}/{store}", AUTH_CONTAINER_DIR, True)
+    return attrs.evolve(container, mounts=container.mounts.append(mount))
+
+
+__all__ = ["ACCOUNT_KIND", "registry_accounts", "with_auth", "pull_credential",
+           "push_credential"]
