@@ -14,6 +14,11 @@ compiles to the same bytecode as the original is equivalent by construction and 
 Prints killed / survived / timeout per module and, for each survivor, its diff; `--json FILE`
 writes every result. Not part of the test suite (it takes tens of minutes): see README.md.
 
+The baseline (which property runs which resolver/ line, by coverage.py) is the slow step; it
+runs once with the `dev` profile and is kept in `.mutate-cache/baseline.json` under a digest
+of resolver/ and property_tests/, so a second sample on unchanged sources starts at once.
+Give `--timeout` to bound each mutant (a mutant that outlives it counts as timed out).
+
 Sites are counted inside resolver/ except __init__.py (re-exports) and _codes.py (the
 published code names: renaming one is a change of the API, which the fixtures pin, not a
 behaviour the properties could notice). Docstrings, annotations and strings with spaces
@@ -381,6 +386,42 @@ class Baseline:
         return sorted(found, key=lambda t: self.order.get(t, len(self.order)))
 
 
+def source_digest(root: Path) -> str:
+    """sha256 over resolver/ and property_tests/ sources: the key of a cached baseline."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted([*(root / PACKAGE).rglob("*.py"), *(root / TESTS).rglob("*.py")]):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_baseline(cache: Optional[Path], key: str) -> Optional[Baseline]:
+    """The baseline recorded for exactly these sources (same key), or None."""
+    if cache is None or not cache.exists():
+        return None
+    try:
+        plain = json.loads(cache.read_text())
+    except ValueError:
+        return None
+    if plain.get("key") != key:
+        return None
+    tests = {f: {int(line): set(ids) for line, ids in lines.items()}
+             for f, lines in plain["tests"].items()}
+    return Baseline(plain["files"], plain["seconds"], tests, plain["order"])
+
+
+def save_baseline(cache: Path, key: str, known: Baseline) -> None:
+    """Write the baseline whole (temp file, then rename) under its key."""
+    plain = {"key": key, "files": known.files, "seconds": known.seconds, "order": known.order,
+             "tests": {f: {str(line): sorted(ids) for line, ids in lines.items()}
+                       for f, lines in known.tests.items()}}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    temporary = cache.with_suffix(".tmp")
+    temporary.write_text(json.dumps(plain))
+    os.replace(temporary, cache)
+
+
 def baseline(tree: Path, profile: str, timeout: float) -> Baseline:
     """The unmutated tests must pass. Files are ordered fastest first (so `-x` stops early on
     the cheap kills) and, when coverage.py is installed, each test's resolver/ lines are
@@ -499,6 +540,13 @@ def main(argv=None) -> int:
                         help="run exactly this site id (as printed), instead of a sample")
     parser.add_argument("--list", action="store_true", help="count the sites per module, run nothing")
     parser.add_argument("--json", help="write every result to this file")
+    parser.add_argument("--baseline-profile", default="dev",
+                        help="hypothesis profile of the coverage baseline (default `dev`: 50 "
+                             "examples; which test runs which line hardly changes with more)")
+    parser.add_argument("--cache", default=str(REPO / ".mutate-cache" / "baseline.json"),
+                        help="where the coverage baseline is kept, keyed by a digest of "
+                             "resolver/ and property_tests/ (reused while they are unchanged; "
+                             "'' to never cache)")
     args = parser.parse_args(argv)
 
     files = sorted(p for p in (REPO / PACKAGE).glob("*.py") if p.name not in EXCLUDED)
@@ -536,9 +584,18 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop_all)
     with tempfile.TemporaryDirectory(prefix="mesh-mutate-") as base:
         base = Path(base)
-        print(f"baseline: the unmutated property tests in a copy of the tree "
-              f"(profile {args.profile})", flush=True)
-        known = baseline(make_copy(base / "baseline"), args.profile, args.timeout or 7200)
+        cache = Path(args.cache) if args.cache else None
+        key = source_digest(REPO) + "/" + args.baseline_profile
+        known = cached_baseline(cache, key)
+        if known is not None:
+            print(f"baseline: reused {cache} (sources unchanged)", flush=True)
+        else:
+            print(f"baseline: the unmutated property tests in a copy of the tree "
+                  f"(profile {args.baseline_profile})", flush=True)
+            known = baseline(make_copy(base / "baseline"), args.baseline_profile,
+                             args.timeout * 20 if args.timeout else 7200)
+            if cache is not None:
+                save_baseline(cache, key, known)
         seconds = known.seconds
         timeout = args.timeout or 3 * seconds + 60
         print(f"baseline passed in {seconds:.0f}s; per-mutant timeout {timeout:.0f}s; "
