@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import Artifact, BuildRecord, Catalogue, Instance, Ledger, Mesh, Module, Node
+from resolver import (Artifact, BuildRecord, Catalogue, Container, Instance, Ledger, Mesh, Module,
+                      Node)
 from resolver import (
     SELF_HOSTING,
     artifact_state,
@@ -262,3 +263,100 @@ def test_a_cycle_of_bases_is_refused_and_an_acyclic_graph_is_not():
     ]
     acyclic = attrs.evolve(cyclic, modules=cyclic.modules.set("a", module("a", {"x": Artifact(build=".")})))
     assert validate_build_graph(acyclic) == []
+
+
+# ---------------------------------------------------------------------------- names, pins, the store
+
+
+LOOPBACK = ["127.0.0.1:5000", "127.8.9.1:443", "localhost:5000", "[::1]:5000", "localhost",
+            "127.0.0.1"]
+ELSEWHERE = ["10.0.0.1:5000", "registry.example:8443", "[fd00::1]:5000", "ghcr.io",
+             "localhost.example:5000", "128.0.0.1:5000", "10.127.0.1:5000"]
+
+
+@given(st.sampled_from(LOOPBACK + ELSEWHERE))
+def test_a_registry_is_on_loopback_exactly_when_its_host_is(registry):
+    from resolver import is_loopback
+
+    assert is_loopback(registry) == (registry in LOOPBACK)
+
+
+@given(catalogue_and_ledger())
+def test_every_stale_artifact_says_which_base_moved(case):
+    """Each reason names the bases that moved and, when both are known, the digests (their
+    first twelve hex digits); what is stale only through a base says which one."""
+    from resolver import staleness
+
+    catalogue, ledger = case
+    graph = build_graph(catalogue)
+    current = current_digests(catalogue, ledger)
+    reasons = staleness(graph, ledger.builds, current)
+    assert set(reasons) == set(stale(graph, ledger.builds, current))
+    for name, reason in reasons.items():
+        record = ledger.builds.get(name)
+        if record is None:
+            assert reason == "never built"
+            continue
+        moved = [b for b in sorted(graph[name]) if current.get(b) is None
+                 or current.get(b) != record.bases.get(b)]
+        if not moved:
+            assert reason.startswith("builds from ") and reason.endswith(", which is stale")
+            assert reason[len("builds from "):-len(", which is stale")] in reasons
+            continue
+        parts = reason.split("; ")
+        assert len(parts) == len(moved)
+        for base, part in zip(moved, parts):
+            assert part.startswith(f"base {base} ")
+            was, now = record.bases.get(base), current.get(base)
+            if now is None:
+                assert part.endswith("has no digest (unpinned or never built)")
+            elif was is None:
+                assert part.endswith("was not recorded when it was built")
+            else:
+                assert part.endswith(f"changed {was.split(':')[1][:12]} → {now.split(':')[1][:12]}")
+
+
+@given(catalogue_and_ledger(), catalogue_and_ledger(), st.data())
+def test_changed_pins_name_exactly_the_artifacts_whose_digest_moved(case, other, data):
+    from resolver import artifacts_changed_by_pins, containers_using
+
+    catalogue, before = case
+    every = catalogue_artifacts(catalogue)
+    keys = sorted({k for a in every.values() if (k := pin_key(a))})
+    moved = {k: data.draw(digests) for k in keys if data.draw(st.booleans())}
+    after = with_pins(before, moved)
+    changed = artifacts_changed_by_pins(catalogue, before, after)
+    assert changed == sorted(n for n, a in every.items()
+                             if pin_key(a) and before.pins.get(pin_key(a)) != after.pins.get(pin_key(a)))
+    assert with_pins(after, moved) is after  # recording the same pins again changes nothing
+    # the containers running them, or running something built FROM them
+    modules = {}
+    for module_name, module in catalogue.modules.items():
+        containers = [Container(name=f"c-{a}", artifact=a) for a in sorted(module.artifacts)]
+        modules[module_name] = attrs.evolve(module, containers=pvector(containers))
+    catalogue = attrs.evolve(catalogue, modules=pmap(modules))
+    mesh = _mesh_running(catalogue)
+    graph = build_graph(catalogue)
+    affected = set(changed) | set().union(*(_dependents_of(graph, c) for c in changed))
+    assert containers_using(catalogue, mesh, changed) == sorted(
+        f"i-{n.split('/')[0]}/c-{n.split('/')[1]}" for n in affected)
+
+
+@given(st.dictionaries(st.sampled_from(["reg@n1", "reg@n2", "web@n1", "b@n9"]),
+                       st.sampled_from(["10.0.0.1:5000", "[fd00::2]:5001", "10.0.0.3:20000"]),
+                       max_size=4),
+       st.one_of(st.none(), st.sampled_from(["reg@n1", "reg@n2", "web@n1", "nothing"])))
+def test_the_mesh_registry_is_the_default_store_else_the_only_one(stores, default):
+    """The mesh default when it names a serving store, else the only store, else none (never a
+    silent pick among several); the address is that store's own."""
+    from resolver import choose_artifact_store, choose_artifact_store_instance
+
+    if default is not None and default in stores:
+        expected = default
+    elif len(stores) == 1:
+        [expected] = stores
+    else:
+        expected = None
+    assert choose_artifact_store_instance(stores, default) == expected
+    assert choose_artifact_store(stores, default) == (None if expected is None
+                                                      else stores[expected])

@@ -263,6 +263,8 @@ print("ok")
 
 
 def _in_a_namespace(texts: list) -> subprocess.CompletedProcess:
+    pytest.importorskip("nftables", reason="the nftables Python binding is not installed "
+                        "(scripts/services.sh installs it)")
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip("unshare -n is not permitted here (needs root)")
@@ -273,6 +275,7 @@ def _in_a_namespace(texts: list) -> subprocess.CompletedProcess:
 
 
 # Each example is a batch checked in one namespace; no shrinking (each step is a process).
+@pytest.mark.integration
 @settings(max_examples=12, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.data_too_large])
 @given(st.lists(st.tuples(intents(), bridges), min_size=5, max_size=5))
@@ -287,15 +290,17 @@ def test_the_kernel_holds_what_the_script_says(batch):
 
 
 def test_the_renderer_and_the_reader_are_pure():
-    """The renderer, the reader and the meaning of an intent import nothing that does I/O."""
+    """The renderer, the reader and the meaning of an intent import nothing that does I/O (the
+    marks they share with the other executors, checked too, import nothing at all)."""
     import ast
 
     forbidden = {"os", "io", "pathlib", "subprocess", "socket", "time", "datetime", "random",
                  "secrets", "logging", "threading", "nftables", "tempfile", "shutil", "sys",
                  "ctypes", "importlib", "docker", "requests"}
     found = []
-    for name in ("firewall_render.py", "firewall_readback.py", "firewall_meaning.py"):
-        source = Path(__file__).resolve().parent.parent / "executors" / "node" / name
+    for name in ("node/firewall_render.py", "node/firewall_readback.py",
+                 "node/firewall_meaning.py", "common/marks.py"):
+        source = Path(__file__).resolve().parent.parent / "executors" / name
         for node in ast.walk(ast.parse(source.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])

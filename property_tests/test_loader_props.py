@@ -162,7 +162,7 @@ def test_text_edits_load_or_locate(data, seed):
 
 @pytest.mark.parametrize("which, text", [("mesh.yaml", MESH), ("ledger.yaml", LEDGER),
                                          ("module.yaml", APP)], ids=["mesh", "ledger", "module"])
-@settings(max_examples=40)  # each example already replaces every leaf once
+@settings(max_examples=min(settings.default.max_examples, 100))  # each replaces every leaf
 @given(data=st.data())
 def test_every_leaf_replaced_loads_or_locates(data, which, text):
     """Each scalar of a valid document, replaced in turn by an arbitrary scalar."""

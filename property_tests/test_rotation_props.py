@@ -1,14 +1,22 @@
-"""Rotation as a state machine, against a plain model of the physical world.
+"""Rotation as a state machine, against a plain model that decides everything by itself.
+
+The model (`Model`) is written from the rules in DESIGN.md, not from resolver/_rotation.py: it
+numbers generations, gives a two-slot credential's new generation the idle slot, keeps the
+old one accepted until every holder applied the new one (two slots) or retires it as soon as
+the provider put the new one in force (one password per account), and says on its own when a
+rotation is in progress. The physical world is a provider that accepts exactly what the
+*model* says its grant put in force the last time it applied, and holder nodes that each use
+the generation they last applied. Events arrive in any order: rotate, a holder applies what
+it is told, the provider applies its grant, stale reports.
+
+At every step the implementation agrees with the model (what holders are told, what the
+provider must accept and is granted, retired generations, the stated window, whether a
+rotation is in progress) and the physical invariants hold: every holder's generation is
+accepted (two slots: always; one password: except the holders in the stated window), and a
+retired generation is never accepted again.
 
 ServerAdminMachine models a provider's own admin secret and a server that keeps the password
 it was initialised with: it is what `mesh rotate DIR secret/<postgres>/admin` must never lock out.
-
-The world: a provider that accepts exactly the generations it last put in force, and holder
-nodes that each use exactly the generation they last applied. Events arrive in any order:
-rotate, a holder applies what it is told, the provider applies its grant, and stale reports.
-At every step: every holder's generation is accepted by the provider (dual credentials always;
-single credentials except holders the ledger lists in the stated window); a retired generation
-is never accepted again, by the ledger nor, once dropped, by the provider.
 """
 
 from __future__ import annotations
@@ -35,42 +43,106 @@ from resolver import (
 HOLDERS = ("anchor", "lab", "edge")
 
 
+@attrs.define
+class Model:
+    """A credential's rotation, decided by plain rules."""
+
+    dual: bool
+    holders: tuple
+    slot: dict = attrs.Factory(dict)  # generation → slot (two-slot credentials)
+    active: int = 1
+    pending: int | None = None
+    retiring: int | None = None
+    retired: set = attrs.Factory(set)
+    applied: dict = attrs.Factory(dict)  # holder → newest generation it reported
+    busy: bool = False
+
+    def accepted(self) -> set:
+        """What the provider must accept now: with two slots, every generation a holder may
+        hold or be moved to; with one password, only the newest."""
+        if self.dual:
+            return {g for g in (self.pending, self.active, self.retiring) if g is not None}
+        return {self.pending if self.pending is not None else self.active}
+
+    def granted(self) -> tuple:
+        """(newest to put in force, older one still to accept) of the provider's grant."""
+        newest = self.pending if self.pending is not None else self.active
+        if not self.dual:
+            return newest, None
+        older = self.active if self.pending is not None else self.retiring
+        return newest, older
+
+    def rotate(self) -> int:
+        new = max([self.active, self.pending or 0, self.retiring or 0, *self.retired]) + 1
+        if self.dual:
+            self.slot[new] = "b" if self.slot[self.active] == "a" else "a"
+        self.pending, self.busy = new, True
+        return new
+
+    def provider_in_force(self, generation: int) -> None:
+        if self.pending is None or generation < self.pending:
+            return
+        old, self.active, self.pending = self.active, self.pending, None
+        if self.dual:
+            self.retiring = old
+            self.settle()
+        else:
+            self.retired.add(old)
+            self.busy = False  # one password: done once the provider holds the new one
+
+    def holder_holds(self, node: str, generation: int) -> None:
+        if generation <= self.active:
+            self.applied[node] = max(self.applied.get(node, 0), generation)
+        self.settle()
+
+    def settle(self) -> None:
+        if self.retiring is not None and all(self.applied.get(n, 0) >= self.active
+                                             for n in self.holders):
+            self.retired.add(self.retiring)
+            self.retiring, self.busy = None, False
+
+    def window(self) -> set:
+        accepted = self.accepted()
+        return {n for n in self.holders if self.applied.get(n, 0) and
+                self.applied[n] not in accepted}
+
+
 class RotationMachine(RuleBasedStateMachine):
-    @initialize(dual=st.booleans(), holders=st.integers(1, 3))
-    def provisioned(self, dual, holders):
-        """A credential issued and applied everywhere: the steady state rotations start from."""
+    @initialize(dual=st.booleans(), holders=st.integers(1, 3), silent=st.integers(0, 2))
+    def provisioned(self, dual, holders, silent):
+        """A credential issued and applied by every holder but the `silent` last ones (a node
+        that has not reported anything yet): where rotations start from."""
         self.dual = dual
         self.id = "postgres-database/pg@anchor/app@lab" if dual else "amqp/mq@anchor/app@lab"
         self.holders = HOLDERS[:holders]
+        self.model = Model(dual, self.holders, slot={1: "a"})
         cred = first_generation({n: f"sealed-{n}-1" for n in self.holders},
                                 slot="a" if dual else None)
-        self.provider_has = set(accepted_generations(cred))  # the provider's real state
+        self.provider_has = {1}  # the provider's real state: what its grant put in force
         cred = provider_applied(cred, 1, credential_id=self.id)
-        self.holds = {n: 1 for n in self.holders}  # each holder's real state
-        for node in self.holders:
+        reporting = self.holders[:max(0, len(self.holders) - silent)]
+        self.holds = {n: (1 if n in reporting else 0) for n in self.holders}  # 0: holds nothing
+        for node in reporting:
             cred = holder_applied(cred, node, 1)
+            self.model.holder_holds(node, 1)
         self.cred = cred
-        self.ever_retired: set[int] = set()
         self.dropped_by_provider: set[int] = set()
-        self.rotations = 0  # the plain model: how many rotations were accepted
-        self.model_busy = False  # the plain model: a rotation not yet finished
 
     # ------------------------------------------------------------------ events
 
     @rule()
     def rotate(self):
-        sealed = {n: f"sealed-{n}-{self.rotations + 2}" for n in self.holders}
+        sealed = {n: f"sealed-{n}-x" for n in self.holders}
         try:
             after = begin_rotation(self.id, self.cred, sealed)
-        except RotationError:
-            assert self.model_busy, "a settled credential refused a rotation"
-            assert in_progress(self.cred) is not None
+        except RotationError as error:
+            assert self.model.busy, f"a settled credential refused a rotation: {error}"
             return
-        assert not self.model_busy, "a second rotation began while one was in progress"
-        self.rotations += 1
-        self.model_busy = True
-        if self.dual and after.pending is not None:
-            assert after.pending.slot != self.cred.active.slot, "the idle slot is the other one"
+        assert not self.model.busy, "a second rotation began while one was in progress"
+        new = self.model.rotate()
+        assert after.pending is not None and after.pending.generation == new
+        if self.dual:
+            assert after.pending.slot == self.model.slot[new], "the idle slot is the other one"
         self.cred = after
 
     @rule(node=st.sampled_from(HOLDERS))
@@ -78,21 +150,30 @@ class RotationMachine(RuleBasedStateMachine):
         if node not in self.holders:
             return
         told = holder_generation(self.cred, node).generation
+        assert told == self.model.active, "a holder is told only what the provider holds"
         self.holds[node] = told
         self.cred = holder_applied(self.cred, node, told)
+        self.model.holder_holds(node, told)
 
     @rule()
     def provider_applies(self):
-        target = accepted_generations(self.cred)
-        self.dropped_by_provider |= (self.provider_has - target) & self.ever_retired
-        self.provider_has = set(target)
-        newest, _ = grant_view(self.cred)
-        self.cred = provider_applied(self.cred, newest.generation, credential_id=self.id)
+        newest, older = self.model.granted()
+        target = {g for g in (newest, older) if g is not None}
+        self.dropped_by_provider |= self.provider_has - target
+        self.provider_has = target  # the model's grant, put in force for real
+        self.cred = provider_applied(self.cred, newest, credential_id=self.id)
+        self.model.provider_in_force(newest)
+
+    @rule()
+    def rotate_and_provider_applies(self):
+        """The common path in one step, so deep states (retiring, windows) come often."""
+        self.rotate()
+        self.provider_applies()
 
     @rule(node=st.sampled_from(HOLDERS), back=st.integers(1, 3))
     def stale_holder_report(self, node, back):
         """A replayed report of an older generation changes nothing that matters."""
-        if node in self.holders:
+        if node in self.holders and self.holds[node]:
             before = self.cred
             self.cred = holder_applied(self.cred, node, max(1, self.holds[node] - back))
             assert self.cred == before
@@ -108,37 +189,37 @@ class RotationMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ properties
 
     @invariant()
+    def the_ledger_says_what_the_model_says(self):
+        cred, model = self.cred, self.model
+        assert cred.active.generation == model.active
+        assert (cred.pending.generation if cred.pending else None) == model.pending
+        assert (cred.retiring.generation if cred.retiring else None) == model.retiring
+        assert set(cred.retired) == model.retired, "a retired generation came back or is missing"
+        assert accepted_generations(cred) == model.accepted()
+        newest, older = grant_view(cred)
+        assert (newest.generation, older.generation if older else None) == model.granted()
+        if self.dual:
+            assert newest.slot == model.slot[newest.generation]
+        assert (in_progress(cred) is not None) == model.busy
+        assert set(window_holders(cred)) == model.window()
+        assert set(waiting_holders(cred)) == {n for n in self.holders
+                                              if model.applied.get(n, 0) < model.active}
+
+    @invariant()
     def every_holder_holds_an_accepted_credential(self):
-        window = set(window_holders(self.cred))
         for node in self.holders:
-            if self.holds[node] in self.provider_has:
+            if self.holds[node] in self.provider_has or self.holds[node] == 0:
                 continue
             assert not self.dual, f"dual credential: {node} holds {self.holds[node]}, " \
                                   f"the provider accepts {sorted(self.provider_has)}"
-            assert node in window, f"{node} is locked out and the ledger does not say so"
+            assert node in self.model.window(), f"{node} is locked out and nobody says so"
 
     @invariant()
     def retired_is_never_accepted_again(self):
-        self.ever_retired |= set(self.cred.retired)
-        assert not (accepted_generations(self.cred) & self.ever_retired)
-        assert not (self.provider_has & self.dropped_by_provider)
-        assert set(self.cred.retired) == self.ever_retired, "a retired generation came back"
-
-    @invariant()
-    def the_ledger_keeps_the_plain_model(self):
-        cred = self.cred
-        newest = max(g.generation for g in (cred.active, cred.pending, cred.retiring) if g)
-        assert newest == self.rotations + 1
-        busy = cred.pending is not None or cred.retiring is not None
-        if self.model_busy and not busy:
-            self.model_busy = False
-        assert busy == self.model_busy
-        if cred.retiring is not None:
-            assert self.dual and waiting_holders(cred), "retiring kept with nobody waiting"
-        if cred.pending is None and cred.retiring is None and self.dual:
-            assert set(cred.retired) == set(range(1, cred.active.generation))
-        values_kept = [g for g in (cred.active, cred.pending, cred.retiring) if g]
-        assert all(g.generation not in cred.retired for g in values_kept), \
+        assert not (accepted_generations(self.cred) & self.model.retired)
+        assert not (self.provider_has & self.dropped_by_provider), "a dropped generation is back"
+        kept = [g for g in (self.cred.active, self.cred.pending, self.cred.retiring) if g]
+        assert all(g.generation not in self.cred.retired for g in kept), \
             "a retired generation's sealed values are still in the ledger"
 
 
@@ -147,13 +228,14 @@ TestRotation = RotationMachine.TestCase
 
 class OwnSecretMachine(RuleBasedStateMachine):
     """A module's own secret that no server holds (an app's token): active at once, the old
-    one kept sealed until its holder applied."""
+    one kept sealed until its holder applied. The model counts generations and decides by
+    itself when the rotation is over."""
 
     @initialize()
     def issued(self):
         self.id = "secret/pg@anchor/admin"
         self.cred = first_generation({"anchor": "sealed-1"})
-        self.ever_retired: set[int] = set()
+        self.active, self.retiring, self.retired = 1, None, set()
         self.applied = 0
 
     @rule()
@@ -161,23 +243,30 @@ class OwnSecretMachine(RuleBasedStateMachine):
         try:
             after = begin_rotation(self.id, self.cred, {"anchor": "sealed-x"})
         except RotationError:
-            assert self.cred.retiring is not None
+            assert self.retiring is not None, "a settled secret refused a rotation"
             return
-        assert after.active.generation == self.cred.active.generation + 1
+        assert self.retiring is None, "a second rotation began before the holder applied"
+        self.active, self.retiring = self.active + 1, self.active
+        assert after.active.generation == self.active
         assert after.retiring == self.cred.active, "the old value must stay sealed"
+        assert after.pending is None, "a module's own secret waits for no provider"
         self.cred = after
 
     @rule()
     def holder_applies(self):
         self.applied = self.cred.active.generation
         self.cred = holder_applied(self.cred, "anchor", self.applied)
+        if self.retiring is not None and self.applied >= self.active:
+            self.retired.add(self.retiring)
+            self.retiring = None
 
     @invariant()
     def old_value_kept_until_applied_and_never_again(self):
-        self.ever_retired |= set(self.cred.retired)
-        if self.cred.retiring is not None:
-            assert self.applied < self.cred.active.generation
-        assert not (accepted_generations(self.cred) & self.ever_retired)
+        assert self.cred.active.generation == self.active
+        assert (self.cred.retiring.generation if self.cred.retiring else None) == self.retiring
+        assert set(self.cred.retired) == self.retired
+        assert (in_progress(self.cred) is not None) == (self.retiring is not None)
+        assert not (accepted_generations(self.cred) & self.retired)
 
 
 TestOwnSecret = OwnSecretMachine.TestCase
@@ -282,6 +371,18 @@ class ServerAdminMachine(RuleBasedStateMachine):
             f"retired {list(self.cred.retired)} before the holder applied a newer one ({applied})"
         newest = max(g.generation for g in (self.cred.active, self.cred.pending) if g)
         assert newest == self.rotations + 1
+
+    @invariant()
+    def the_plan_says_the_server_changes_first_and_keeps_its_container(self):
+        from resolver import describe_rotation
+
+        said = describe_rotation(self.ID, self.cred)
+        pending, active = self.cred.pending, self.cred.active
+        if pending is not None:
+            assert said.startswith(
+                f"{self.ID}: the provisioner changes the password on the running server from "
+                f"generation {active.generation} to {pending.generation} first"), said
+            assert "the server's own container is not recreated" in said, said
 
 
 TestServerAdmin = ServerAdminMachine.TestCase

@@ -303,6 +303,10 @@ from ._dot import (  # noqa: F401
     render_dot,
     escape as dot_escape,
     quote as dot_quote,
+    LEGEND as DOT_LEGEND,  # the legend line every rendered picture ends its label with
+)
+from ._firewall import (  # noqa: F401
+    assign_macs,  # container name → MAC on one node: a hash of mesh and name, unique per node
 )
 
 __all__ = [
@@ -370,5 +374,7 @@ __all__ = [
     # The picture
     "EdgeView", "InstanceView", "MeshPicture", "NodeView", "Opening", "ProblemView", "binding_key",
     "focus", "in_written_order", "mesh_picture", "problem_key", "binding_id", "instance_id",
-    "mesh_dot", "problem_id", "render_dot", "dot_escape", "dot_quote",
+    "mesh_dot", "problem_id", "render_dot", "dot_escape", "dot_quote", "DOT_LEGEND",
+    # Firewall naming
+    "assign_macs",
 ]

@@ -121,6 +121,9 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
             floors.append(FirewallFloor(f.port, f.protocol,
                                         pvector(mesh_sources if f.sources == "mesh" else []),
                                         f.reason or f"floor {f.port}/{f.protocol}"))
+        # the mesh's addresses are part of a node's declaration only where a floor admits them
+        # all: adding a node must not change the declaration of a node it has nothing to do with
+        admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
         cert = r.ledger.certificates.get(node_name)
         files = []
         if registry is not None and r.ledger.ca:  # every node's runtime pulls from it
@@ -139,7 +142,7 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
                              for path, (names_, mode) in sorted(accesses.items())),
             firewall=FirewallIntent(
                 node.address, merge_openings(allow, FirewallAllow), pvector(sorted(floors)),
-                pvector(mesh_sources), local=merge_openings(local, FirewallLocal),
+                pvector(mesh_sources if admits_mesh else []), local=merge_openings(local, FirewallLocal),
                 expose=pvector(sorted(e for rendering in mine for e in rendering.exposures))),
             grants=pvector(sorted(grants, key=lambda g: (g.provider, g.consumer, g.provision))),
             providers=pvector(sorted((p for rendering in mine for p in rendering.providers),

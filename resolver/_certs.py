@@ -37,6 +37,12 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146097 + day_of_era - 719468
 
 
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
 def epoch_seconds(timestamp: str) -> int:
     """Seconds since the epoch of an ISO 8601 timestamp with a UTC offset ("Z" or ±HH:MM)."""
     match = _ISO.match(timestamp.strip())
@@ -44,7 +50,8 @@ def epoch_seconds(timestamp: str) -> int:
         raise MeshError(f"{timestamp!r} is not a time; expected ISO 8601 with an offset, "
                         f"e.g. 2026-01-31T12:00:00Z")
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+    if not (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and hour < 24
+            and minute < 60 and second < 61):
         raise MeshError(f"{timestamp!r} is not a valid time")
     offset = match.group(7)
     shift = 0

@@ -161,7 +161,8 @@ class FirewallIntent:
     address: str  # the node's own address
     allow: PVector[FirewallAllow] = EMPTY_VEC
     floors: PVector[FirewallFloor] = EMPTY_VEC
-    mesh_sources: PVector[str] = EMPTY_VEC  # every node address of the mesh
+    # every node address of the mesh, when a floor of this node admits them all (else empty)
+    mesh_sources: PVector[str] = EMPTY_VEC
     local: PVector[FirewallLocal] = EMPTY_VEC  # same-node bindings
     expose: PVector[FirewallExposure] = EMPTY_VEC  # openings beyond the mesh
 
