@@ -41,6 +41,7 @@ SAME_NODE = {"color": "#404040", "style": "solid"}
 CROSS_NODE = {"color": "#1f5fbf", "fontcolor": "#1f5fbf", "style": "dashed"}
 PENDING_COLOUR = "#b35900"
 SEVERITY_COLOURS = {"error": "#c00000", "warning": "#b35900", "info": "#606060"}
+#: The legend line every rendered picture ends its label with (the colours and styles said).
 LEGEND = ("solid grey: binding on one node · dashed blue: binding across nodes · "
           "red: refused (dashed, not declared) or held (bold, last good declaration runs) · "
           "orange: credential pending or rotating")
