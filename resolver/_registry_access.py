@@ -54,7 +54,8 @@ class MeshRegistry:
 
 
 def pull_credential(store: str, node: str) -> str:
-    """The credential id of the account `node`'s container runtime pulls from registry `store` with."""
+    """The credential id of the account `node`'s container runtime pulls from registry
+    `store` with."""
     return f"registry-pull/{store}/{node}"
 
 

@@ -145,7 +145,8 @@ class _Resolver:
 
     def floor_ports(self, node: str) -> set[tuple[int, str]]:
         """The floors a node keeps that no kept host port collides with (check_floors)."""
-        ports: set[tuple[int, str]] = set() if node in self.ssh_conflicts else {(self.mesh.nodes[node].ssh_port, "tcp")}
+        ports: set[tuple[int, str]] = (
+            set() if node in self.ssh_conflicts else {(self.mesh.nodes[node].ssh_port, "tcp")})
         ports.update((f.port, f.protocol) for i, f in enumerate(self.mesh.floors)
                      if i not in self.refused_floors)
         return ports

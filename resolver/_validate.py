@@ -221,7 +221,8 @@ def _mount(module: Module, mount: Mount, path: _Path, f: _Faults) -> None:
     if not mount.target.startswith("/"):
         f.at(path + ("target",), f"mount target {mount.target!r} is not absolute",
              "an absolute path inside the container")
-    declared: dict[str, Collection[str]] = {"state": module.state, "access": module.accesses, "facility": module.facilities}
+    declared: dict[str, Collection[str]] = {"state": module.state, "access": module.accesses,
+                                            "facility": module.facilities}
     section = {"state": "state", "access": "accesses", "facility": "facilities"}
     for kind in kinds:
         name = getattr(mount, kind)
