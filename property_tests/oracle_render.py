@@ -457,7 +457,8 @@ def image_of(artifact, module_name, artifact_name, ledger, registry):
 
 def artifact_state(world, expected) -> str:
     """Self-hosting when the mesh's registry holds every mirrorable image of every module
-    assigned in mesh.yaml (refused or not: `mesh mirror` copies what the mesh is to run)."""
+    assigned in mesh.yaml (refused or not: `mesh mirror` copies what the mesh is to run).
+    An image not pinned yet has no digest to hold: it is refused as unpinned, not pending."""
     registry = mesh_registry(world, expected)
     if registry is None:
         return "external"
@@ -467,8 +468,8 @@ def artifact_state(world, expected) -> str:
         module = world.catalogue.modules[module_name]
         for artifact in module.artifacts.values():
             if artifact.mirror and artifact.repository:
-                digest = world.ledger.pins[f"{artifact.repository}:{artifact.tag}"]
-                if world.ledger.mirrored.get(digest) != registry:
+                digest = world.ledger.pins.get(f"{artifact.repository}:{artifact.tag}")
+                if digest is not None and world.ledger.mirrored.get(digest) != registry:
                     return "external"
     return "self-hosting"
 
