@@ -47,7 +47,7 @@ from ._registry_access import MeshRegistry, registry_accounts
 from ._tls import server_files, tls_ref, trust_file
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
+    from ._context import Context, FloorRefusals
 
 
 def registry_pullers(mesh: Mesh, store: str, store_node: str,
@@ -61,13 +61,14 @@ def registry_pullers(mesh: Mesh, store: str, store_node: str,
             if name != store_node and node.address != own]
 
 
-def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
+def assemble(r: "Context", floor_refusals: "FloorRefusals",
+             live: dict[str, InstanceRendering],
              held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
              mesh_registry: Optional[MeshRegistry]
              ) -> tuple[PMap[str, Declaration], list[Request]]:
     """(node → Declaration, the credential requests of the registry's accounts), from the live
     renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
-    serves (its pullers, trust file, accounts)."""
+    serves (its pullers, trust file, accounts); `floor_refusals` the floors not applied."""
     mesh = r.mesh
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
     where = {name: rendering.node for name, rendering in renderings.items()}
@@ -132,7 +133,7 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
                 floors.append(FirewallFloor(port, "tcp", pvector(mesh_sources),
                                             "broker (enrolment)"))
         for index, f in enumerate(mesh.floors):
-            if index in r.refused_floors:
+            if index in floor_refusals.floors:
                 continue
             floors.append(FirewallFloor(f.port, f.protocol,
                                         pvector(mesh_sources if f.sources == "mesh" else []),

@@ -3,8 +3,8 @@
 Invariants:
 - One place names credentials: `credential_id` for a consumer's binding to a provider,
   `secret_id` for a module's own secret; the ledger, the issuer and rotation read these ids.
-- A Bound is mutable only while the requirement stages fill it (kind, credential); rendering
-  freezes it into the plan's Binding with `binding_record`, and nothing changes it after.
+- A Bound is frozen: binding makes it whole (provider, rule, listen, grant kind, credential
+  id); rendering turns it into the plan's Binding with `binding_record`.
 - Imports only the model and the declaration types: the resolution stages (selection,
   refusals, rendering, assembly) all import it, and it imports none of them.
 """
@@ -35,9 +35,10 @@ def secret_id(instance: str, name: str) -> str:
     return f"secret/{instance}/{name}"
 
 
-@attrs.define
+@attrs.frozen
 class Bound:
-    """A binding under construction (mutable while resolving, frozen into Binding after)."""
+    """A binding as the resolution stages pass it: the requirement, its provider and how it
+    was chosen, the listen that serves it, the grant kind and the credential it carries."""
 
     consumer: str
     requirement: Require

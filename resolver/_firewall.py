@@ -1,7 +1,8 @@
 """Each node's firewall intent: who may reach which assigned host port, and from where.
 
 Invariants:
-- Pure. Each instance's rendering carries the openings it needs (resolver/_render.py); the
+- Pure: check_exposures returns its findings as values (resolver/_context.py). Each
+  instance's rendering carries the openings it needs (resolver/_render.py); the
   assembly merges them per node (resolver/_assemble.py). A provider's assigned port is open to
   exactly: the node addresses of its consumers on
   other nodes; the containers of its consumers on its own node (by the MAC address each is
@@ -21,21 +22,20 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, TypeVar, Union
+from typing import Callable, Iterable, Mapping, Optional, TypeVar, Union
 
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from . import _codes as codes
 from ._bound import Bound
+from ._context import Context, Findings
 from ._declaration import (
     FirewallAllow,
     FirewallExposure,
     FirewallLocal,
+    Problem,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
 
 #: The exposure source that opens a listen to every address.
 ANYWHERE = "any"
@@ -87,7 +87,7 @@ def assign_macs(mesh: str, containers: list[str],
     return macs
 
 
-def consumer_container_macs(r: "_Resolver", bound: Mapping[tuple[str, str], Bound],
+def consumer_container_macs(r: Context, bound: Mapping[tuple[str, str], Bound],
                             name_of: Callable[[str, str, str], str]
                             ) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(container name → MAC, instance → its containers' MACs) for every instance bound to a
@@ -108,11 +108,12 @@ def consumer_container_macs(r: "_Resolver", bound: Mapping[tuple[str, str], Boun
     return mac_of, {name: sorted(mac_of[c] for c in names[name]) for name in local}
 
 
-def check_exposures(r: "_Resolver") -> None:
+def check_exposures(r: Context) -> Findings:
     """An exposure naming no listen of the instance's module is refused (it blocks the
     instance: the operator meant something reachable that would silently not be); a source
     of the other address family than the node's address is a warning (the port is published
     on the node's address only, so it can never answer there)."""
+    found: list[Problem] = []
     for name in r.names:
         inst = r.instances[name]
         module = r.module_of(name)
@@ -123,23 +124,26 @@ def check_exposures(r: "_Resolver") -> None:
             path = ("instances", name, "expose", listen)
             if listen not in module.listens:
                 known = ", ".join(sorted(module.listens)) or "(none)"
-                r.problem(codes.UNKNOWN_LISTEN,
-                          f"instance {name} exposes {listen!r}, which is not a listen of module "
-                          f"{module.name} (its listens: {known})", path=path, instance=name,
-                          blocks=[name], at_key=True)
+                found.append(r.problem(
+                    codes.UNKNOWN_LISTEN,
+                    f"instance {name} exposes {listen!r}, which is not a listen of module "
+                    f"{module.name} (its listens: {known})", path=path, instance=name,
+                    blocks=[name], at_key=True))
                 continue
             for i, source in enumerate(inst.expose[listen].to):
                 canonical = canonical_source(source)
                 if canonical is not None and source_family(canonical) not in (None, node_family):
-                    r.problem(codes.EXPOSURE_FAMILY,
-                              f"{name}/{listen} is exposed to {canonical}, an IPv"
-                              f"{source_family(canonical)} source, but node {inst.node} publishes "
-                              f"its ports on {r.mesh.nodes[inst.node].address} (IPv{node_family}) "
-                              f"only: that source can never reach it", path=path + ("to", i),
-                              instance=name, severity="warning")
+                    found.append(r.problem(
+                        codes.EXPOSURE_FAMILY,
+                        f"{name}/{listen} is exposed to {canonical}, an IPv"
+                        f"{source_family(canonical)} source, but node {inst.node} publishes "
+                        f"its ports on {r.mesh.nodes[inst.node].address} (IPv{node_family}) "
+                        f"only: that source can never reach it", path=path + ("to", i),
+                        instance=name, severity="warning"))
+    return tuple(found)
 
 
-def exposures_of(r: "_Resolver", name: str,
+def exposures_of(r: Context, name: str,
                  assigned: Mapping[tuple[str, str], int]) -> PVector[FirewallExposure]:
     """The openings beyond the mesh that instance `name`'s `expose:` asks for on its node."""
     inst = r.instances[name]

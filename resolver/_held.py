@@ -14,29 +14,31 @@ Invariants:
   was named, or its recorded provider is still in mesh.yaml but refused, the consumer is
   refused (and so held) instead of unbound.
 - Only removing an instance from mesh.yaml drops its record (resolve() prunes `declared`).
+- Pure: which instances are refused is the `blocked` mapping the caller hands in (the
+  stages before it decided it); held_instances returns its `held` problems, it appends to
+  nothing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Iterable
 
 from . import _codes as codes
+from ._context import Blocked, Context, Findings
 from ._declaration import HeldDecl, InstanceRendering, Problem
 from ._model import Require
 from ._select import Selection
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
 
-
-def held_candidates(r: "_Resolver") -> dict[str, InstanceRendering]:
-    """Instances refused so far that were declared before: instance → last rendering."""
+def held_candidates(r: Context, blocked: Blocked) -> dict[str, InstanceRendering]:
+    """Instances refused so far (`blocked`) that were declared before: instance → last
+    rendering."""
     return {n: r.ledger.declared[n] for n in r.names
-            if not r.live(n) and n in r.ledger.declared
+            if n in blocked and n in r.ledger.declared
             and r.ledger.declared[n].node in r.nodes}
 
 
-def kept_ports(r: "_Resolver") -> dict[str, dict[int, str]]:
+def kept_ports(r: Context) -> dict[str, dict[int, str]]:
     """node → host port → `instance/listen` for every port kept for an instance still in
     mesh.yaml: recorded in the ledger, or published by its last written rendering."""
     kept: dict[str, dict[int, str]] = {}
@@ -54,14 +56,14 @@ def kept_ports(r: "_Resolver") -> dict[str, dict[int, str]]:
     return kept
 
 
-def was_bound(r: "_Resolver", consumer: str, as_: str, provider: str) -> bool:
+def was_bound(r: Context, consumer: str, as_: str, provider: str) -> bool:
     """Whether the consumer was declared bound to `provider` for `as_` (an optional
     requirement it then loses would change a running service: it is held instead)."""
     return (consumer in r.ledger.declared
             and r.recorded_bindings.get(consumer, {}).get(as_) == provider)
 
 
-def keeps_optional(r: "_Resolver", name: str, req: Require, selection: Selection) -> bool:
+def keeps_optional(r: Context, name: str, req: Require, selection: Selection) -> bool:
     """Whether an optional requirement that cannot be satisfied now refuses its consumer
     instead of leaving it unbound: when the consumer was declared and the provider was
     named explicitly, or its recorded provider is still in mesh.yaml (refused). Unbinding
@@ -73,15 +75,19 @@ def keeps_optional(r: "_Resolver", name: str, req: Require, selection: Selection
     return r.recorded_bindings.get(name, {}).get(req.as_) in r.instances
 
 
-def held_instances(r: "_Resolver") -> dict[str, tuple[InstanceRendering, list[HeldDecl]]]:
-    """Refused instances declared before: instance → (its last written rendering, why),
-    each with a `held` problem at its first refusal's position."""
+def held_instances(r: Context, blocked: Blocked, problems: Iterable[Problem]
+                   ) -> tuple[dict[str, tuple[InstanceRendering, list[HeldDecl]]], Findings]:
+    """(refused instances declared before: instance → (its last written rendering, why),
+    their `held` problems), each problem at its instance's first refusal's position;
+    `blocked` and `problems` are every block and every problem stated before."""
     held = {}
+    found: list[Problem] = []
+    problems = tuple(problems)
     for name in r.names:
         rendering = r.ledger.declared.get(name)
-        if r.live(name) or rendering is None or rendering.node not in r.nodes:
+        if name not in blocked or rendering is None or rendering.node not in r.nodes:
             continue
-        refusals = sorted((p for p in r.problems
+        refusals = sorted((p for p in problems
                            if p.severity == "error" and name in p.blocks),
                           key=lambda p: (p.file, p.line, p.col, p.code))
         if not refusals:  # pragma: no cover - every block comes with an error
@@ -90,11 +96,11 @@ def held_instances(r: "_Resolver") -> dict[str, tuple[InstanceRendering, list[He
         held[name] = (rendering, why)
         first = refusals[0]
         listed = "; ".join(f"[{p.code}] {p.where}" for p in refusals)
-        r.problems.append(Problem(
+        found.append(Problem(
             code=codes.HELD, severity="warning", instance=name, file=first.file,
             line=first.line, col=first.col,
             message=(f"{name} is refused ({listed}) and held: node {rendering.node} keeps "
                      f"its last good declaration (containers, grants, firewall allows, "
                      f"binding values, state directories) until the refusal is fixed; "
                      f"only removing {name} from mesh.yaml removes it")))
-    return held
+    return held, tuple(found)

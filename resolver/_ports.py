@@ -9,35 +9,38 @@ Invariants:
   lowest free port, a moved instance keeping its number when it is free on the new node.
 - A port is released only when its instance is gone from mesh.yaml, and the plan says so;
   a refused instance's entries are kept unchanged.
+- Pure: the instances refused so far and the floors refused are handed in; a node whose
+  range is exhausted is returned as a finding (blocking the instance), never recorded.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from pyrsistent import pmap
 
 from . import _codes as codes
-from ._declaration import Change
+from ._context import Blocked, Context, Findings, FloorRefusals
+from ._declaration import Change, Problem
 from ._issue import PortBook
 from ._ledger import PortAssignment
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
 
-
-def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Change]]:
-    """((instance, listen) → host port for every live instance, the moves it made): the
-    ports recorded in the new ledger and a `moved` change per port given on a new node."""
+def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
+                 ) -> tuple[dict[tuple[str, str], int], list[Change], Findings]:
+    """((instance, listen) → host port for every live instance, the moves it made, the
+    refusals of instances no port is left for): the ports recorded in the new ledger and a
+    `moved` change per port given on a new node. `blocked`: the instances refused so far."""
     changes: list[Change] = []
+    found: list[Problem] = []
     books: dict[str, PortBook] = {}
     for node in sorted(r.nodes):
         books[node] = PortBook(r.mesh.host_ports.first, r.mesh.host_ports.last,
-                               (p for p, _proto in r.floor_ports(node)))
+                               (p for p, _proto in r.floor_ports(floor_refusals, node)))
     assigned: dict[tuple[str, str], int] = {}
-    live = r.placed()
+    live = r.placed(blocked)
     for name in r.names:  # a refused instance keeps its ports (held, or until fixed)
-        if r.live(name):
+        if name not in blocked:
             continue
         for kept in r.recorded_ports.get(name, {}).values():
             if kept.node in books:
@@ -74,11 +77,12 @@ def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Chang
         else:
             port = book.take_lowest()
         if port is None:
-            r.problem(codes.PORT_RANGE_EXHAUSTED,
-                         f"no free host port left on node {node} in "
-                         f"{r.mesh.host_ports.first}-{r.mesh.host_ports.last} for "
-                         f"{name}/{listen_name}", path=("host-ports",), instance=name,
-                         blocks=[name])
+            found.append(r.problem(
+                codes.PORT_RANGE_EXHAUSTED,
+                f"no free host port left on node {node} in "
+                f"{r.mesh.host_ports.first}-{r.mesh.host_ports.last} for "
+                f"{name}/{listen_name}", path=("host-ports",), instance=name,
+                blocks=[name]))
             continue
         assigned[(name, listen_name)] = port
         if entry is not None and entry.node != node:
@@ -86,12 +90,14 @@ def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Chang
                                   f"{name} moved from node {entry.node} to {node}: "
                                   f"{listen_name} is now {node}:{port} (was "
                                   f"{entry.node}:{entry.port})"))
-    return assigned, changes
+    return assigned, changes, tuple(found)
 
 
-def new_ports(r: "_Resolver", assigned: dict[tuple[str, str], int]) -> tuple[Any, list[Change]]:
+def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
+              ) -> tuple[Any, list[Change]]:
     """(the ledger's ports after this resolution, a `port-released` change per port of an
-    instance gone from mesh.yaml); a refused instance's entries are kept unchanged."""
+    instance gone from mesh.yaml); a refused instance's (in `blocked`) entries are kept
+    unchanged."""
     changes: list[Change] = []
     ports: dict[str, dict[str, PortAssignment]] = {}
     for (name, listen_name), port in assigned.items():
@@ -105,6 +111,6 @@ def new_ports(r: "_Resolver", assigned: dict[tuple[str, str], int]) -> tuple[Any
                 changes.append(Change("port-released", name,
                                           f"{name} is gone: host port {entry.node}:"
                                           f"{entry.port} ({listen_name}) is released"))
-        elif name not in ports or not r.live(name):
+        elif name not in ports or name in blocked:
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
     return pmap({k: pmap(v) for k, v in ports.items()}), changes

@@ -1,8 +1,10 @@
 """Refusals of singular things, decided before any binding is made.
 
 Invariants:
-- Each check names exactly the instances it blocks (Problem.blocks) and points at the input
-  that causes it (file:line:col through Sources); nothing else is touched.
+- Each check is a pure stage: it reads the frozen Context (and, where it asks what is
+  refused already, the blocked mapping it is handed) and returns its Findings, each naming
+  exactly the instances it blocks (Problem.blocks) and pointing at the input that causes it
+  (file:line:col through Sources); it writes nothing anywhere.
 - Where two instances contend for one thing (a claim, a fixed port, a state path, a
   mesh-scoped provision), an instance refused already but held at its last written rendering
   keeps it (what it holds is in that rendering), else the one the ledger already records,
@@ -13,8 +15,8 @@ Invariants:
   the plan. A provision provided under a name provisions.yaml does not define blocks its
   instance, as one required under such a name does.
 - A kept host port never moves: a floor (or a node's ssh-port) that collides with one is
-  refused at the floor's position, naming the holder, and is not applied; it blocks no
-  instance.
+  refused at the floor's position, naming the holder, and is not applied (check_floors
+  returns which, as FloorRefusals); it blocks no instance.
 - A move of an instance that owns state directories is refused until the instance says what
   happens to the data (`state-from: <old node>` or `fresh: true`); the state directories
   left on the old node are named either way, and nothing there is ever removed.
@@ -22,63 +24,71 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Optional, Union
 
 from . import _codes as codes
-from ._declaration import Change, Request
+from ._context import Blocked, Context, Findings, FloorRefusals
+from ._declaration import Change, Problem, Request
 from ._held import held_candidates, kept_ports
 from ._model import Module
 from ._render import state_host_path
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
 
-
-def check_placement(r: "_Resolver") -> None:
+def check_placement(r: Context) -> Findings:
+    """Instances whose module, node, parts, provisions, facilities or artifacts the inputs
+    do not have: each refused where its instance (or its module) says it."""
+    found: list[Problem] = []
     unpinned: set[tuple[str, str]] = set()  # (instance, artifact) already reported
     for name in r.names:
         inst = r.instances[name]
         module = r.catalogue.modules.get(inst.module)
         if module is None:
-            r.problem(codes.UNKNOWN_MODULE,
-                      f"instance {name} names module {inst.module!r}, which is not in the "
-                      f"catalogue", path=("instances", name, "module"), instance=name,
-                      blocks=[name])
+            found.append(r.problem(
+                codes.UNKNOWN_MODULE,
+                f"instance {name} names module {inst.module!r}, which is not in the "
+                f"catalogue", path=("instances", name, "module"), instance=name,
+                blocks=[name]))
             continue
         if inst.node not in r.nodes:
-            r.problem(codes.UNKNOWN_NODE,
-                      f"instance {name} is assigned to node {inst.node!r}, which is not "
-                      f"in the mesh's nodes", path=("instances", name, "node"),
-                      instance=name, blocks=[name])
+            found.append(r.problem(
+                codes.UNKNOWN_NODE,
+                f"instance {name} is assigned to node {inst.node!r}, which is not "
+                f"in the mesh's nodes", path=("instances", name, "node"),
+                instance=name, blocks=[name]))
             continue
         for i, part in enumerate(inst.parts):
             if part not in module.parts:
-                r.problem(codes.UNKNOWN_PART,
-                          f"instance {name} installs part {part!r}, which module "
-                          f"{module.name} does not have", path=("instances", name, "parts", i),
-                          instance=name, blocks=[name])
+                found.append(r.problem(
+                    codes.UNKNOWN_PART,
+                    f"instance {name} installs part {part!r}, which module "
+                    f"{module.name} does not have", path=("instances", name, "parts", i),
+                    instance=name, blocks=[name]))
         for i, provide in enumerate(module.provides):
             if provide.provision not in r.catalogue.provisions:
-                r.problem(codes.UNKNOWN_PROVISION,
-                          f"{name} provides {provide.provision!r}, which provisions.yaml does "
-                          f"not define", doc=f"module:{module.name}",
-                          path=("provides", i, "provision"), instance=name, blocks=[name])
+                found.append(r.problem(
+                    codes.UNKNOWN_PROVISION,
+                    f"{name} provides {provide.provision!r}, which provisions.yaml does "
+                    f"not define", doc=f"module:{module.name}",
+                    path=("provides", i, "provision"), instance=name, blocks=[name]))
         offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
         for i, facility in enumerate(module.facilities):
             if facility not in offered:
-                r.problem(codes.FACILITY_MISSING,
-                          f"module {module.name} needs facility {facility!r}, which node "
-                          f"{inst.node} does not offer", doc=f"module:{module.name}",
-                          path=("facilities", i), instance=name, blocks=[name])
+                found.append(r.problem(
+                    codes.FACILITY_MISSING,
+                    f"module {module.name} needs facility {facility!r}, which node "
+                    f"{inst.node} does not offer", doc=f"module:{module.name}",
+                    path=("facilities", i), instance=name, blocks=[name]))
         for container in module.containers:
             if container.part is None or container.part in inst.parts:
-                check_pinned(r, name, module, container.artifact, unpinned)
+                found.extend(check_pinned(r, name, module, container.artifact, unpinned))
+    return tuple(found)
 
 
-def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str,
-                 reported: set[tuple[str, str]]) -> None:
+def check_pinned(r: Context, name: str, module: Module, artifact_name: str,
+                 reported: set[tuple[str, str]]) -> Findings:
     """An artifact of a placed instance with no digest in the ledger refuses the instance
-    (once per instance and artifact: `reported` holds those said already)."""
+    (once per instance and artifact: `reported`, the caller's, holds those said already)."""
+    found: list[Problem] = []
     if r.image_digest(module, artifact_name) is None and \
             (name, artifact_name) not in reported:
         reported.add((name, artifact_name))
@@ -87,16 +97,19 @@ def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str,
                 else f"build {module.name}/{artifact_name}")
         how = ("run `mesh pin DIR` to record its digest" if artifact.repository
                else "build it and record its digest in the ledger's builds")
-        r.problem(codes.UNPINNED_ARTIFACT,
-                  f"artifact {artifact_name} ({what}) of instance {name} has no digest in "
-                  f"the ledger; {how}", doc=f"module:{module.name}",
-                  path=("artifacts", artifact_name), instance=name, blocks=[name])
+        found.append(r.problem(
+            codes.UNPINNED_ARTIFACT,
+            f"artifact {artifact_name} ({what}) of instance {name} has no digest in "
+            f"the ledger; {how}", doc=f"module:{module.name}",
+            path=("artifacts", artifact_name), instance=name, blocks=[name]))
+    return tuple(found)
 
 
-def check_mesh_scope(r: "_Resolver") -> None:
-    held = held_candidates(r)
+def check_mesh_scope(r: Context, blocked: Blocked) -> Findings:
+    held = held_candidates(r, blocked)
+    found: list[Problem] = []
     providers: dict[str, list[str]] = {}
-    for name in r.placed():
+    for name in r.placed(blocked):
         for provide in r.placed_module(name).provides:
             providers.setdefault(provide.provision, []).append(name)
     for name, rendering in held.items():
@@ -110,17 +123,20 @@ def check_mesh_scope(r: "_Resolver") -> None:
         keep = r.first_holder(names, held)
         for name in names:
             if name != keep and name not in held:
-                r.problem(codes.SECOND_MESH_PROVIDER,
-                          f"{provision} is mesh-scoped and {keep} already provides it; "
-                          f"{name} is a second provider", path=("instances", name),
-                          instance=name, candidates=names, blocks=[name])
+                found.append(r.problem(
+                    codes.SECOND_MESH_PROVIDER,
+                    f"{provision} is mesh-scoped and {keep} already provides it; "
+                    f"{name} is a second provider", path=("instances", name),
+                    instance=name, candidates=names, blocks=[name]))
+    return tuple(found)
 
 
-def check_claims(r: "_Resolver") -> None:
-    held = held_candidates(r)
+def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals) -> Findings:
+    held = held_candidates(r, blocked)
+    found: list[Problem] = []
     # (node, "claim", claim) or (node, "port", host port, protocol) → its takers
     by_node: dict[Union[tuple[str, str, str], tuple[str, str, int, str]], list[str]] = {}
-    for name in r.placed():
+    for name in r.placed(blocked):
         module, node = r.placed_module(name), r.instances[name].node
         for claim in module.claims:
             by_node.setdefault((node, "claim", claim), []).append(name)
@@ -138,15 +154,16 @@ def check_claims(r: "_Resolver") -> None:
     for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
         names = sorted(set(names))
         node = key[0]
-        floor_ports = r.floor_ports(node)
+        floor_ports = r.floor_ports(floor_refusals, node)
         if len(key) == 4 and (key[2], key[3]) in floor_ports:  # (node, "port", port, protocol)
             for name in names:
                 if name in held:
                     continue  # a kept port: check_floors refused the floor instead
-                r.problem(codes.PORT_CONFLICT,
-                          f"{name} fixes host port {key[2]}/{key[3]} on node {node}, which "
-                          f"is a floor every node keeps", path=("instances", name),
-                          instance=name, blocks=[name])
+                found.append(r.problem(
+                    codes.PORT_CONFLICT,
+                    f"{name} fixes host port {key[2]}/{key[3]} on node {node}, which "
+                    f"is a floor every node keeps", path=("instances", name),
+                    instance=name, blocks=[name]))
             continue
         if len(names) < 2:
             continue
@@ -155,15 +172,18 @@ def check_claims(r: "_Resolver") -> None:
         what = f"claim {key[2]!r}" if len(key) == 3 else f"host port {key[2]}/{key[3]}"
         for name in names:
             if name != keep and name not in held:
-                r.problem(code, f"{name} and {keep} both take {what} on node {node}; "
-                          f"{keep} keeps it", path=("instances", name), instance=name,
-                          candidates=names, blocks=[name])
+                found.append(r.problem(
+                    code, f"{name} and {keep} both take {what} on node {node}; "
+                    f"{keep} keeps it", path=("instances", name), instance=name,
+                    candidates=names, blocks=[name]))
+    return tuple(found)
 
 
-def check_state_paths(r: "_Resolver") -> None:
-    held = held_candidates(r)
+def check_state_paths(r: Context, blocked: Blocked) -> Findings:
+    held = held_candidates(r, blocked)
+    found: list[Problem] = []
     owners: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # → (instance, module, dir)
-    for name in r.placed():
+    for name in r.placed(blocked):
         module, node = r.placed_module(name), r.instances[name].node
         for dir_name, state in module.state.items():
             owners.setdefault((node, state_host_path(name, state.path)), []).append(
@@ -179,42 +199,52 @@ def check_state_paths(r: "_Resolver") -> None:
         for name, module_name, dir_name in sorted(holders):
             if name == keep or name in held:
                 continue
-            r.problem(codes.STATE_PATH_OWNERS,
-                      f"state path {path} on node {node} has several owners: "
-                      f"{', '.join(f'{h[0]}/{h[2]}' for h in sorted(holders))}",
-                      doc=f"module:{module_name}", path=("state", dir_name, "path"),
-                      instance=name, candidates=names, blocks=[name])
+            found.append(r.problem(
+                codes.STATE_PATH_OWNERS,
+                f"state path {path} on node {node} has several owners: "
+                f"{', '.join(f'{h[0]}/{h[2]}' for h in sorted(holders))}",
+                doc=f"module:{module_name}", path=("state", dir_name, "path"),
+                instance=name, candidates=names, blocks=[name]))
+    return tuple(found)
 
 
-def check_floors(r: "_Resolver") -> None:
+def check_floors(r: Context) -> tuple[Findings, FloorRefusals]:
+    """(the floor conflicts, the floors and ssh-ports not applied because a kept host port
+    collides with them)."""
     kept = kept_ports(r)
+    found: list[Problem] = []
+    refused: set[int] = set()
+    ssh_conflicts: set[str] = set()
     for index, floor in enumerate(r.mesh.floors):
         holders = sorted((node, holder) for node in sorted(r.nodes)
                          for port, holder in kept.get(node, {}).items() if port == floor.port)
         if not holders:
             continue
-        r.refused_floors.add(index)
+        refused.add(index)
         where = ", ".join(f"{holder} on node {node}" for node, holder in holders)
-        r.problem(codes.FLOOR_CONFLICT,
-                  f"floor {floor.port}/{floor.protocol} collides with host port {floor.port} "
-                  f"kept by {where}: a kept port never moves, so this floor is not applied; "
-                  f"give the floor another port (or remove the instance first)",
-                  path=("floors", index, "port"),
-                  candidates=sorted({holder.split("/", 1)[0] for _, holder in holders}))
+        found.append(r.problem(
+            codes.FLOOR_CONFLICT,
+            f"floor {floor.port}/{floor.protocol} collides with host port {floor.port} "
+            f"kept by {where}: a kept port never moves, so this floor is not applied; "
+            f"give the floor another port (or remove the instance first)",
+            path=("floors", index, "port"),
+            candidates=sorted({holder.split("/", 1)[0] for _, holder in holders})))
     for node in sorted(r.nodes):
         ssh = r.mesh.nodes[node].ssh_port
         holder = kept.get(node, {}).get(ssh)
         if holder is None:
             continue
-        r.ssh_conflicts.add(node)
-        r.problem(codes.FLOOR_CONFLICT,
-                  f"ssh-port {ssh} of node {node} is host port {ssh} kept by {holder}: a kept "
-                  f"port never moves; give the node's ssh another port (or remove the "
-                  f"instance first)", path=("nodes", node, "ssh-port"),
-                  candidates=[holder.split("/", 1)[0]])
+        ssh_conflicts.add(node)
+        found.append(r.problem(
+            codes.FLOOR_CONFLICT,
+            f"ssh-port {ssh} of node {node} is host port {ssh} kept by {holder}: a kept "
+            f"port never moves; give the node's ssh another port (or remove the "
+            f"instance first)", path=("nodes", node, "ssh-port"),
+            candidates=[holder.split("/", 1)[0]]))
+    return tuple(found), FloorRefusals(frozenset(refused), frozenset(ssh_conflicts))
 
 
-def previous_node(r: "_Resolver", name: str) -> Optional[str]:
+def previous_node(r: Context, name: str) -> Optional[str]:
     """The node an instance was last declared on (its rendering, else its recorded ports)."""
     rendering = r.ledger.declared.get(name)
     if rendering is not None:
@@ -223,9 +253,10 @@ def previous_node(r: "_Resolver", name: str) -> Optional[str]:
     return nodes.pop() if len(nodes) == 1 else None
 
 
-def check_moves(r: "_Resolver") -> list[Change]:
+def check_moves(r: Context) -> tuple[Findings, list[Change]]:
     """Moves of instances that own state: refused until the instance says what happens to
     its data; a `state-left-behind` change for each move that says it (returned)."""
+    found: list[Problem] = []
     changes: list[Change] = []
     for name in r.names:
         inst, module = r.instances[name], r.module_of(name)
@@ -234,11 +265,12 @@ def check_moves(r: "_Resolver") -> list[Change]:
         before = previous_node(r, name)
         if before is None or before == inst.node:
             if inst.state_from is not None and before is not None:
-                r.problem(codes.STALE_STATE_FROM,
-                          f"{name} is on {inst.node} already: `state-from: "
-                          f"{inst.state_from}` confirms no move now; remove it, so that a "
-                          f"later move asks again", path=("instances", name, "state-from"),
-                          instance=name, severity="info")
+                found.append(r.problem(
+                    codes.STALE_STATE_FROM,
+                    f"{name} is on {inst.node} already: `state-from: "
+                    f"{inst.state_from}` confirms no move now; remove it, so that a "
+                    f"later move asks again", path=("instances", name, "state-from"),
+                    instance=name, severity="info"))
             continue
         if not module.state:
             continue
@@ -256,47 +288,57 @@ def check_moves(r: "_Resolver") -> list[Change]:
                                   f"{before} these stay as they are (a move deletes "
                                   f"nothing): {paths}"))
         elif inst.state_from is not None:
-            r.problem(codes.STATE_FROM_MISMATCH,
-                      f"`state-from: {inst.state_from}` names a node {name} was not on: "
-                      f"{name} was on {before}; copy its state directories from {before} to "
-                      f"{inst.node} and say `state-from: {before}`",
-                      path=("instances", name, "state-from"), instance=name, blocks=[name])
+            found.append(r.problem(
+                codes.STATE_FROM_MISMATCH,
+                f"`state-from: {inst.state_from}` names a node {name} was not on: "
+                f"{name} was on {before}; copy its state directories from {before} to "
+                f"{inst.node} and say `state-from: {before}`",
+                path=("instances", name, "state-from"), instance=name, blocks=[name]))
         else:
-            r.problem(codes.MOVE_WITH_STATE,
-                      f"{name} moves from {before} to {inst.node}, but its state directories "
-                      f"stay on {before}: {paths}. Copy them to {inst.node} and add "
-                      f"`state-from: {before}` to the instance, or add `fresh: true` to start "
-                      f"empty; until then {name} stays on {before}",
-                      path=("instances", name, "node"), instance=name, blocks=[name])
-    return changes
+            found.append(r.problem(
+                codes.MOVE_WITH_STATE,
+                f"{name} moves from {before} to {inst.node}, but its state directories "
+                f"stay on {before}: {paths}. Copy them to {inst.node} and add "
+                f"`state-from: {before}` to the instance, or add `fresh: true` to start "
+                f"empty; until then {name} stays on {before}",
+                path=("instances", name, "node"), instance=name, blocks=[name]))
+    return tuple(found), changes
 
 
-def check_public_keys(r: "_Resolver", requests: list[Request]) -> None:
+def check_public_keys(r: Context, requests: list[Request]) -> Findings:
     """A node that must hold a credential to be issued needs a key to seal it to: say so
     in the plan, before the issuer has to refuse."""
     waiting: dict[str, int] = {}
+    found: list[Problem] = []
     for request in requests:
         if request.kind in ("credential", "tls-certificate"):
             for node in request.holders:
                 if r.mesh.nodes[node].public_key is None:
                     waiting[node] = waiting.get(node, 0) + 1
     for node, count in sorted(waiting.items()):
-        r.problem(codes.MISSING_PUBLIC_KEY,
-                  f"node {node} must hold {count} credential(s) to be issued but has no "
-                  f"public-key; run `mesh node-key {node} --path FILE` on it and put the "
-                  f"printed key under nodes.{node} in mesh.yaml",
-                  path=("nodes", node), severity="warning")
+        found.append(r.problem(
+            codes.MISSING_PUBLIC_KEY,
+            f"node {node} must hold {count} credential(s) to be issued but has no "
+            f"public-key; run `mesh node-key {node} --path FILE` on it and put the "
+            f"printed key under nodes.{node} in mesh.yaml",
+            path=("nodes", node), severity="warning"))
+    return tuple(found)
 
 
-def check_defaults(r: "_Resolver") -> None:
+def check_defaults(r: Context) -> Findings:
+    """Mesh defaults and substrate roles naming no instance of the mesh (they block nothing)."""
+    found: list[Problem] = []
     for provision, name in sorted(r.mesh.defaults.items()):
         if name not in r.mesh.instances:
-            r.problem(codes.UNKNOWN_DEFAULT,
-                      f"the mesh default for {provision} names {name}, which is not an "
-                      f"instance of this mesh", path=("defaults", provision))
+            found.append(r.problem(
+                codes.UNKNOWN_DEFAULT,
+                f"the mesh default for {provision} names {name}, which is not an "
+                f"instance of this mesh", path=("defaults", provision)))
     for role in ("store", "broker"):
         name = getattr(r.mesh.substrate, role)
         if name is not None and name not in r.mesh.instances:
-            r.problem(codes.UNKNOWN_DEFAULT,
-                      f"the substrate {role} names {name}, which is not an instance of "
-                      f"this mesh", path=("substrate", role), severity="error")
+            found.append(r.problem(
+                codes.UNKNOWN_DEFAULT,
+                f"the substrate {role} names {name}, which is not an instance of "
+                f"this mesh", path=("substrate", role), severity="error"))
+    return tuple(found)

@@ -19,16 +19,14 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import attrs
 
+from ._context import Context
 from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, Request, SecretRef
 from ._rotation import grant_view
 from ._secrets import secret_ref
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
 
 #: The grant kind of a registry account (kept by the registry's htpasswd provisioner).
 ACCOUNT_KIND = "registry+account"
@@ -68,11 +66,11 @@ def pull_login(node: str) -> str:
     return f"node-{node}"
 
 
-def control_node(r: "_Resolver") -> Optional[str]:
+def control_node(r: Context) -> Optional[str]:
     return next((name for name, node in sorted(r.mesh.nodes.items()) if node.control), None)
 
 
-def _grant(r: "_Resolver", store: str, cred_id: str, consumer: str, consumer_node: str,
+def _grant(r: Context, store: str, cred_id: str, consumer: str, consumer_node: str,
            login: str, resource: str, fallback: SecretRef) -> GrantDecl:
     credential = r.credentials.get(cred_id)
     newest, retiring = grant_view(credential) if credential is not None and \
@@ -84,7 +82,7 @@ def _grant(r: "_Resolver", store: str, cred_id: str, consumer: str, consumer_nod
         retiring=SecretRef(cred_id, retiring.generation) if retiring else None)
 
 
-def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str
+def registry_accounts(r: Context, store: str, store_node: str, registry: str
                       ) -> tuple[list[GrantDecl], dict[str, RegistryLogin], list[Request]]:
     """(grants on the registry's node, node → its RegistryLogin, the requests for what is not
     issued yet or must be re-sealed)."""

@@ -48,7 +48,7 @@ from ._rotation import grant_view
 from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._resolve import _Resolver
+    from ._context import Blocked, Context
 
 #: Where a facility a node offers without saying `name=path` is found on it.
 DEFAULT_FACILITY_PATHS = {"docker-socket": "/var/run/docker.sock"}
@@ -73,7 +73,7 @@ def container_name(mesh: str, instance: str, container: str) -> str:
     return _NAME_UNSAFE.sub("-", f"{mesh}-{instance}-{container}")
 
 
-def registry_containers(r: "_Resolver", store: str,
+def registry_containers(r: "Context", store: str,
                         containers: list[ContainerDecl]) -> list[ContainerDecl]:
     """The registry instance's containers with its certificate directory (once issued) and its
     accounts' directory mounted."""
@@ -99,12 +99,12 @@ class _Parts(TypedDict):
     locals: dict[str, list[FirewallLocal]]  # own node → same-node openings
 
 
-def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
+def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, str], Bound],
                      assigned: dict[tuple[str, str], int], logins: dict[str, str],
                      registry: Optional[MeshRegistry]
                      ) -> tuple[dict[str, InstanceRendering], list[Binding], list[Request]]:
     """Every live instance's rendering, the bindings (as the plan lists them) and the
-    credential requests the rendered references need.
+    credential requests the rendered references need (live: not in `blocked`).
     `registry` is the mesh's own artifact store, when one serves (images come from it)."""
     mesh, instances = r.mesh, r.instances
     images: dict[str, Optional[str]] = {}  # artifact key → its image reference, this call only
@@ -128,7 +128,7 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
         return image
 
     address = {n: node.address for n, node in mesh.nodes.items()}
-    live = r.placed()
+    live = r.placed(blocked)
     parts: dict[str, _Parts] = {name: {"containers": [], "state_dirs": [], "accesses": {},
                                      "providers": [], "bindings": [], "grants": {},
                                      "allows": {}, "locals": {}} for name in live}
@@ -332,7 +332,7 @@ def _health(health: Optional[Health], module: Module, instance: str,
                       timeout=health.timeout)
 
 
-def _fill(raw: str, r: "_Resolver", name: str, bound: Mapping[tuple[str, str], Bound],
+def _fill(raw: str, r: "Context", name: str, bound: Mapping[tuple[str, str], Bound],
           values_of: Mapping[tuple[str, str], Mapping[str, str]],
           own_secrets: Mapping[tuple[str, str], SecretRef],
           assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]) -> str:
@@ -368,14 +368,14 @@ def _fill(raw: str, r: "_Resolver", name: str, bound: Mapping[tuple[str, str], B
     return "".join(part if isinstance(part, str) else one(part) for part in template(raw))
 
 
-def _pending_ref(r: "_Resolver", cred_id: str) -> Optional[SecretRef]:
+def _pending_ref(r: "Context", cred_id: str) -> Optional[SecretRef]:
     """The pending generation of a rotation of `cred_id` in progress, or None."""
     cred = r.credentials.get(cred_id)
     pending = cred.pending if cred is not None else None
     return SecretRef(cred_id, pending.generation) if pending is not None else None
 
 
-def _refs_for(r: "_Resolver", cred_id: str) -> list[SecretRef]:
+def _refs_for(r: "Context", cred_id: str) -> list[SecretRef]:
     """The reference holders of `cred_id` are given: its active generation (None: pending)."""
     cred = r.credentials.get(cred_id)
     active = cred.active if cred is not None else None

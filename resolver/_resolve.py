@@ -3,6 +3,12 @@
 Invariants:
 - Pure and deterministic: the same inputs give the same Resolution, whatever the order of
   nodes, modules or instances in the input (everything is walked in sorted order).
+- Resolution is a fixed sequence of pure stages (`resolution`): each is a function of the
+  frozen Context (resolver/_context.py) and of values the stages before it returned (the
+  instances blocked so far, the floors refused, the bindings); it returns its findings and
+  whatever it computed, and changes nothing it was handed. Problems are stated in stage order
+  and a stage's blocks are merged into `blocked` before the next stage runs, so the order of
+  problems (and of the codes a blocked instance lists) is that order.
 - A refusal blocks exactly the instances it names (and, through bindings, their consumers);
   nothing else changes because of it. A blocked instance that was declared before (the
   ledger's `declared` holds its last written rendering) is held: its node's declaration keeps
@@ -18,7 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Container, Iterable, Optional, Union
+from typing import Optional, Union
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -28,6 +34,7 @@ from ._assemble import assemble
 from ._check import validate
 from ._errors import InputError
 from ._bound import Bound, credential_id
+from ._context import NOTHING_BLOCKED, Blocked, Context, Findings, blocked_by
 from ._declaration import (
     InstanceRendering,
     Problem,
@@ -66,356 +73,314 @@ from ._select import Selection, select_provider
 _Wanted = Union[str, tuple[str, str]]
 
 
-class _Resolver:
-    def __init__(self, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
-                 now: Optional[str]) -> None:
-        self.catalogue: Catalogue = catalogue
-        self.mesh: Mesh = mesh
-        self.ledger: Ledger = ledger
-        self.sources: Sources = sources
-        self.now: Optional[str] = now
-        self.problems: list[Problem] = []
-        self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
-        self.names = sorted(mesh.instances)
-        self.nodes = set(mesh.nodes)
-        # plain dicts for the hot lookups: a pmap lookup costs several times a dict's
-        self.instances = dict(mesh.instances)
-        self.modules = dict(catalogue.modules)
-        self._module_of = {n: self.modules.get(i.module) for n, i in self.instances.items()}
-        self.recorded_bindings = {k: dict(v) for k, v in ledger.bindings.items()}
-        self.recorded_ports = {k: dict(v) for k, v in ledger.ports.items()}
-        self.recorded_logins = dict(ledger.logins)
-        self.credentials = dict(ledger.credentials)
-        self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
-        self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
-        self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
+def resolution(r: Context) -> Resolution:
+    """The stages of a resolution, composed in order: each is handed the frozen Context (and
+    what it needs of the stages before it: the instances blocked so far, the floors refused,
+    the bindings) and returns what it finds as values; the problems are stated in this order
+    and each stage's blocks join `blocked` before the next stage asks."""
+    placement = check_placement(r)
+    moves, changes = check_moves(r)
+    stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves)
+    stated, blocked = _stated(stated, blocked, check_mesh_scope(r, blocked))
+    floor_conflicts, floors = check_floors(r)  # the floors not applied
+    stated, blocked = _stated(stated, blocked, floor_conflicts)
+    stated, blocked = _stated(stated, blocked, check_claims(r, blocked, floors))
+    stated, blocked = _stated(stated, blocked, check_state_paths(r, blocked))
+    stated, blocked = _stated(stated, blocked, check_defaults(r))
+    stated, blocked = _stated(stated, blocked, check_exposures(r))
+    bound, unbound = bind_all(r, blocked)
+    stated, blocked = _stated(stated, blocked, unbound)
+    bound, propagated = propagate_blocks(r, blocked, bound)
+    stated, blocked = _stated(stated, blocked, propagated)
+    assigned, moved, exhausted = assign_ports(r, blocked, floors)
+    stated, blocked = _stated(stated, blocked, exhausted)
+    bound, propagated = propagate_blocks(r, blocked, bound)  # a port-range refusal too
+    stated, blocked = _stated(stated, blocked, propagated)
+    # no block is added after this point: `blocked` is final
+    registry = mesh_registry(r, blocked, assigned)
+    logins = assign_logins(r, bound)
+    renderings, bindings, rendered = render_instances(r, blocked, bound, assigned, logins,
+                                                      registry)
+    held, held_problems = held_instances(r, blocked, stated)
+    declarations, accounts = assemble(r, floors, renderings, held, registry)
+    # every request of every stage, merged here (duplicates kept: the count per node
+    # check_public_keys states is of requests made, as it always was)
+    all_requests = [*rendered, *accounts,
+                    *certificate_requests(r.mesh, r.ledger, r.now),
+                    *tls_requests(r, registry)]
+    problems = stated + held_problems + check_public_keys(r, all_requests)
+    new_bindings: dict[str, dict[str, str]] = {}
+    for (consumer, as_), b in bound.items():
+        new_bindings.setdefault(consumer, {})[as_] = b.provider
+    for consumer, recorded in r.ledger.bindings.items():
+        if consumer in r.mesh.instances and consumer in blocked:
+            new_bindings[consumer] = dict(recorded)  # kept while it is refused
+    live_creds = set(logins)
+    kept_logins = {k: v for k, v in r.ledger.logins.items()
+                   if k not in live_creds and _credential_parties_present(r, k)}
+    ports, released = new_ports(r, blocked, assigned)
+    ledger = attrs.evolve(
+        r.ledger,
+        ports=ports,
+        bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
+        logins=pmap({**kept_logins, **logins}),
+        declared=pmap({k: v for k, v in r.ledger.declared.items()
+                       if k in r.mesh.instances}),
+    )
+    requests = sorted(set(all_requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
+                                                         q.slot or ""))
+    return Resolution(
+        declarations=declarations,
+        bindings=pvector(sorted(bindings, key=lambda b: (b.consumer, b.requirement))),
+        problems=pvector(sorted(set(problems), key=_problem_order)),
+        requests=pvector(requests),
+        changes=pvector(sorted(set(changes + moved + released))),
+        ledger=ledger,
+        artifacts=artifact_state(r.catalogue, r.mesh, r.ledger,
+                                 registry.address if registry is not None else None),
+        registry=registry.address if registry is not None else None,
+        registry_instance=registry.instance if registry is not None else None,
+        renderings=pmap(renderings),
+    )
 
-    # ------------------------------------------------------------------ problems
 
-    def problem(self, code: str, message: str, *, doc: str = "mesh",
-                path: tuple[str | int, ...] = (), instance: Optional[str] = None,
-                requirement: Optional[str] = None, severity: str = "error",
-                state: Optional[str] = None, candidates: Iterable[str] = (),
-                blocks: Iterable[str] = (), at_key: bool = False) -> None:
-        """State a problem at `path` of document `doc`; each instance in `blocks` is refused
-        (blocked) by it."""
-        file, line, col = self.sources.where(doc, *path, at_key=at_key)
-        self.problems.append(Problem(
-            code=code, severity=severity, message=message, instance=instance,
-            requirement=requirement, file=file, line=line, col=col, state=state,
-            candidates=pvector(sorted(candidates)), blocks=pvector(sorted(blocks))))
-        for name in blocks:
-            self.blocked.setdefault(name, []).append(code)
+def _stated(stated: Findings, blocked: Blocked, found: Findings) -> tuple[Findings, Blocked]:
+    """(the problems stated so far, the instances blocked so far) after a stage's findings."""
+    return stated + found, blocked_by(blocked, found)
 
-    def module_of(self, name: str) -> Optional[Module]:
-        return self._module_of[name]
 
-    def placed_module(self, name: str) -> Module:
-        """The module of a placed instance (check_placement refused every instance whose
-        module the catalogue does not hold, so a placed one always has one)."""
-        module = self._module_of[name]
-        assert module is not None, name
-        return module
+# ---------------------------------------------------------------------- bindings
 
-    def live(self, name: str) -> bool:
-        return name not in self.blocked
+def candidates_index(r: Context, held: dict[str, InstanceRendering]
+                     ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(provision → instances providing it, module → its instances), in name order; a held
+    instance whose module is unknown provides what its rendering says."""
+    by_provision: dict[str, list[str]] = {}
+    by_module: dict[str, list[str]] = {}
+    for name in r.names:  # blocked providers stay candidates: see propagate_blocks
+        module = r.module_of(name)
+        if module is None:  # a held one still provides what its rendering says
+            provides = [p.provision for p in held[name].providers] if name in held else []
+        else:
+            by_module.setdefault(module.name, []).append(name)
+            provides = [p.provision for p in module.provides]
+        for provision in provides:
+            lst = by_provision.setdefault(provision, [])
+            if name not in lst:
+                lst.append(name)
+    return by_provision, by_module
 
-    # ------------------------------------------------------------------ placement
 
-    def image_digest(self, module: Module, artifact_name: str) -> Optional[str]:
-        artifact = module.artifacts.get(artifact_name)
-        if artifact is None:
-            return None
-        if artifact.repository:
-            return self.ledger.pins.get(f"{artifact.repository}:{artifact.tag}")
-        record = self.ledger.builds.get(f"{module.name}/{artifact_name}")
-        return record.digest if record else None
-
-    def placed(self) -> list[str]:
-        return [n for n in self.names if self.live(n)]
-
-    # ------------------------------------------------------------------ singular things
-
-    def first_holder(self, names: list[str], held: Container[str] = ()) -> str:
-        """The instance that keeps a singular thing: a held one, else one already recorded,
-        else the first."""
-        recorded = [n for n in names if n in self.recorded_ports or n in self.recorded_bindings
-                    or n in self.recorded_providers or n in self.ledger.declared]
-        return sorted([n for n in names if n in held] or recorded or names)[0]
-
-    def floor_ports(self, node: str) -> set[tuple[int, str]]:
-        """The floors a node keeps that no kept host port collides with (check_floors)."""
-        ports: set[tuple[int, str]] = (
-            set() if node in self.ssh_conflicts else {(self.mesh.nodes[node].ssh_port, "tcp")})
-        ports.update((f.port, f.protocol) for i, f in enumerate(self.mesh.floors)
-                     if i not in self.refused_floors)
-        return ports
-
-    # ------------------------------------------------------------------ bindings
-
-    def candidates_index(self, held: dict[str, InstanceRendering]
-                         ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        by_provision: dict[str, list[str]] = {}
-        by_module: dict[str, list[str]] = {}
-        for name in self.names:  # blocked providers stay candidates: see propagate_blocks
-            module = self.module_of(name)
-            if module is None:  # a held one still provides what its rendering says
-                provides = [p.provision for p in held[name].providers] if name in held else []
+def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound], Findings]:
+    """((consumer, as) → its Bound for every requirement of a live instance that a provider
+    serves, the refusals and warnings of those none can serve). `blocked`: the instances
+    refused so far (they bind nothing; they stay candidate providers)."""
+    held = held_candidates(r, blocked)
+    by_provision, by_module = candidates_index(r, held)
+    instance_nodes = {n: r.instances[n].node for n in r.names
+                      if r.module_of(n) is not None}
+    instance_nodes.update({n: rendering.node for n, rendering in held.items()})
+    bound: dict[tuple[str, str], Bound] = {}
+    found: list[Problem] = []
+    local_index: dict[tuple[_Wanted, str], list[str]] = {}  # (what, node) → candidates on it
+    by_wanted: list[tuple[_Wanted, list[str]]] = [*by_provision.items()]
+    for wanted, names in by_wanted + [(("module", m), n) for m, n in by_module.items()]:
+        for n in names:
+            local_index.setdefault((wanted, instance_nodes[n]), []).append(n)
+    sets: dict[_Wanted, set[str]] = {p: set(v) for p, v in by_provision.items()}
+    sets.update({("module", m): set(v) for m, v in by_module.items()})
+    provisions = r.catalogue.provisions
+    for name in r.placed(blocked):
+        inst, module = r.instances[name], r.placed_module(name)
+        for index, req in enumerate(module.requires):
+            if req.part is not None and req.part not in inst.parts:
+                continue
+            if req.provision is not None:
+                candidates = by_provision.get(req.provision, [])
+                if req.provision not in provisions:
+                    found.append(r.problem(
+                        codes.UNKNOWN_PROVISION,
+                        f"{name} requires provision {req.provision!r}, which "
+                        f"provisions.yaml does not define",
+                        doc=f"module:{module.name}", path=("requires", index),
+                        instance=name, requirement=req.as_,
+                        blocks=[] if req.optional else [name]))
+                    continue
+                key: _Wanted = req.provision
             else:
-                by_module.setdefault(module.name, []).append(name)
-                provides = [p.provision for p in module.provides]
-            for provision in provides:
-                lst = by_provision.setdefault(provision, [])
-                if name not in lst:
-                    lst.append(name)
-        return by_provision, by_module
+                assert req.module is not None, req  # validated: a provision or a module
+                candidates = by_module.get(req.module, [])
+                key = ("module", req.module)
+            local = local_index.get((key, inst.node), [])
+            if name in sets.get(key, ()):  # an instance never serves itself
+                candidates = [c for c in candidates if c != name]
+                local = [c for c in local if c != name]
+            what = req.provision or f"module {req.module}"
+            selection = select_provider(
+                consumer_node=inst.node, override=inst.bind.get(req.as_),
+                manifest=req.provider,
+                recorded=r.recorded_bindings.get(name, {}).get(req.as_),
+                default=r.mesh.defaults.get(req.provision) if req.provision else None,
+                candidates=candidates, instance_nodes=instance_nodes, known_nodes=r.nodes,
+                local=local)
+            if selection.provider is None:
+                found.append(refuse_requirement(r, name, module, index, req, what, selection))
+                continue
+            if r.module_of(selection.provider) is None:
+                # a held provider whose module is unknown now: it serves nothing new, and
+                # what it served stays held with it
+                named = selection.provider
+                optional = req.optional and not was_bound(r, name, req.as_, named)
+                found.append(r.problem(
+                    codes.BLOCKED_BY_PROVIDER,
+                    f"{name} requires {what} ({req.as_}) from {named} "
+                    f"({selection.chosen_by}), which is itself refused "
+                    f"({', '.join(blocked[named])}) and held",
+                    doc=f"module:{module.name}", path=("requires", index),
+                    instance=name, requirement=req.as_,
+                    severity="warning" if optional else "error",
+                    blocks=[] if optional else [name]))
+                continue
+            listen = serving_listen(r, selection.provider, req)
+            assert selection.chosen_by is not None  # a chosen provider names its rule
+            kind, credential = "none", None
+            if req.provision is not None:
+                kind = provisions[req.provision].grant
+                if kind != "none":
+                    credential = credential_id(req.provision, selection.provider, name)
+            bound[(name, req.as_)] = Bound(name, req, selection.provider, selection.chosen_by,
+                                           listen, kind, credential)
+    return bound, tuple(found)
 
-    def bind_all(self) -> dict[tuple[str, str], Bound]:
-        held = held_candidates(self)
-        by_provision, by_module = self.candidates_index(held)
-        instance_nodes = {n: self.instances[n].node for n in self.names
-                          if self.module_of(n) is not None}
-        instance_nodes.update({n: rendering.node for n, rendering in held.items()})
-        bound: dict[tuple[str, str], Bound] = {}
-        local_index: dict[tuple[_Wanted, str], list[str]] = {}  # (what, node) → candidates on it
-        by_wanted: list[tuple[_Wanted, list[str]]] = [*by_provision.items()]
-        for wanted, names in by_wanted + [(("module", m), n) for m, n in by_module.items()]:
-            for n in names:
-                local_index.setdefault((wanted, instance_nodes[n]), []).append(n)
-        sets: dict[_Wanted, set[str]] = {p: set(v) for p, v in by_provision.items()}
-        sets.update({("module", m): set(v) for m, v in by_module.items()})
-        for name in self.placed():
-            inst, module = self.instances[name], self.placed_module(name)
-            for index, req in enumerate(module.requires):
-                if req.part is not None and req.part not in inst.parts:
-                    continue
-                if req.provision is not None:
-                    candidates = by_provision.get(req.provision, [])
-                    if req.provision not in self.catalogue.provisions:
-                        self.problem(codes.UNKNOWN_PROVISION,
-                                     f"{name} requires provision {req.provision!r}, which "
-                                     f"provisions.yaml does not define",
-                                     doc=f"module:{module.name}", path=("requires", index),
-                                     instance=name, requirement=req.as_,
-                                     blocks=[] if req.optional else [name])
-                        continue
-                    key: _Wanted = req.provision
-                else:
-                    assert req.module is not None, req  # validated: a provision or a module
-                    candidates = by_module.get(req.module, [])
-                    key = ("module", req.module)
-                local = local_index.get((key, inst.node), [])
-                if name in sets.get(key, ()):  # an instance never serves itself
-                    candidates = [c for c in candidates if c != name]
-                    local = [c for c in local if c != name]
-                what = req.provision or f"module {req.module}"
-                selection = select_provider(
-                    consumer_node=inst.node, override=inst.bind.get(req.as_),
-                    manifest=req.provider,
-                    recorded=self.recorded_bindings.get(name, {}).get(req.as_),
-                    default=self.mesh.defaults.get(req.provision) if req.provision else None,
-                    candidates=candidates, instance_nodes=instance_nodes, known_nodes=self.nodes,
-                    local=local)
-                if selection.provider is None:
-                    self.refuse_requirement(name, module, index, req, what, selection)
-                    continue
-                if self.module_of(selection.provider) is None:
-                    # a held provider whose module is unknown now: it serves nothing new, and
-                    # what it served stays held with it
-                    named = selection.provider
-                    optional = req.optional and not was_bound(self, name, req.as_, named)
-                    self.problem(codes.BLOCKED_BY_PROVIDER,
-                                 f"{name} requires {what} ({req.as_}) from {named} "
-                                 f"({selection.chosen_by}), which is itself refused "
-                                 f"({', '.join(self.blocked[named])}) and held",
-                                 doc=f"module:{module.name}", path=("requires", index),
-                                 instance=name, requirement=req.as_,
-                                 severity="warning" if optional else "error",
-                                 blocks=[] if optional else [name])
-                    continue
-                listen = self.serving_listen(selection.provider, req)
-                assert selection.chosen_by is not None  # a chosen provider names its rule
-                bound[(name, req.as_)] = Bound(name, req, selection.provider,
-                                                selection.chosen_by, listen)
-        return bound
 
-    def serving_listen(self, provider: str, req: Require) -> str:
-        module = self.placed_module(provider)
-        if req.provision is not None:
-            return next(p.listen for p in module.provides if p.provision == req.provision)
-        return req.listen or sorted(module.listens)[0]
+def serving_listen(r: Context, provider: str, req: Require) -> str:
+    """The listen of `provider` that serves `req`: the provision's, else the one the
+    requirement names, else the module's first."""
+    module = r.placed_module(provider)
+    if req.provision is not None:
+        return next(p.listen for p in module.provides if p.provision == req.provision)
+    return req.listen or sorted(module.listens)[0]
 
-    def refuse_requirement(self, name: str, module: Module, index: int, req: Require, what: str,
-                           selection: Selection) -> None:
-        path: tuple[str | int, ...]
-        if selection.rule == "instance override":
-            doc, path = "mesh", ("instances", name, "bind", req.as_)
-        elif selection.rule == "manifest":
-            doc, path = f"module:{module.name}", ("requires", index, "provider")
-        else:
-            doc, path = f"module:{module.name}", ("requires", index)
-        state = selection.state
-        assert state is not None  # a refusal names its state
-        if state == codes.AMBIGUOUS_PROVIDER:
-            message = (f"{name} requires {what} ({req.as_}) and several providers could serve "
-                       f"it: {', '.join(selection.candidates)}; name one with `bind: "
-                       f"{{{req.as_}: INSTANCE}}` on the instance or set a mesh default")
-        elif state == codes.NO_PROVIDER:
-            message = f"{name} requires {what} ({req.as_}) and nothing in the mesh provides it"
-        elif state == codes.PROVIDER_NOT_ASSIGNED:
-            message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
-                       f"({selection.rule}), which is not assigned to any node")
-        elif state == codes.NOT_A_PROVIDER:
-            message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
-                       f"({selection.rule}), which does not provide it")
-        else:
-            assert selection.named is not None  # PROVIDER_NODE_UNKNOWN names the instance
-            message = (f"{name} requires {what} ({req.as_}) from {selection.named}, whose node "
-                       f"{self.instances[selection.named].node!r} is not in the mesh")
-        if req.optional and not keeps_optional(self, name, req, selection):
-            self.problem(state, message + "; the requirement is optional, so it stays unbound",
+
+def refuse_requirement(r: Context, name: str, module: Module, index: int, req: Require,
+                       what: str, selection: Selection) -> Problem:
+    """The problem of a requirement no provider can serve, at the input that decided it; it
+    blocks the consumer unless the requirement is optional and may stay unbound."""
+    path: tuple[str | int, ...]
+    if selection.rule == "instance override":
+        doc, path = "mesh", ("instances", name, "bind", req.as_)
+    elif selection.rule == "manifest":
+        doc, path = f"module:{module.name}", ("requires", index, "provider")
+    else:
+        doc, path = f"module:{module.name}", ("requires", index)
+    state = selection.state
+    assert state is not None  # a refusal names its state
+    if state == codes.AMBIGUOUS_PROVIDER:
+        message = (f"{name} requires {what} ({req.as_}) and several providers could serve "
+                   f"it: {', '.join(selection.candidates)}; name one with `bind: "
+                   f"{{{req.as_}: INSTANCE}}` on the instance or set a mesh default")
+    elif state == codes.NO_PROVIDER:
+        message = f"{name} requires {what} ({req.as_}) and nothing in the mesh provides it"
+    elif state == codes.PROVIDER_NOT_ASSIGNED:
+        message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
+                   f"({selection.rule}), which is not assigned to any node")
+    elif state == codes.NOT_A_PROVIDER:
+        message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
+                   f"({selection.rule}), which does not provide it")
+    else:
+        assert selection.named is not None  # PROVIDER_NODE_UNKNOWN names the instance
+        message = (f"{name} requires {what} ({req.as_}) from {selection.named}, whose node "
+                   f"{r.instances[selection.named].node!r} is not in the mesh")
+    if req.optional and not keeps_optional(r, name, req, selection):
+        return r.problem(state, message + "; the requirement is optional, so it stays unbound",
                          doc=doc, path=path, instance=name, requirement=req.as_,
                          severity="warning", state=state, candidates=selection.candidates)
-        else:
-            self.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
-                         state=state, candidates=selection.candidates, blocks=[name])
+    return r.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
+                     state=state, candidates=selection.candidates, blocks=[name])
 
-    def propagate_blocks(self, bound: dict[tuple[str, str], Bound]) -> None:
-        """A consumer of a blocked provider is blocked too (it could not start honestly)."""
-        changed = True
-        while changed:
-            changed = False
-            for (consumer, as_), b in sorted(bound.items()):
-                if self.live(consumer) and not self.live(b.provider):
-                    if b.requirement.optional and not was_bound(self, consumer, as_, b.provider):
-                        continue
-                    module = self.placed_module(consumer)
-                    index = list(module.requires).index(b.requirement)
-                    self.problem(codes.BLOCKED_BY_PROVIDER,
-                                 f"{consumer} requires {b.requirement.provision or b.requirement.module}"
-                                 f" ({as_}) from {b.provider}, which is itself refused "
-                                 f"({', '.join(self.blocked[b.provider])})",
-                                 doc=f"module:{module.name}", path=("requires", index),
-                                 instance=consumer, requirement=as_, blocks=[consumer])
-                    changed = True
-        for key in [k for k, b in bound.items() if not (self.live(b.consumer)
-                                                         and self.live(b.provider))]:
-            del bound[key]
 
-    # ------------------------------------------------------------------ ports and logins
+def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], Bound]
+                     ) -> tuple[dict[tuple[str, str], Bound], Findings]:
+    """(the bindings whose consumer and provider are both live, the refusals of consumers
+    of a blocked provider): such a consumer is blocked too (it could not start honestly),
+    and so, in turn, are its own consumers. `bound` is not changed."""
+    now: dict[str, tuple[str, ...]] = dict(blocked)  # blocked so far, within this stage
+    found: list[Problem] = []
+    changed = True
+    while changed:
+        changed = False
+        for (consumer, as_), b in sorted(bound.items()):
+            if consumer not in now and b.provider in now:
+                if b.requirement.optional and not was_bound(r, consumer, as_, b.provider):
+                    continue
+                module = r.placed_module(consumer)
+                index = list(module.requires).index(b.requirement)
+                problem = r.problem(
+                    codes.BLOCKED_BY_PROVIDER,
+                    f"{consumer} requires {b.requirement.provision or b.requirement.module}"
+                    f" ({as_}) from {b.provider}, which is itself refused "
+                    f"({', '.join(now[b.provider])})",
+                    doc=f"module:{module.name}", path=("requires", index),
+                    instance=consumer, requirement=as_, blocks=[consumer])
+                found.append(problem)
+                now[consumer] = now.get(consumer, ()) + (problem.code,)
+                changed = True
+    kept = {k: b for k, b in bound.items() if b.consumer not in now and b.provider not in now}
+    return kept, tuple(found)
 
-    def assign_logins(self, bound: dict[tuple[str, str], Bound]) -> dict[str, str]:
-        logins: dict[str, str] = {}
-        used = set(self.ledger.logins.values())
-        for b in sorted(bound.values(), key=lambda b: (b.consumer, b.requirement.as_)):
-            if b.requirement.provision is None:
-                continue
-            kind = self.catalogue.provisions[b.requirement.provision].grant
-            if kind == "none":
-                continue
-            b.kind = kind
-            b.credential = credential_id(b.requirement.provision, b.provider, b.consumer)
-            if b.credential in logins:
-                continue
-            recorded = self.recorded_logins.get(b.credential)
-            logins[b.credential] = recorded or derive_login(b.credential, b.consumer, used)
-        return logins
 
-    # ------------------------------------------------------------------ credentials
+# ---------------------------------------------------------------------- logins
 
-    # ------------------------------------------------------------------ the whole
+def assign_logins(r: Context, bound: dict[tuple[str, str], Bound]) -> dict[str, str]:
+    """Credential id → its login for every binding that carries a credential: the one the
+    ledger records, else a new one derived (unique among the logins recorded and given)."""
+    logins: dict[str, str] = {}
+    used = set(r.ledger.logins.values())
+    for b in sorted(bound.values(), key=lambda b: (b.consumer, b.requirement.as_)):
+        if b.credential is None or b.credential in logins:
+            continue
+        recorded = r.recorded_logins.get(b.credential)
+        logins[b.credential] = recorded or derive_login(b.credential, b.consumer, used)
+    return logins
 
-    def run(self) -> Resolution:
-        check_placement(self)
-        changes = check_moves(self)
-        check_mesh_scope(self)
-        check_floors(self)
-        check_claims(self)
-        check_state_paths(self)
-        check_defaults(self)
-        check_exposures(self)
-        bound = self.bind_all()
-        self.propagate_blocks(bound)
-        assigned, moved = assign_ports(self)
-        self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
-        registry = self.mesh_registry(assigned)  # no block is added after this point
-        logins = self.assign_logins(bound)
-        renderings, bindings, rendered = render_instances(self, bound, assigned, logins, registry)
-        declarations, accounts = assemble(self, renderings, held_instances(self), registry)
-        # every request of every stage, merged here (duplicates kept: the count per node
-        # check_public_keys states is of requests made, as it always was)
-        all_requests = [*rendered, *accounts,
-                        *certificate_requests(self.mesh, self.ledger, self.now),
-                        *self.tls_requests(registry)]
-        check_public_keys(self, all_requests)
-        new_bindings: dict[str, dict[str, str]] = {}
-        for (consumer, as_), b in bound.items():
-            new_bindings.setdefault(consumer, {})[as_] = b.provider
-        for consumer, recorded in self.ledger.bindings.items():
-            if consumer in self.mesh.instances and not self.live(consumer):
-                new_bindings[consumer] = dict(recorded)  # kept while it is refused
-        live_creds = set(logins)
-        kept_logins = {k: v for k, v in self.ledger.logins.items()
-                       if k not in live_creds and self._credential_parties_present(k)}
-        ports, released = new_ports(self, assigned)
-        ledger = attrs.evolve(
-            self.ledger,
-            ports=ports,
-            bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
-            logins=pmap({**kept_logins, **logins}),
-            declared=pmap({k: v for k, v in self.ledger.declared.items()
-                           if k in self.mesh.instances}),
-        )
-        requests = sorted(set(all_requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
-                                                             q.slot or ""))
-        return Resolution(
-            declarations=declarations,
-            bindings=pvector(sorted(bindings, key=lambda b: (b.consumer, b.requirement))),
-            problems=pvector(sorted(set(self.problems), key=_problem_order)),
-            requests=pvector(requests),
-            changes=pvector(sorted(set(changes + moved + released))),
-            ledger=ledger,
-            artifacts=artifact_state(self.catalogue, self.mesh, self.ledger,
-                                     registry.address if registry is not None else None),
-            registry=registry.address if registry is not None else None,
-            registry_instance=registry.instance if registry is not None else None,
-            renderings=pmap(renderings),
-        )
 
-    def _credential_parties_present(self, cred_id: str) -> bool:
-        parts = cred_id.split("/")
-        return len(parts) == 3 and parts[1] in self.mesh.instances and parts[2] in self.mesh.instances
+def _credential_parties_present(r: Context, cred_id: str) -> bool:
+    parts = cred_id.split("/")
+    return len(parts) == 3 and parts[1] in r.mesh.instances and parts[2] in r.mesh.instances
 
-    # ------------------------------------------------------------------ artifacts
 
-    def mesh_registry(self, assigned: dict[tuple[str, str], int]) -> Optional[MeshRegistry]:
-        """The mesh's own artifact store (choose_artifact_store_instance decides which), when
-        one serves: declared live with an assigned port, or held (it still serves)."""
-        stores: dict[str, str] = {}
-        nodes: dict[str, str] = {}
-        for name in self.placed():
-            for provide in self.placed_module(name).provides:
-                if provide.provision == ARTIFACT_STORE:
-                    port = assigned.get((name, provide.listen))
-                    if port is not None:
-                        node = self.instances[name].node
-                        stores[name] = f"{self.mesh.nodes[node].address}:{port}"
-                        nodes[name] = node
-        for name, rendering in held_candidates(self).items():  # held, it still serves
-            for served in rendering.providers:
-                if served.provision == ARTIFACT_STORE:
-                    stores.setdefault(
-                        name, f"{self.mesh.nodes[rendering.node].address}:{served.port}")
-                    nodes.setdefault(name, rendering.node)
-        chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
-        return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
+# ---------------------------------------------------------------------- artifacts
 
-    def tls_requests(self, registry: Optional[MeshRegistry]) -> list[Request]:
-        """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
-        if registry is None:
-            return []
-        reason = tls_reason(self.mesh, self.ledger, registry.instance, registry.node, self.now)
-        return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
+def mesh_registry(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
+                  ) -> Optional[MeshRegistry]:
+    """The mesh's own artifact store (choose_artifact_store_instance decides which), when
+    one serves: declared live with an assigned port, or held (it still serves)."""
+    stores: dict[str, str] = {}
+    nodes: dict[str, str] = {}
+    for name in r.placed(blocked):
+        for provide in r.placed_module(name).provides:
+            if provide.provision == ARTIFACT_STORE:
+                port = assigned.get((name, provide.listen))
+                if port is not None:
+                    node = r.instances[name].node
+                    stores[name] = f"{r.mesh.nodes[node].address}:{port}"
+                    nodes[name] = node
+    for name, rendering in held_candidates(r, blocked).items():  # held, it still serves
+        for served in rendering.providers:
+            if served.provision == ARTIFACT_STORE:
+                stores.setdefault(
+                    name, f"{r.mesh.nodes[rendering.node].address}:{served.port}")
+                nodes.setdefault(name, rendering.node)
+    chosen = choose_artifact_store_instance(stores, r.mesh.defaults.get(ARTIFACT_STORE))
+    return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
+
+
+def tls_requests(r: Context, registry: Optional[MeshRegistry]) -> list[Request]:
+    """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
+    if registry is None:
+        return []
+    reason = tls_reason(r.mesh, r.ledger, registry.instance, registry.node, r.now)
+    return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
 
 
 def _problem_order(p: Problem) -> tuple[str, str, str, str]:
@@ -434,4 +399,4 @@ def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Source
         faults = validate(catalogue, mesh, ledger, sources)
         if faults:
             raise InputError(faults)
-    return _Resolver(catalogue, mesh, ledger, sources, now).run()
+    return resolution(Context.of(catalogue, mesh, ledger, sources, now))
