@@ -21,6 +21,7 @@ from . import _codes as codes
 from ._declaration import Change
 from ._issue import PortBook
 from ._ledger import PortAssignment
+from ._model import small_map
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -107,4 +108,4 @@ def new_ports(r: "_Resolver", assigned: dict[tuple[str, str], int]) -> tuple[Any
                                           f"{entry.port} ({listen_name}) is released"))
         elif name not in ports or not r.live(name):
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return pmap({k: pmap(v) for k, v in ports.items()}), changes
+    return pmap({k: small_map(v) for k, v in ports.items()}), changes
