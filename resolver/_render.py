@@ -107,13 +107,15 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
     provisions = dict(r.catalogue.provisions)
     listens_of = {name: dict(module.listens) for name, module in r.modules.items()}
     interned: dict[tuple[str, Optional[int]], SecretRef] = {}
+    holder_vectors: dict[tuple[str, ...], PVector[str]] = {}
 
     def intern(secret: SecretRef) -> SecretRef:
         return interned.setdefault((secret.credential, secret.generation), secret)
 
     def ref(cred_id: str, holders: set[str], reason: str,
             slot: Optional[str] = None) -> SecretRef:
-        secret, needed = secret_ref(r.credentials, cred_id, holders, reason, slot)
+        secret, needed = secret_ref(r.credentials, cred_id, holders, reason, slot,
+                                    vectors=holder_vectors)
         requests.extend(needed)
         return intern(secret)
 
@@ -143,8 +145,12 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
     values_of: dict[tuple[str, str], dict[str, str]] = {}
     env_refs: dict[str, SecretRef] = {}  # credential → what a holder's env refers to
     bindings: list[Binding] = []
-    as_consumer: dict[str, tuple[PVector[BindingDecl], PMap[str, PVector[GrantDecl]],
-                                 PMap[str, PVector[FirewallAllow]]]] = {}
+    # a consumer's bindings, grants and allows, frozen (kept apart: a tuple of the three would
+    # be one more object per consumer for the collector)
+    consumed_of: dict[str, PVector[BindingDecl]] = {}
+    granted_of: dict[str, PMap[str, PVector[GrantDecl]]] = {}
+    allowed_of: dict[str, PMap[str, PVector[FirewallAllow]]] = {}
+    sources_of: dict[str, PVector[str]] = {}  # consumer node → the allows' sources
     admin_of: dict[tuple[str, str], Optional[str]] = {}  # (module, provision) → admin secret
     ordered = sorted(bound)
     decls: list[BindingDecl] = []
@@ -206,14 +212,16 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
         if provider_node != consumer_node:
             listen = listens_of[instances[b.provider].module][b.listen]
             allows.setdefault(provider_node, []).append(FirewallAllow(
-                port, listen.protocol, pvector([address[consumer_node]]),
+                port, listen.protocol, _one_source(sources_of, address[consumer_node]),
                 f"{b.provider}/{b.listen}"))
         if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
-            as_consumer[b.consumer] = (
-                pvector(sorted(decls, key=_binding_order)),
-                small_map({node: pvector(sorted(g, key=_grant_order))
-                           for node, g in grants.items()}),
-                small_map({node: pvector(a) for node, a in allows.items()}))
+            consumed_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
+            if grants:
+                granted_of[b.consumer] = small_map({node: pvector(sorted(g, key=_grant_order))
+                                                    for node, g in grants.items()})
+            if allows:
+                allowed_of[b.consumer] = small_map({node: pvector(a)
+                                                    for node, a in allows.items()})
             decls, grants, allows = [], {}, {}
 
     # --- what each instance provides, with its provisioner's admin credential
@@ -259,8 +267,6 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
     facilities_of: dict[str, dict[str, str]] = {}
     shapes: dict[str, _ModuleShape] = {}
     store = registry.instance if registry is not None else None
-    nothing: tuple[PVector[BindingDecl], PMap[str, PVector[GrantDecl]],
-                   PMap[str, PVector[FirewallAllow]]] = (pvector(), pmap(), pmap())
     renderings: dict[str, InstanceRendering] = {}
     for name in live:
         inst, module = instances[name], r.placed_module(name)
@@ -323,7 +329,6 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
                 mac=mac_of.get(runtime_name)))
         if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
             containers = registry_containers(r, name, containers)
-        consumed, granted, allowed = as_consumer.get(name, nothing)
         renderings[name] = InstanceRendering(
             node=node,
             containers=pvector(containers),
@@ -331,13 +336,21 @@ def render_instances(r: "_Resolver", bound: dict[tuple[str, str], Bound],
             accesses=pvector(AccessDecl(path, mode, pvector([name]))
                              for path, mode in sorted(accesses.items())),
             providers=providers_of.get(name, pvector()),
-            bindings=consumed,
-            grants=granted,
-            allows=allowed,
+            bindings=consumed_of.get(name, pvector()),
+            grants=granted_of.get(name, pmap()),
+            allows=allowed_of.get(name, pmap()),
             locals=locals_of.get(name, pmap()),
             exposures=exposures_of(r, name, assigned) if inst.expose else pvector(),
             claims=shape.claims)
     return renderings, bindings, requests
+
+
+def _one_source(sources: dict[str, PVector[str]], address: str) -> PVector[str]:
+    """The sources vector of an allow from one node's address, one per address."""
+    found = sources.get(address)
+    if found is None:
+        found = sources[address] = pvector([address])
+    return found
 
 
 def _provider_order(p: ProviderDecl) -> tuple[str, str]:
