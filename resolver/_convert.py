@@ -70,6 +70,12 @@ def _describe(value: Any) -> str:
 PLAIN = (str, int, bool)  # the exact types the strict hooks pass through unchanged
 
 
+def _entries(mapping: Any) -> Any:
+    """The (key, value) pairs of a mapping; a PMap's straight from its buckets (its `items()`
+    view goes through two more layers per pair, and declarations hold tens of thousands)."""
+    return mapping.iteritems() if type(mapping) is RuntimePMap else mapping.items()
+
+
 def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=omit_defaults)
 
@@ -118,8 +124,8 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
         hook = element_hook(val_t)
         if hook is None:  # the exact plain type needs nothing; a subclass (a StrEnum) its value
             return lambda m: {k: v if type(v) is val_t else conv.unstructure(v)
-                              for k, v in m.items()}
-        return lambda m: {k: hook(v) for k, v in m.items()}
+                              for k, v in _entries(m)}
+        return lambda m: {k: hook(v) for k, v in _entries(m)}
 
     def unstructure_pvector_factory(t: Any) -> Any:
         args = typing.get_args(t)
@@ -134,7 +140,7 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
     # values unstructured without a declared type arrive with pyrsistent's runtime classes
     conv.register_unstructure_hook_func(
         lambda t: isinstance(t, type) and issubclass(t, RuntimePMap),
-        lambda m: {k: conv.unstructure(v) for k, v in m.items()})
+        lambda m: {k: conv.unstructure(v) for k, v in _entries(m)})
     conv.register_unstructure_hook_func(
         lambda t: isinstance(t, type) and issubclass(t, RuntimePVector),
         lambda v: [conv.unstructure(i) for i in v])

@@ -18,8 +18,15 @@ from ._convert import unstructure
 from ._declaration import Declaration
 
 
+# The canonical form is json.dumps(body, sort_keys=True, separators=(",", ":"),
+# ensure_ascii=False), byte for byte. Unstructured data holds no cycle, so the encoder is
+# spared keeping the set of containers it is inside (a declaration holds hundreds of thousands).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              check_circular=False)
+
+
 def declaration_digest(declaration: Declaration) -> str:
     """"sha256:<hex>" of the declaration's contents (everything but `serial` and `digest`)."""
     body = unstructure(attrs.evolve(declaration, serial=0, digest=""))
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = _CANONICAL.encode(body)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -24,6 +24,7 @@ from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem
 from ._issue import PortBook
 from ._ledger import PortAssignment
+from ._model import small_map
 
 
 def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
@@ -113,4 +114,4 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
                                           f"{entry.port} ({listen_name}) is released"))
         elif name not in ports or name in blocked:
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return pmap({k: pmap(v) for k, v in ports.items()}), changes
+    return pmap({k: small_map(v) for k, v in ports.items()}), changes

@@ -14,21 +14,26 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Optional
 
 from pyrsistent import pvector
+from pyrsistent.typing import PVector
 
 from ._declaration import Request, SecretRef
 from ._ledger import Credential
 
 
 def secret_ref(credentials: Mapping[str, Credential], cred_id: str, holders: Iterable[str],
-               reason: str, slot: Optional[str] = None) -> tuple[SecretRef, list[Request]]:
+               reason: str, slot: Optional[str] = None, *,
+               vectors: Optional[dict[tuple[str, ...], PVector[str]]] = None
+               ) -> tuple[SecretRef, list[Request]]:
     """The reference holders of `cred_id` are given, and the requests it needs (none, one to
-    issue it, or one to re-seal it to holders that changed)."""
+    issue it, or one to re-seal it to holders that changed). `vectors`, when the caller keeps
+    one for a resolution, shares one sorted holders vector among the requests naming the same
+    holders (they are values: sharing is invisible, and a large mesh makes thousands)."""
     holders = set(holders)
     cred = credentials.get(cred_id)
     active = cred.active if cred is not None else None
     if cred is None or active is None:
-        return SecretRef(cred_id, None), [Request("credential", cred_id, pvector(sorted(holders)),
-                                                  reason, slot)]
+        return SecretRef(cred_id, None), [Request("credential", cred_id,
+                                                  _holders(holders, vectors), reason, slot)]
     newest = cred.pending or active  # a holder sealed into a pending rotation is satisfied
     missing = sorted(holders - set(newest.sealed))
     extra = sorted(set(newest.sealed) - holders)
@@ -39,7 +44,18 @@ def secret_ref(credentials: Mapping[str, Credential], cred_id: str, holders: Ite
         numbers = sorted(g.generation for g in (cred.retiring, active, cred.pending)
                          if g is not None)
         requests.append(Request(
-            "credential", cred_id, pvector(sorted(holders)),
+            "credential", cred_id, _holders(holders, vectors),
             f"re-seal generation {', '.join(map(str, numbers))} {' and '.join(what)}; "
             f"no new generation", active.slot))
     return SecretRef(cred_id, active.generation), requests
+
+
+def _holders(holders: set[str], vectors: Optional[dict[tuple[str, ...], PVector[str]]]
+             ) -> PVector[str]:
+    ordered = tuple(sorted(holders))
+    if vectors is None:
+        return pvector(ordered)
+    found = vectors.get(ordered)
+    if found is None:
+        found = vectors[ordered] = pvector(ordered)
+    return found

@@ -15,7 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import AbstractSet, Container, Mapping, Optional, Sequence
+from typing import Callable, Container, Mapping, Optional, Sequence
 
 import attrs
 
@@ -59,23 +59,24 @@ def select_provider(
 
     `candidates` are the instances able to serve the requirement (sorted); `instance_nodes`
     maps every assigned instance to its node; `known_nodes` is the set of the mesh's nodes;
-    `local`, when the caller has it indexed, the candidates on the consumer's node.
+    `local`, when the caller has it indexed, the candidates on the consumer's node (a subset
+    of `candidates`).
     """
-    candidate_set = set(candidates)
     if local is None:
         local = [c for c in candidates if instance_nodes.get(c) == consumer_node]
+    is_candidate = _membership(candidates, local)
     for rule, named in ((INSTANCE_OVERRIDE, override), (MANIFEST, manifest)):
         if named is None:
             continue
         if named not in instance_nodes:
             return Selection(None, state=codes.PROVIDER_NOT_ASSIGNED, named=named, rule=rule,
                              candidates=tuple(candidates))
-        if named not in candidate_set:
+        if not is_candidate(named):
             return Selection(None, state=codes.NOT_A_PROVIDER, named=named, rule=rule,
                              candidates=tuple(candidates))
         return _placed(named, rule, instance_nodes, known_nodes)
-    automatic = _automatic(local, default, candidates, candidate_set)
-    if recorded is not None and recorded in candidate_set:
+    automatic = _automatic(local, default, candidates, is_candidate)
+    if recorded is not None and is_candidate(recorded):
         # the ledger decides; say "recorded" only when it is what keeps this provider, so a
         # plan keeps telling why a binding was first made while the rules still agree
         kept = automatic[1] if automatic[0] == recorded else RECORDED
@@ -87,11 +88,25 @@ def select_provider(
     return Selection(None, state=codes.AMBIGUOUS_PROVIDER, candidates=tuple(candidates))
 
 
+def _membership(candidates: Sequence[str], local: Sequence[str]) -> Callable[[str], bool]:
+    """Whether an instance is one of `candidates`, asked without making a set of them all for
+    each requirement: the local candidates (a few, a subset) answer the common question, and a
+    scan of the others answers the rest. It is asked at most three times per requirement (the
+    named, the default and the recorded provider), so a scan costs no more than building a set
+    would; every consumer of a mesh sees every provider of what it requires as a candidate,
+    and a set per requirement made selection grow with the square of the mesh."""
+
+    def is_candidate(name: str) -> bool:
+        return name in local or name in candidates
+
+    return is_candidate
+
+
 def _automatic(local: Sequence[str], default: Optional[str], candidates: Sequence[str],
-               candidate_set: AbstractSet[str]) -> tuple[Optional[str], ChosenBy]:
+               is_candidate: Callable[[str], bool]) -> tuple[Optional[str], ChosenBy]:
     if len(local) == 1:
         return local[0], CO_LOCATED
-    if default is not None and default in candidate_set:
+    if default is not None and is_candidate(default):
         return default, MESH_DEFAULT
     if len(candidates) == 1:
         return candidates[0], SOLE_PROVIDER
