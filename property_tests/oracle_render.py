@@ -467,8 +467,8 @@ def artifact_state(world, expected) -> str:
         module = world.catalogue.modules[module_name]
         for artifact in module.artifacts.values():
             if artifact.mirror and artifact.repository:
-                digest = world.ledger.pins[f"{artifact.repository}:{artifact.tag}"]
-                if world.ledger.mirrored.get(digest) != registry:
+                digest = world.ledger.pins.get(f"{artifact.repository}:{artifact.tag}")
+                if digest is not None and world.ledger.mirrored.get(digest) != registry:
                     return "external"
     return "self-hosting"
 
