@@ -27,7 +27,9 @@ from ._bound import (  # noqa: F401
     secret_id,
 )
 from ._render import (  # noqa: F401
+    STATE_ROOT,
     container_name,
+    state_host_path,
 )
 from ._records import (  # noqa: F401
     newest_written,
@@ -208,6 +210,18 @@ from ._documents import (  # noqa: F401
     load_module,
     load_provisions,
 )
+from ._mesh_dir import (  # noqa: F401
+    DEFAULT_CATALOGUE,
+    DEFAULT_LEDGER,
+    MESH_FILE,
+    MODULE_FILE,
+    PROVISIONS_FILE,
+    MeshPaths,
+    MeshReader,
+    ReadFault,
+    load_mesh_dir,
+    mesh_paths,
+)
 from ._schema import (  # noqa: F401
     document_names,
     json_schema,
@@ -298,7 +312,7 @@ from ._firewall import (  # noqa: F401
 __all__ = [
     # Resolving
     "resolve", "validate", "Resolution", "Selection", "select_provider", "credential_id", "secret_id",
-    "container_name", "newest_written", "next_serial", "record_declared", "declaration_digest",
+    "container_name", "STATE_ROOT", "state_host_path", "newest_written", "next_serial", "record_declared", "declaration_digest",
     # Errors
     "Fault", "InputError", "MeshError", "PlaceholderSyntaxError", "ResolutionError", "one_line",
     "RotationError",
@@ -336,6 +350,9 @@ __all__ = [
     "DocumentPositions", "Parsed", "load_document", "parse_document", "parse_yaml", "LIMITS",
     "MAX_DOCUMENT_BYTES", "decode_document", "Inputs", "dump_ledger", "dump_yaml", "load_inputs",
     "load_ledger", "load_mesh", "load_module", "load_provisions", "document_names", "json_schema",
+    # A mesh directory: its path rules, read through the caller's reader
+    "load_mesh_dir", "MeshReader", "ReadFault", "MeshPaths", "mesh_paths", "MESH_FILE",
+    "MODULE_FILE", "PROVISIONS_FILE", "DEFAULT_CATALOGUE", "DEFAULT_LEDGER",
     # Placeholders
     "fill_secret_tokens", "placeholders", "render_placeholders", "secret_token", "secret_tokens",
     # Artifacts

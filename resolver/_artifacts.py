@@ -26,8 +26,11 @@ from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._ledger import BuildRecord, Ledger
 from ._model import Artifact, Mesh
 
+#: Resolution.artifacts when images are pulled from the registries the manifests name.
 EXTERNAL = "external"
+#: Resolution.artifacts when the mesh pulls from its own registry (the artifact store).
 SELF_HOSTING = "self-hosting"
+#: The provision a registry module provides to be the mesh's artifact store.
 ARTIFACT_STORE = "artifact-store"
 DEFAULT_REGISTRY = "docker.io"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
@@ -64,6 +67,7 @@ def pin_key(artifact: Artifact) -> Optional[str]:
 
 
 def artifact_key(module: str, artifact: str) -> str:
+    """The key of an artifact across the catalogue: `module/artifact`."""
     return f"{module}/{artifact}"
 
 
@@ -134,6 +138,7 @@ def pin_requests(catalogue: Catalogue, ledger: Ledger, artifacts: Iterable[str],
         if key in ledger.pins and not asked:
             continue
         artifact = every[names[0]]
+        assert artifact.repository is not None and artifact.tag is not None  # it has a pin key
         requests.append(PinRequest(key, artifact.repository, artifact.tag, pvector(names)))
     return requests
 

@@ -19,7 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -33,11 +33,12 @@ from ._declaration import (
     FirewallLocal,
     HeldDecl,
     InstanceRendering,
+    Request,
 )
 from ._digest import declaration_digest
 from ._firewall import merge_openings
 from ._records import next_serial
-from ._registry_access import registry_accounts
+from ._registry_access import MeshRegistry, registry_accounts
 from ._tls import server_files, tls_ref, trust_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,8 +56,11 @@ def registry_pullers(mesh, store: str, store_node: str, port: int) -> list:
 
 
 def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
-             held: dict[str, tuple[InstanceRendering, list[HeldDecl]]]) -> dict:
-    """node → Declaration, from the live renderings and the held ones."""
+             held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
+             mesh_registry: Optional[MeshRegistry]) -> tuple[Any, list[Request]]:
+    """(node → Declaration, the credential requests of the registry's accounts), from the live
+    renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
+    serves (its pullers, trust file, accounts)."""
     mesh = r.mesh
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
     where = {name: rendering.node for name, rendering in renderings.items()}
@@ -69,12 +73,13 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         for node in sorted(set(rendering.grants) | set(rendering.allows) | set(rendering.locals)):
             foreign.setdefault(node, []).append((name, rendering))
     mesh_sources = sorted({n.address for n in mesh.nodes.values()})
-    registry = r.mesh_registry()
-    store, store_node = r.registry_instance if registry is not None else (None, None)
+    registry = mesh_registry.address if mesh_registry is not None else None
+    store, store_node = (mesh_registry.instance, mesh_registry.node) \
+        if mesh_registry is not None else (None, None)
     key = tls_ref(r.ledger, store) if store is not None else None
     served = r.ledger.tls.get(store) if key is not None else None
-    accounts, logins = registry_accounts(r, store, store_node, registry) \
-        if store is not None and store in renderings else ([], {})
+    accounts, logins, requests = registry_accounts(r, store, store_node, registry) \
+        if store is not None and store in renderings else ([], {}, [])
     declarations = {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
@@ -153,4 +158,4 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         digest = declaration_digest(decl)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)
         declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
-    return pmap(declarations)
+    return pmap(declarations), requests

@@ -150,6 +150,7 @@ PORT_RELEASED = ProblemCode.PORT_RELEASED
 EXPOSURE_FAMILY = ProblemCode.EXPOSURE_FAMILY
 STALE_STATE_FROM = ProblemCode.STALE_STATE_FROM
 
+#: The codes a refused requirement's Selection.state takes.
 REQUIREMENT_STATES: tuple[ProblemCode, ...] = (
     NO_PROVIDER, PROVIDER_NOT_ASSIGNED, PROVIDER_NODE_UNKNOWN, AMBIGUOUS_PROVIDER, NOT_A_PROVIDER)
 """The codes an unsatisfied requirement carries as its `state`."""

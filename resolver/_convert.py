@@ -12,7 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import typing
-from typing import Any
+from typing import Any, Callable
 
 import attrs
 import cattrs
@@ -35,12 +35,13 @@ SNAKE_CASE_MODULES = ("resolver._declaration",)
 
 
 def document_key(cls: type, attribute: str) -> str:
+    """The key `attribute` of `cls` has in documents (`run_once` → `run-once`)."""
     if cls.__module__ in SNAKE_CASE_MODULES:
         return attribute.rstrip("_")
     return yaml_key(attribute)
 
 
-def _strict(expected: type, name: str):
+def _strict(expected: type, name: str) -> Callable[[Any, Any], Any]:
     def structure(value: Any, _type: Any) -> Any:
         if type(value) is not expected:  # bool is not int, int is not str
             raise TypeError(f"expected {name}, got {_describe(value)}")
@@ -66,6 +67,9 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+PLAIN = (str, int, bool)  # the exact types the strict hooks pass through unchanged
+
+
 def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=omit_defaults)
 
@@ -79,17 +83,22 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
     def is_pvector(t: Any) -> bool:
         return typing.get_origin(t) is PVector or t is PVector
 
-    def structure_pmap(value: Any, t: Any) -> PMap:
+    def structure_pmap(value: Any, t: Any) -> PMap[Any, Any]:
         if not isinstance(value, dict):
             raise TypeError(f"expected a mapping, got {_describe(value)}")
         key_t, val_t = typing.get_args(t) or (str, Any)
-        return pmap(conv.structure(value, dict[key_t, val_t]))
+        if (key_t in PLAIN and val_t in PLAIN and {*map(type, value)} <= {key_t}
+                and {*map(type, value.values())} <= {val_t}):
+            return pmap(value)  # every key and value already what its strict hook accepts
+        return pmap(conv.structure(value, dict[key_t, val_t]))  # type: ignore[valid-type]
 
-    def structure_pvector(value: Any, t: Any) -> PVector:
+    def structure_pvector(value: Any, t: Any) -> PVector[Any]:
         if not isinstance(value, list):
             raise TypeError(f"expected a list, got {_describe(value)}")
         (item_t,) = typing.get_args(t) or (Any,)
-        return pvector(conv.structure(value, list[item_t]))
+        if item_t in PLAIN and {*map(type, value)} <= {item_t}:
+            return pvector(value)  # every element already what its strict hook accepts
+        return pvector(conv.structure(value, list[item_t]))  # type: ignore[valid-type]
 
     conv.register_structure_hook_func(is_pmap, structure_pmap)
     conv.register_structure_hook_func(is_pvector, structure_pvector)
@@ -130,19 +139,22 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
         lambda t: isinstance(t, type) and issubclass(t, RuntimePVector),
         lambda v: [conv.unstructure(i) for i in v])
 
-    def attrs_structure(cls: type):
-        renames = {a.name: override(rename=document_key(cls, a.name)) for a in attrs.fields(cls)}
-        inner = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **renames)
+    def attrs_structure(cls: type) -> Callable[[Any, Any], Any]:
+        renames: dict[str, Any] = {a.name: override(rename=document_key(cls, a.name))
+                                   for a in attrs.fields(cls)}
+        inner: Callable[[Any, Any], Any] = make_dict_structure_fn(
+            cls, conv, _cattrs_forbid_extra_keys=True, **renames)
 
-        def structure(value: Any, t: Any):
+        def structure(value: Any, t: Any) -> Any:
             if not isinstance(value, dict):
                 raise TypeError(f"expected a mapping, got {_describe(value)}")
             return inner(value, t)
 
         return structure
 
-    def attrs_unstructure(cls: type):
-        renames = {a.name: override(rename=document_key(cls, a.name)) for a in attrs.fields(cls)}
+    def attrs_unstructure(cls: type) -> Callable[[Any], Any]:
+        renames: dict[str, Any] = {a.name: override(rename=document_key(cls, a.name))
+                                   for a in attrs.fields(cls)}
         return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=omit_defaults,
                                         **renames)
 
@@ -156,6 +168,8 @@ FULL_CONVERTER = make_converter(omit_defaults=False)  # every field, for program
 
 
 def unstructure(obj: Any) -> Any:
+    """A model as plain data (dicts, lists, scalars) with keys as documents write them,
+    attributes at their default left out."""
     return CONVERTER.unstructure(obj)
 
 

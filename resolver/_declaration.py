@@ -26,12 +26,16 @@ from ._model import EMPTY_MAP, EMPTY_VEC
 
 @attrs.frozen(order=True)
 class SecretRef:
+    """A credential a container's env refers to, and the generation it is told."""
+
     credential: str
     generation: Optional[int] = None  # None: pending, the issuer has not issued it yet
 
 
 @attrs.frozen(order=True)
 class PublishedPort:
+    """A container port published on the node's address (`host_ip:host_port`)."""
+
     host_ip: str
     host_port: int
     container_port: int
@@ -41,6 +45,8 @@ class PublishedPort:
 
 @attrs.frozen(order=True)
 class MountDecl:
+    """A bind mount of a container: a state directory, a shared access or a facility."""
+
     kind: str  # state | access | facility
     source: str  # host path
     target: str
@@ -49,6 +55,9 @@ class MountDecl:
 
 @attrs.frozen
 class HealthDecl:
+    """How the runtime checks a container is healthy: a command, a TCP connect or an
+    HTTP GET."""
+
     kind: str  # command | tcp | http
     command: Optional[PVector[str]] = None
     port: Optional[int] = None  # the container port checked (tcp, http)
@@ -59,6 +68,9 @@ class HealthDecl:
 
 @attrs.frozen
 class ContainerDecl:
+    """One container as the node's runtime must run it: image by digest, command, env,
+    mounts, published ports, health, and the credentials its env refers to."""
+
     name: str  # the runtime's container name, unique on the node
     instance: str
     container: str  # the container's name inside its module
@@ -78,6 +90,8 @@ class ContainerDecl:
 
 @attrs.frozen(order=True)
 class StateDirDecl:
+    """A directory the node keeps for an instance's state, with its owner and mode."""
+
     path: str
     uid: int
     gid: int
@@ -88,6 +102,8 @@ class StateDirDecl:
 
 @attrs.frozen(order=True)
 class AccessDecl:
+    """A host directory a node's instances share (a module's `accesses:`), mounted at `path`."""
+
     path: str
     mode: str  # ro | rw (rw if any instance accesses it read-write)
     instances: PVector[str] = EMPTY_VEC
@@ -95,6 +111,8 @@ class AccessDecl:
 
 @attrs.frozen(order=True)
 class FirewallAllow:
+    """A port the node's firewall opens to the mesh's nodes named in `sources`."""
+
     port: int
     protocol: str
     sources: PVector[str]  # node addresses, sorted
@@ -104,6 +122,9 @@ class FirewallAllow:
 
 @attrs.frozen(order=True)
 class FirewallFloor:
+    """A port a mesh.yaml floor keeps open whatever the mesh declares (`sources` empty:
+    from anywhere)."""
+
     port: int
     protocol: str
     sources: PVector[str]  # empty means from anywhere
@@ -134,6 +155,9 @@ class FirewallExposure:
 
 @attrs.frozen
 class FirewallIntent:
+    """What the node's firewall must allow: mesh ports by source, floors, same-node
+    bindings and openings beyond the mesh."""
+
     address: str  # the node's own address
     allow: PVector[FirewallAllow] = EMPTY_VEC
     floors: PVector[FirewallFloor] = EMPTY_VEC
@@ -247,6 +271,9 @@ class FileDecl:
 
 @attrs.frozen
 class Declaration:
+    """Everything one node must run and allow, as `mesh plan` writes it and the node's
+    agent applies it: containers, state directories, firewall intent, provider grants, bindings."""
+
     mesh: str
     node: str
     address: str
@@ -268,6 +295,9 @@ class Declaration:
 
 @attrs.frozen(order=True)
 class Binding:
+    """One consumer's requirement bound to its provider: where it dials (host, port) and
+    why that provider was chosen (`chosen_by`, a ChosenBy value)."""
+
     consumer: str
     requirement: str
     provider: str
@@ -286,6 +316,9 @@ class Binding:
 
 @attrs.frozen(order=True)
 class Problem:
+    """Something the resolution refuses, warns about or states: a ProblemCode, its Severity,
+    the instance and requirement it concerns, and where the input says it (file:line:col)."""
+
     code: str
     severity: str  # error | warning | info
     message: str
@@ -300,6 +333,8 @@ class Problem:
 
     @property
     def where(self) -> str:
+        """`file:line:col` of the input that says it (the file alone when the line is
+        unknown)."""
         return f"{self.file}:{self.line}:{self.col}" if self.line else self.file
 
 

@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 import attrs
 from pyrsistent import pmap
@@ -26,7 +26,7 @@ from ._convert import unstructure
 from ._errors import Fault, InputError
 from ._inputs import Catalogue, Sources
 from ._ledger import EMPTY_LEDGER, Ledger
-from ._load import DocumentPositions, Parsed, load_document
+from ._load import DocumentPositions, Parsed, Precheck, Text, load_document
 from ._model import Mesh, Module, Provisions
 from ._validate import (
     ledger_version_fault,
@@ -38,13 +38,18 @@ from ._validate import (
 )
 
 
-def _structured(text: str, file: str, cls: type, validate, *, wrap: Optional[str] = None,
-                precheck=None) -> tuple[Any, DocumentPositions]:
+T = TypeVar("T")
+
+
+def _structured(text: Text, file: str, cls: type[T],
+                validate: Callable[[T, DocumentPositions], list[Fault]], *,
+                wrap: Optional[str] = None,
+                precheck: Optional[Precheck] = None) -> tuple[T, DocumentPositions]:
     """Parse, structure and validate one document, raising InputError with every fault."""
     return load_document(text, file, cls, wrap=wrap, precheck=precheck, validate=validate)
 
 
-def load_module(text: str, file: str, *, name: Optional[str] = None) -> tuple[Module, DocumentPositions]:
+def load_module(text: Text, file: str, *, name: Optional[str] = None) -> tuple[Module, DocumentPositions]:
     """A module.yaml; `name`, when given, is its directory's name and must equal `name:`."""
 
     def validate(module: Module, where: DocumentPositions) -> list[Fault]:
@@ -57,16 +62,18 @@ def load_module(text: str, file: str, *, name: Optional[str] = None) -> tuple[Mo
     return _structured(text, file, Module, validate)
 
 
-def load_provisions(text: str, file: str) -> tuple[Provisions, DocumentPositions]:
+def load_provisions(text: Text, file: str) -> tuple[Provisions, DocumentPositions]:
     """provisions.yaml: a bare mapping of provision name → definition."""
     return _structured(text, file, Provisions, validate_provisions, wrap="provisions")
 
 
-def load_mesh(text: str, file: str) -> tuple[Mesh, DocumentPositions]:
+def load_mesh(text: Text, file: str) -> tuple[Mesh, DocumentPositions]:
+    """A mesh.yaml (text, bytes or a Parsed): the Mesh and its positions, or one InputError
+    with every fault."""
     return _structured(text, file, Mesh, validate_mesh)
 
 
-def _ledger_precheck(data, where: DocumentPositions) -> Optional[Fault]:
+def _ledger_precheck(data: dict[Any, Any], where: DocumentPositions) -> Optional[Fault]:
     """The version first; then each `declared` rendering, written as one JSON text (see
     dump_ledger), read back in place so the converter structures it like any mapping."""
     fault = ledger_version_fault(data, where)
@@ -82,7 +89,7 @@ def _ledger_precheck(data, where: DocumentPositions) -> Optional[Fault]:
     return None
 
 
-def load_ledger(text: str, file: str) -> tuple[Ledger, DocumentPositions]:
+def load_ledger(text: Text, file: str) -> tuple[Ledger, DocumentPositions]:
     """A ledger at version 1; any other version is refused with its position."""
     return _structured(text, file, Ledger, validate_ledger, precheck=_ledger_precheck)
 
@@ -93,7 +100,7 @@ class _Text:
     def __init__(self) -> None:
         self.parts: list[str] = []
 
-    def write(self, data) -> None:
+    def write(self, data: Union[str, bytes]) -> None:
         self.parts.append(data.decode() if isinstance(data, bytes) else data)
 
 
@@ -109,7 +116,7 @@ def dump_yaml(data: Any) -> str:
     """Plain data as block-style YAML text, keys in the order given."""
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
-    yaml.sort_base_mapping_type_on_output = False
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]  # a bool
     yaml.width = 4096  # sealed values and PEMs stay on one line each
     yaml.allow_unicode = False  # escape non-ASCII: a raw U+0085 would read back as a line break
     out = _Text()
@@ -132,12 +139,23 @@ def dump_ledger(ledger: Ledger) -> str:
 
 @attrs.frozen
 class Inputs:
-    """Every input document, loaded: what resolve() takes, plus where each came from."""
+    """Every input document, loaded: what resolve() takes, plus where each came from.
 
+    Where the documents came from (`sources`, `mesh_dir`, `ledger_path`) takes no part in
+    equality: the same documents read from other paths are the same inputs."""
+
+    #: The modules and provision definitions.
     catalogue: Catalogue
+    #: The mesh description (mesh.yaml).
     mesh: Mesh
+    #: What was issued once and is kept (the empty ledger when there is none yet).
     ledger: Ledger
+    #: Each document's positions, to locate problems as file:line:col.
     sources: Sources
+    #: The mesh directory the documents were read from ("" when not read from one).
+    mesh_dir: str = attrs.field(default="", eq=False)
+    #: Where the ledger is kept, read from and written back to ("" when not read from one).
+    ledger_path: str = attrs.field(default="", eq=False)
 
 
 from ._artifacts import validate_artifact_store_modules, validate_build_graph  # noqa: E402
@@ -150,7 +168,8 @@ def load_inputs(documents: Mapping[str, tuple[Union[str, bytes, Parsed], str]]) 
     faults: list[Fault] = []
     positions: dict[str, DocumentPositions] = {}
 
-    def attempt(key: str, loader, *args, **kwargs):
+    def attempt(key: str, loader: Callable[..., tuple[Any, DocumentPositions]], *args: Any,
+                **kwargs: Any) -> Any:
         try:
             model, where = loader(*args, **kwargs)
         except InputError as error:

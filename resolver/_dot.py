@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import textwrap
 import unicodedata
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from ._resolution import Resolution
 from ._model import Mesh
@@ -41,6 +41,7 @@ SAME_NODE = {"color": "#404040", "style": "solid"}
 CROSS_NODE = {"color": "#1f5fbf", "fontcolor": "#1f5fbf", "style": "dashed"}
 PENDING_COLOUR = "#b35900"
 SEVERITY_COLOURS = {"error": "#c00000", "warning": "#b35900", "info": "#606060"}
+#: The legend line every rendered picture ends its label with (the colours and styles said).
 LEGEND = ("solid grey: binding on one node · dashed blue: binding across nodes · "
           "red: refused (dashed, not declared) or held (bold, last good declaration runs) · "
           "orange: credential pending or rotating")
@@ -51,8 +52,12 @@ def mesh_dot(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, ...] 
              nodes: Optional[Sequence[str]] = None) -> str:
     """The DOT text of the whole mesh (or, with `nodes`, of those nodes and what their bindings
     reach). Orders and `held` are as for mesh_picture."""
-    picture = mesh_picture(resolution, mesh, node_order=node_order,
-                           instance_order=instance_order, held=held)
+    if held is None:  # mesh_picture's default: as the declarations list them
+        picture = mesh_picture(resolution, mesh, node_order=node_order,
+                               instance_order=instance_order)
+    else:
+        picture = mesh_picture(resolution, mesh, node_order=node_order,
+                               instance_order=instance_order, held=held)
     if nodes is not None:
         picture = focus(picture, nodes)
     return render_dot(picture)
@@ -85,6 +90,7 @@ def escape(text: str) -> str:
 
 
 def quote(text: str) -> str:
+    """`text` as a quoted DOT string."""
     return '"' + escape(text) + '"'
 
 
@@ -96,7 +102,7 @@ def lines(parts: Iterable[str], *, left: bool = False) -> str:
     return '"' + "\\n".join(escape(p) for p in parts) + '"'
 
 
-def attributes(attrs: Mapping[str, str], raw: Mapping[str, str] = None) -> str:
+def attributes(attrs: Mapping[str, str], raw: Optional[Mapping[str, str]] = None) -> str:
     """`[k=v, …]` with every value quoted, except `raw` ones already written as DOT strings;
     keys in the order given."""
     items = [f"{k}={quote(str(v))}" for k, v in attrs.items()]
@@ -105,14 +111,17 @@ def attributes(attrs: Mapping[str, str], raw: Mapping[str, str] = None) -> str:
 
 
 def instance_id(name: str) -> str:
+    """The DOT id of an instance's box."""
     return f"instance:{name}"
 
 
 def binding_id(edge: EdgeView) -> str:
+    """The DOT id of a binding's edge."""
     return f"binding:{edge.key}"
 
 
 def problem_id(problem: ProblemView) -> str:
+    """The DOT id of a problem's note."""
     return f"problem:{problem.key}"
 
 
@@ -124,6 +133,8 @@ def cluster_id(node: str) -> str:
 
 
 def render_dot(picture: MeshPicture) -> str:
+    """The DOT text of a MeshPicture: nodes as clusters, instances as boxes, bindings as
+    edges from consumer to provider; the same picture gives the same text."""
     out: list[str] = []
     w = out.append
     w(f"// mesh {escape(picture.mesh)}: `mesh graph` output. Nodes are clusters, instances")
@@ -192,7 +203,7 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _cluster(w, node: NodeView, instances: Sequence[InstanceView],
+def _cluster(w: Callable[[str], None], node: NodeView, instances: Sequence[InstanceView],
              problems: Sequence[ProblemView]) -> None:
     w(f"  subgraph {quote(cluster_id(node.name))} {{")
     if node.address is None:
@@ -241,7 +252,7 @@ def _sources(opening: Opening, node: NodeView) -> str:
     return ", ".join(opening.sources)
 
 
-def _instance(w, instance: InstanceView) -> None:
+def _instance(w: Callable[[str], None], instance: InstanceView) -> None:
     label = [instance.name]
     if instance.module and not instance.name.startswith(instance.module + "@"):
         label.append(f"module {instance.module}")
@@ -263,7 +274,7 @@ def _instance(w, instance: InstanceView) -> None:
       + attributes(attrs_, {"label": lines(label)}))
 
 
-def _edge(w, edge: EdgeView) -> None:
+def _edge(w: Callable[[str], None], edge: EdgeView) -> None:
     label = [f"{edge.requirement}: {edge.what}", edge.chosen_by, *edge.marks]
     tooltip = [f"{edge.consumer} {edge.requirement} -> {edge.provider} ({edge.chosen_by}): "
                f"{edge.target}" + (f", login {edge.login}" if edge.login else ""),
@@ -275,7 +286,7 @@ def _edge(w, edge: EdgeView) -> None:
       + attributes(attrs_, {"label": lines(label), "tooltip": lines(tooltip)}))
 
 
-def _problem(w, problem: ProblemView, indent: str) -> None:
+def _problem(w: Callable[[str], None], problem: ProblemView, indent: str) -> None:
     colour = SEVERITY_COLOURS.get(problem.severity, "#606060")
     body = textwrap.wrap(problem.message, WRAP, break_on_hyphens=False) or [""]
     label = [f"[{problem.code}] {problem.severity}", *body]

@@ -11,6 +11,8 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import attrs
 
 
@@ -45,7 +47,8 @@ class Fault:
 class InputError(MeshError):
     """One or more documents are malformed or refer to things that do not exist."""
 
-    def __init__(self, faults):
+    def __init__(self, faults: Iterable[Fault]) -> None:
+        #: Every fault, sorted and each once.
         self.faults = tuple(sorted(set(faults)))
         super().__init__("\n".join(str(f) for f in self.faults))
 

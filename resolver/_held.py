@@ -21,14 +21,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _codes as codes
-from ._declaration import HeldDecl, Problem
+from ._declaration import HeldDecl, InstanceRendering, Problem
 from ._model import Require
+from ._select import Selection
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
 
-def held_candidates(r: "_Resolver") -> dict:
+def held_candidates(r: "_Resolver") -> dict[str, InstanceRendering]:
     """Instances refused so far that were declared before: instance → last rendering."""
     return {n: r.ledger.declared[n] for n in r.names
             if not r.live(n) and n in r.ledger.declared
@@ -60,7 +61,7 @@ def was_bound(r: "_Resolver", consumer: str, as_: str, provider: str) -> bool:
             and r.recorded_bindings.get(consumer, {}).get(as_) == provider)
 
 
-def keeps_optional(r: "_Resolver", name: str, req: Require, selection) -> bool:
+def keeps_optional(r: "_Resolver", name: str, req: Require, selection: Selection) -> bool:
     """Whether an optional requirement that cannot be satisfied now refuses its consumer
     instead of leaving it unbound: when the consumer was declared and the provider was
     named explicitly, or its recorded provider is still in mesh.yaml (refused). Unbinding
@@ -72,7 +73,7 @@ def keeps_optional(r: "_Resolver", name: str, req: Require, selection) -> bool:
     return r.recorded_bindings.get(name, {}).get(req.as_) in r.instances
 
 
-def held_instances(r: "_Resolver") -> dict:
+def held_instances(r: "_Resolver") -> dict[str, tuple[InstanceRendering, list[HeldDecl]]]:
     """Refused instances declared before: instance → (its last written rendering, why),
     each with a `held` problem at its first refusal's position."""
     held = {}

@@ -23,11 +23,14 @@ from pyrsistent.typing import PMap, PVector
 from ._declaration import InstanceRendering
 from ._model import EMPTY_MAP, EMPTY_VEC
 
+#: The ledger format this library reads and writes; another version is refused.
 LEDGER_VERSION = 1
 
 
 @attrs.frozen
 class PortAssignment:
+    """A host port issued to one listen of an instance, on a node."""
+
     node: str
     port: int
 
@@ -94,6 +97,9 @@ class BuildRecord:
 
 @attrs.frozen
 class Ledger:
+    """What was issued once and is kept between resolutions: host ports, bindings, logins,
+    credential generations, certificates, pins, builds and declared renderings."""
+
     version: int = LEDGER_VERSION
     ports: PMap[str, PMap[str, PortAssignment]] = EMPTY_MAP  # instance → listen → assignment
     bindings: PMap[str, PMap[str, str]] = EMPTY_MAP  # consumer instance → requirement → provider
@@ -113,6 +119,7 @@ class Ledger:
     declared: PMap[str, InstanceRendering] = EMPTY_MAP  # instance → its last written rendering
 
 
+#: The ledger of a mesh where nothing was issued yet (a missing ledger file).
 EMPTY_LEDGER = Ledger()
 
 __all__ = [

@@ -4,13 +4,17 @@ Invariants:
 - Pure: text and a file name in, model (or InputError) out. Reading files is the caller's job.
 - The text is read by _yaml (bounded, located); its position tree is kept only to find
   positions, and the model is built from plain data by the strict converter.
+- Positions are kept apart from the model and from the parser: a document's source map
+  (DocumentPositions) is plain data, key path → (line, col) of the key and of the value plus
+  the order keys are written in, held as a trie of tuples, dicts and lists of ints and strings;
+  no object of the YAML parser is reachable from it (tests/test_source_map.py).
 - Every fault of a document is reported, not the first; a fault under a key points at the key
   as the user wrote it (`run-once`, not `run_once`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar, Union
 
 import attrs
 from cattrs.errors import (
@@ -23,19 +27,24 @@ from cattrs.errors import (
 from ._convert import CONVERTER, _describe, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
-from ._yaml import read_yaml
+from ._yaml import Positions, read_yaml
 
-Path = tuple
+Path = tuple[Any, ...]
 
 
 @attrs.frozen
 class DocumentPositions:
-    """Positions of one parsed document (the position tree of _yaml), used only to look
-    things up."""
+    """The source map of one parsed document: where each key and value is written (1-based
+    line and column), and the order keys are written in, by key path; plain data only."""
 
+    #: The file the document was read from, as faults name it.
     file: str
-    tree: Any = attrs.field(eq=False, repr=False)  # (line, col, child), see _yaml.Child
-    skip: int = 0  # leading path elements that are not in the text (a wrapping key)
+    #: The root's (line, col, child): a mapping's child maps each key to (key line, key col,
+    #: value line, value col, child), a list's child holds (line, col, child) per item, a
+    #: scalar's child is None.
+    tree: Positions = attrs.field(eq=False, repr=False)
+    #: Leading path elements that are not in the text (a wrapping key).
+    skip: int = 0
 
     def position(self, path: Path, *, at_key: bool = False) -> tuple[int, int]:
         """1-based (line, col) of the value at `path` (or of its key with at_key); the
@@ -96,7 +105,7 @@ def positionless(document: str, skip: int = 0) -> DocumentPositions:
     return DocumentPositions(document, (0, 0, None), skip)
 
 
-def parse_yaml(text, file: str) -> tuple[Any, DocumentPositions]:
+def parse_yaml(text: Union[str, bytes], file: str) -> tuple[Any, DocumentPositions]:
     """Parse one YAML document (text, or bytes that must be UTF-8) into plain data and its
     positions; every fault (encoding, limits, syntax, duplicate keys) is an InputError
     located at the offending byte, node or alias."""
@@ -113,7 +122,9 @@ class Parsed:
     where: DocumentPositions
 
 
-def parse_document(text, file: str) -> Parsed:
+def parse_document(text: Union[str, bytes], file: str) -> Parsed:
+    """One YAML document read once (bounded, every fault located), to look into before
+    loading it: hand the Parsed to a loader in place of the text and it is not read again."""
     return Parsed(*parse_yaml(text, file))
 
 
@@ -169,8 +180,16 @@ def _known_keys(cls: Optional[type]) -> str:
     return "one of " + ", ".join(yaml_key(a.name) for a in attrs.fields(cls))
 
 
-def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None,
-                  precheck=None, validate=None):
+#: What a loader takes: the text, the file's bytes (UTF-8), or a document already parsed.
+Text = Union[str, bytes, "Parsed"]
+
+Precheck = Callable[[dict[Any, Any], "DocumentPositions"], Optional[Fault]]
+
+
+def load_document(text: Union[str, bytes, Parsed], file: str, cls: type[T], *,
+                  wrap: Optional[str] = None, precheck: Optional[Precheck] = None,
+                  validate: Optional[Callable[[T, DocumentPositions], list[Fault]]] = None,
+                  ) -> tuple[T, DocumentPositions]:
     """Parse and structure one document (text, UTF-8 bytes, or a Parsed). Returns (model,
     positions) or raises InputError.
 
@@ -207,9 +226,9 @@ def load_document(text: str, file: str, cls: type, *, wrap: Optional[str] = None
     return model, where
 
 
-def _faults_beyond_types(data: Any, cls: type, exc: BaseException, where: DocumentPositions,
-                         validate) -> list[Fault]:
-    repaired: list[tuple] = []
+def _faults_beyond_types(data: Any, cls: type[T], exc: BaseException, where: DocumentPositions,
+                         validate: Callable[[T, DocumentPositions], list[Fault]]) -> list[Fault]:
+    repaired: list[tuple[Any, ...]] = []
     for _ in range(4):
         data, paths = repair(data, cls, exc)
         if paths is None:

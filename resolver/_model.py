@@ -12,17 +12,17 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
 from pyrsistent.typing import PMap, PVector
 
-EMPTY_MAP: PMap = pmap()
-EMPTY_VEC: PVector = pvector()
+EMPTY_MAP: PMap[Any, Any] = pmap()
+EMPTY_VEC: PVector[Any] = pvector()
 
 
-def _map(default=EMPTY_MAP):
+def _map(default: PMap[Any, Any] = EMPTY_MAP) -> Any:
     return attrs.field(default=default)
 
 
@@ -107,6 +107,8 @@ class Mount:
 
 @attrs.frozen
 class HttpCheck:
+    """An HTTP health check: GET `path` on the listen named."""
+
     listen: str
     path: str = "/"
 
@@ -123,6 +125,9 @@ class Health:
 
 @attrs.frozen
 class Container:
+    """One container of a module: the artifact it runs, its command, env (placeholders
+    `${…}` filled by the resolver), mounts and health."""
+
     name: str
     artifact: str
     command: Optional[PVector[str]] = None
@@ -135,11 +140,15 @@ class Container:
 
 @attrs.frozen
 class Part:
+    """A named part of a module, that containers may belong to."""
+
     description: str = ""
 
 
 @attrs.frozen
 class Module:
+    """A module manifest (module.yaml): what it runs, listens on, provides and requires."""
+
     name: str
     description: str = ""
     artifacts: PMap[str, Artifact] = EMPTY_MAP
@@ -173,6 +182,8 @@ class Provision:
 
 @attrs.frozen
 class Provisions:
+    """The provision definitions of a catalogue (provisions.yaml)."""
+
     provisions: PMap[str, Provision] = EMPTY_MAP
 
 
@@ -181,6 +192,9 @@ class Provisions:
 
 @attrs.frozen
 class Node:
+    """A machine of the mesh: its address, facilities, public key, and whether it is the
+    control node."""
+
     address: str
     ssh_port: int = 22
     facilities: PVector[str] = EMPTY_VEC
@@ -216,6 +230,8 @@ class Instance:
 
 @attrs.frozen
 class PortRange:
+    """The host ports the resolver assigns from (inclusive)."""
+
     first: int = 20000
     last: int = 29999
 
@@ -232,12 +248,16 @@ class Floor:
 
 @attrs.frozen
 class Substrate:
+    """The instances the control plane itself relies on: its store and its broker."""
+
     store: Optional[str] = None  # the postgres instance the control plane reads
     broker: Optional[str] = None  # the amqp provider every node enrols through
 
 
 @attrs.frozen
 class CaConfig:
+    """The mesh CA: where its key lives on the control node, and its certificates' validity."""
+
     path: str = "ca/mesh-ca.key"  # relative to the mesh directory, on the control node
     validity_days: int = 365
     renew_before_days: int = 30
@@ -245,6 +265,9 @@ class CaConfig:
 
 @attrs.frozen
 class Mesh:
+    """The mesh description (mesh.yaml): nodes, instances of modules on them, defaults, and
+    where the catalogue and ledger are."""
+
     mesh: str
     nodes: PMap[str, Node]
     instances: PMap[str, Instance] = EMPTY_MAP

@@ -125,7 +125,7 @@ def in_written_order(names: Iterable[str], order: Iterable[str]) -> tuple[str, .
 
 def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, ...] = (),
                  instance_order: tuple[str, ...] = (),
-                 held: Mapping[str, str] = None) -> MeshPicture:
+                 held: Optional[Mapping[str, str]] = None) -> MeshPicture:
     """The whole mesh as views. `node_order`/`instance_order` are the names as mesh.yaml writes
     them (Sources.key_order); `held` maps each instance kept on its last good declaration to
     the refusal's code, by default as the declarations list them (`held_codes`)."""
@@ -159,20 +159,22 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
     for p in resolution.problems:
         if p.severity == "error":
             for name in p.blocks:
-                codes = refusals.setdefault(name, [])
-                if p.code not in codes:
-                    codes.append(p.code)
+                found = refusals.setdefault(name, [])
+                if p.code not in found:
+                    found.append(p.code)
     names = in_written_order(mesh.instances, instance_order)
     own_secrets = _own_secrets_by_instance(names, set(requested) | set(rotating))
     instances = []
     for name in names:
         inst = mesh.instances[name]
-        marks = []
+        own_marks: list[str] = []
+        codes: tuple[str, ...]
         for credential, secret in own_secrets.get(name, ()):
             shown_credentials.add(credential)
-            marks.extend(f"{secret}: {short}" for short, _long in requested.get(credential, ()))
+            own_marks.extend(f"{secret}: {short}"
+                             for short, _long in requested.get(credential, ()))
             if credential in rotating:
-                marks.append(f"{secret}: {rotating[credential][0]}")
+                own_marks.append(f"{secret}: {rotating[credential][0]}")
         if name in held:
             state = HELD
             codes = (held[name],) + tuple(c for c in refusals.get(name, ()) if c != held[name])
@@ -181,7 +183,7 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
         else:
             state, codes = LIVE, ()
         instances.append(InstanceView(name=name, module=inst.module, node=inst.node, state=state,
-                                      codes=codes, marks=tuple(marks)))
+                                      codes=codes, marks=tuple(own_marks)))
 
     certificates = {r.id: r for r in resolution.requests if r.kind == "certificate"}
     nodes = []
@@ -189,13 +191,13 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
         declaration = resolution.declarations.get(name)
         intent = declaration.firewall if declaration is not None else None
         floors, allows, exposures = _openings(intent)
-        marks = ()
+        node_marks: tuple[str, ...] = ()
         if name in certificates:
-            marks = (f"certificate to issue ({certificates[name].reason})",)
+            node_marks = (f"certificate to issue ({certificates[name].reason})",)
         nodes.append(NodeView(
             name=name, address=mesh.nodes[name].address, floors=floors, allows=allows,
             exposures=exposures, mesh_sources=tuple(intent.mesh_sources) if intent else (),
-            marks=marks))
+            marks=node_marks))
     known = set(mesh.nodes)
     for name in dict.fromkeys(i.node for i in instances if i.node not in known):
         nodes.append(NodeView(name=name, address=None))
@@ -243,7 +245,9 @@ def focus(picture: MeshPicture, nodes: Iterable[str]) -> MeshPicture:
 # --------------------------------------------------------------------------- helpers
 
 
-def _openings(intent: Optional[FirewallIntent]):
+def _openings(intent: Optional[FirewallIntent]) -> tuple[tuple[Opening, ...],
+                                                         tuple[Opening, ...],
+                                                         tuple[Opening, ...]]:
     """(floors, allows, exposures) of a node's firewall intent; exposures are listens opened
     to named sources beyond the mesh (mesh.yaml `expose:`)."""
     if intent is None:
@@ -286,13 +290,16 @@ def _rotating(resolution: Resolution) -> dict[str, tuple[str, str]]:
             continue
         if credential.pending is not None:
             short = f"rotating: generation {credential.pending.generation} pending"
-        else:
-            short = f"rotating: generation {credential.retiring.generation} retiring"
+        else:  # in progress and nothing pending: a generation is retiring (in_progress)
+            retiring = credential.retiring
+            assert retiring is not None
+            short = f"rotating: generation {retiring.generation} retiring"
         found[credential_id] = (short, reason)
     return found
 
 
-def _own_secrets_by_instance(names, credentials) -> dict[str, list[tuple[str, str]]]:
+def _own_secrets_by_instance(names: Iterable[str],
+                             credentials: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
     """instance → (credential id, secret name) for each of its own secrets among `credentials`.
     An id is `secret/<instance>/<name>`; the longest instance name that prefixes it owns it."""
     known = set(names)

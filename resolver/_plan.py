@@ -26,6 +26,9 @@ from ._rotation import server_held_secrets
 
 @attrs.frozen(order=True)
 class ContainerChange:
+    """One container's change between two resolutions: `action` is create,
+    recreate, remove or in-place, with its causes."""
+
     node: str
     container: str
     instance: str
@@ -34,7 +37,7 @@ class ContainerChange:
 
 
 def container_causes(old: ContainerDecl, new: ContainerDecl,
-                     in_place: frozenset = frozenset()) -> list[str]:
+                     in_place: frozenset[str] = frozenset()) -> list[str]:
     """Why `old` becomes `new`; a generation change of a credential in `in_place` is left out
     (the caller states it apart)."""
     causes = []
@@ -59,6 +62,9 @@ def container_causes(old: ContainerDecl, new: ContainerDecl,
 
 def container_changes(old: Mapping[str, Declaration],
                       new: Mapping[str, Declaration]) -> list[ContainerChange]:
+    """The plan diff: every container created, removed, recreated (with its causes)
+    or changed in place between two sets of declarations (node → Declaration), sorted by node
+    and container."""
     changes = []
     for node in sorted(set(old) | set(new)):
         before = {c.name: c for c in (old[node].containers if node in old else ())}
@@ -67,6 +73,7 @@ def container_changes(old: Mapping[str, Declaration],
             b: Optional[ContainerDecl] = before.get(name)
             a: Optional[ContainerDecl] = after.get(name)
             if b is None:
+                assert a is not None  # a name of before or after
                 changes.append(ContainerChange(node, name, a.instance, "create"))
             elif a is None:
                 changes.append(ContainerChange(node, name, b.instance, "remove"))
@@ -84,7 +91,7 @@ def container_changes(old: Mapping[str, Declaration],
     return changes
 
 
-def _in_place_causes(old: ContainerDecl, new: ContainerDecl, held: frozenset) -> list[str]:
+def _in_place_causes(old: ContainerDecl, new: ContainerDecl, held: frozenset[str]) -> list[str]:
     before = {s.credential: s.generation for s in old.secrets}
     after = {s.credential: s.generation for s in new.secrets}
     return [f"secret {cred} generation {before[cred]} → {after[cred]} is in force on the "

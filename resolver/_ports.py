@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional
 
 from pyrsistent import pmap
 
@@ -26,20 +26,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
 
-def assign_ports(r: "_Resolver") -> dict:
-    """(instance, listen) → host port for every live instance; records in the new ledger."""
+def assign_ports(r: "_Resolver") -> tuple[dict[tuple[str, str], int], list[Change]]:
+    """((instance, listen) → host port for every live instance, the moves it made): the
+    ports recorded in the new ledger and a `moved` change per port given on a new node."""
+    changes: list[Change] = []
     books: dict[str, PortBook] = {}
     for node in sorted(r.nodes):
         books[node] = PortBook(r.mesh.host_ports.first, r.mesh.host_ports.last,
                                (p for p, _proto in r.floor_ports(node)))
-    assigned: dict[tuple, int] = {}
+    assigned: dict[tuple[str, str], int] = {}
     live = r.placed()
     for name in r.names:  # a refused instance keeps its ports (held, or until fixed)
         if r.live(name):
             continue
-        for entry in r.recorded_ports.get(name, {}).values():
-            if entry.node in books:
-                books[entry.node].reserve(entry.port)
+        for kept in r.recorded_ports.get(name, {}).values():
+            if kept.node in books:
+                books[kept.node].reserve(kept.port)
         rendering = r.ledger.declared.get(name)
         if rendering is not None and rendering.node in books:
             for container in rendering.containers:
@@ -47,15 +49,15 @@ def assign_ports(r: "_Resolver") -> dict:
                     books[rendering.node].reserve(p.host_port)
     for name in live:  # fixed ports first: they are claims (conflicts refused already)
         node = r.instances[name].node
-        for listen_name, listen in sorted(r.module_of(name).listens.items()):
+        for listen_name, listen in sorted(r.placed_module(name).listens.items()):
             if listen.fixed is not None:
                 books[node].reserve(listen.fixed)
                 assigned[(name, listen_name)] = listen.fixed
-    pending = []
+    pending: list[tuple[str, str, Optional[PortAssignment]]] = []
     for name in live:  # recorded ports next, so a newcomer never takes them
         node = r.instances[name].node
         recorded = r.recorded_ports.get(name, {})
-        for listen_name, listen in sorted(r.module_of(name).listens.items()):
+        for listen_name, listen in sorted(r.placed_module(name).listens.items()):
             if listen.fixed is not None:
                 continue
             entry = recorded.get(listen_name)
@@ -66,6 +68,7 @@ def assign_ports(r: "_Resolver") -> dict:
     for name, listen_name, entry in pending:
         node = r.instances[name].node
         book = books[node]
+        port: Optional[int]
         if entry is not None and book.in_range(entry.port) and book.reserve(entry.port):
             port = entry.port
         else:
@@ -79,25 +82,29 @@ def assign_ports(r: "_Resolver") -> dict:
             continue
         assigned[(name, listen_name)] = port
         if entry is not None and entry.node != node:
-            r.changes.append(Change("moved", name,
-                                       f"{name} moved from node {entry.node} to {node}: "
-                                       f"{listen_name} is now {node}:{port} (was "
-                                       f"{entry.node}:{entry.port})"))
-    return assigned
+            changes.append(Change("moved", name,
+                                  f"{name} moved from node {entry.node} to {node}: "
+                                  f"{listen_name} is now {node}:{port} (was "
+                                  f"{entry.node}:{entry.port})"))
+    return assigned, changes
 
-def new_ports(r: "_Resolver", assigned: dict):
-    ports: dict[str, dict] = {}
+
+def new_ports(r: "_Resolver", assigned: dict[tuple[str, str], int]) -> tuple[Any, list[Change]]:
+    """(the ledger's ports after this resolution, a `port-released` change per port of an
+    instance gone from mesh.yaml); a refused instance's entries are kept unchanged."""
+    changes: list[Change] = []
+    ports: dict[str, dict[str, PortAssignment]] = {}
     for (name, listen_name), port in assigned.items():
-        if r.module_of(name).listens[listen_name].fixed is not None:
+        if r.placed_module(name).listens[listen_name].fixed is not None:
             continue
         ports.setdefault(name, {})[listen_name] = PortAssignment(
             r.instances[name].node, port)
     for name, entries in r.ledger.ports.items():
         if name not in r.mesh.instances:
             for listen_name, entry in sorted(entries.items()):
-                r.changes.append(Change("port-released", name,
-                                           f"{name} is gone: host port {entry.node}:"
-                                           f"{entry.port} ({listen_name}) is released"))
+                changes.append(Change("port-released", name,
+                                          f"{name} is gone: host port {entry.node}:"
+                                          f"{entry.port} ({listen_name}) is released"))
         elif name not in ports or not r.live(name):
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return pmap({k: pmap(v) for k, v in ports.items()})
+    return pmap({k: pmap(v) for k, v in ports.items()}), changes

@@ -27,6 +27,7 @@ from typing import Iterable, Mapping, Optional
 import attrs
 
 from ._ledger import Ledger, NodeSerial
+from ._resolution import Resolution
 
 
 def next_serial(previous: Optional[NodeSerial], digest: str) -> int:
@@ -47,7 +48,7 @@ def newest_written(ledger: Ledger, written: Mapping[str, NodeSerial]) -> Ledger:
     return ledger if nodes is ledger.nodes else attrs.evolve(ledger, nodes=nodes)
 
 
-def record_declared(resolution, nodes: Optional[Iterable[str]] = None) -> Ledger:
+def record_declared(resolution: Resolution, nodes: Optional[Iterable[str]] = None) -> Ledger:
     """The resolution's ledger recording that the declarations of `nodes` (default: all) were
     written: their serials and digests, and the rendering of every live instance on them."""
     written = set(resolution.declarations) if nodes is None else set(nodes)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _codes as codes
-from ._declaration import Change
+from ._declaration import Change, Request
 from ._held import held_candidates, kept_ports
 from ._model import Module
 from ._render import state_host_path
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def check_placement(r: "_Resolver") -> None:
+    unpinned: set[tuple[str, str]] = set()  # (instance, artifact) already reported
     for name in r.names:
         inst = r.instances[name]
         module = r.catalogue.modules.get(inst.module)
@@ -71,13 +72,16 @@ def check_placement(r: "_Resolver") -> None:
                           path=("facilities", i), instance=name, blocks=[name])
         for container in module.containers:
             if container.part is None or container.part in inst.parts:
-                check_pinned(r, name, module, container.artifact)
+                check_pinned(r, name, module, container.artifact, unpinned)
 
 
-def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str) -> None:
+def check_pinned(r: "_Resolver", name: str, module: Module, artifact_name: str,
+                 reported: set[tuple[str, str]]) -> None:
+    """An artifact of a placed instance with no digest in the ledger refuses the instance
+    (once per instance and artifact: `reported` holds those said already)."""
     if r.image_digest(module, artifact_name) is None and \
-            (name, artifact_name) not in r.unpinned:
-        r.unpinned.add((name, artifact_name))
+            (name, artifact_name) not in reported:
+        reported.add((name, artifact_name))
         artifact = module.artifacts[artifact_name]
         what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
                 else f"build {module.name}/{artifact_name}")
@@ -218,7 +222,10 @@ def previous_node(r: "_Resolver", name: str):
     return nodes.pop() if len(nodes) == 1 else None
 
 
-def check_moves(r: "_Resolver") -> None:
+def check_moves(r: "_Resolver") -> list[Change]:
+    """Moves of instances that own state: refused until the instance says what happens to
+    its data; a `state-left-behind` change for each move that says it (returned)."""
+    changes: list[Change] = []
     for name in r.names:
         inst, module = r.instances[name], r.module_of(name)
         if module is None or inst.node not in r.nodes:
@@ -236,17 +243,17 @@ def check_moves(r: "_Resolver") -> None:
             continue
         paths = ", ".join(state_host_path(name, s.path) for _, s in sorted(module.state.items()))
         if inst.fresh:
-            r.changes.append(Change("state-left-behind", name,
-                                    f"{name} moves from {before} to {inst.node} with `fresh: "
-                                    f"true`: it starts with empty state directories on "
-                                    f"{inst.node}; on {before} these stay as they are (a move "
-                                    f"deletes nothing): {paths}"))
+            changes.append(Change("state-left-behind", name,
+                                  f"{name} moves from {before} to {inst.node} with `fresh: "
+                                  f"true`: it starts with empty state directories on "
+                                  f"{inst.node}; on {before} these stay as they are (a move "
+                                  f"deletes nothing): {paths}"))
         elif inst.state_from == before:
-            r.changes.append(Change("state-left-behind", name,
-                                    f"{name} moves from {before} to {inst.node}; `state-from: "
-                                    f"{before}` says its state was copied to {inst.node}; on "
-                                    f"{before} these stay as they are (a move deletes "
-                                    f"nothing): {paths}"))
+            changes.append(Change("state-left-behind", name,
+                                  f"{name} moves from {before} to {inst.node}; `state-from: "
+                                  f"{before}` says its state was copied to {inst.node}; on "
+                                  f"{before} these stay as they are (a move deletes "
+                                  f"nothing): {paths}"))
         elif inst.state_from is not None:
             r.problem(codes.STATE_FROM_MISMATCH,
                       f"`state-from: {inst.state_from}` names a node {name} was not on: "
@@ -260,13 +267,14 @@ def check_moves(r: "_Resolver") -> None:
                       f"`state-from: {before}` to the instance, or add `fresh: true` to start "
                       f"empty; until then {name} stays on {before}",
                       path=("instances", name, "node"), instance=name, blocks=[name])
+    return changes
 
 
-def check_public_keys(r: "_Resolver") -> None:
+def check_public_keys(r: "_Resolver", requests: list[Request]) -> None:
     """A node that must hold a credential to be issued needs a key to seal it to: say so
     in the plan, before the issuer has to refuse."""
     waiting: dict[str, int] = {}
-    for request in r.requests:
+    for request in requests:
         if request.kind in ("credential", "tls-certificate"):
             for node in request.holders:
                 if r.mesh.nodes[node].public_key is None:

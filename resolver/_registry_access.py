@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Optional
 
 import attrs
 
-from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, SecretRef
+from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, Request, SecretRef
 from ._rotation import grant_view
+from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -35,6 +36,17 @@ AUTH_HOST_DIR = "/etc/mesh/auth"  # + /<instance>/ on the registry's node
 AUTH_CONTAINER_DIR = "/etc/mesh/auth"
 HTPASSWD = "htpasswd"
 PUSH_LOGIN = "mesh-push"
+
+
+@attrs.frozen
+class MeshRegistry:
+    """The mesh's own artifact store as one resolution chose it (choose_artifact_store_instance):
+    its "host:port", the instance serving it and that instance's node. Worked out once, after
+    ports are assigned, and passed to the stages that need it (rendering, assembly, TLS)."""
+
+    address: str
+    instance: str
+    node: str
 
 
 def pull_credential(store: str, node: str) -> str:
@@ -65,23 +77,29 @@ def _grant(r: "_Resolver", store: str, cred_id: str, consumer: str, consumer_nod
         retiring=SecretRef(cred_id, retiring.generation) if retiring else None)
 
 
-def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str):
-    """(grants on the registry's node, node → its RegistryLogin), requesting what is not
-    issued yet."""
-    grants, logins = [], {}
+def registry_accounts(r: "_Resolver", store: str, store_node: str, registry: str
+                      ) -> tuple[list[GrantDecl], dict[str, RegistryLogin], list[Request]]:
+    """(grants on the registry's node, node → its RegistryLogin, the requests for what is not
+    issued yet or must be re-sealed)."""
+    grants: list[GrantDecl] = []
+    logins: dict[str, RegistryLogin] = {}
+    requests: list[Request] = []
     for node in sorted(r.mesh.nodes):
         cred_id = pull_credential(store, node)
-        ref = r.secret_ref(cred_id, {store_node, node},
-                           f"pull account of node {node} on the registry {store}")
+        ref, needed = secret_ref(r.credentials, cred_id, {store_node, node},
+                                 f"pull account of node {node} on the registry {store}")
+        requests.extend(needed)
         grants.append(_grant(r, store, cred_id, node, node, pull_login(node), "pull", ref))
         logins[node] = RegistryLogin(registry, pull_login(node), ref)
     control = control_node(r)
     cred_id = push_credential(store)
-    ref = r.secret_ref(cred_id, {store_node} | ({control} if control else set()),
-                       f"push account on the registry {store} (mirror, build)")
+    ref, needed = secret_ref(r.credentials, cred_id,
+                             {store_node} | ({control} if control else set()),
+                             f"push account on the registry {store} (mirror, build)")
+    requests.extend(needed)
     grants.append(_grant(r, store, cred_id, "control", control or store_node, PUSH_LOGIN,
                          "push", ref))
-    return grants, logins
+    return grants, logins, requests
 
 
 def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:
@@ -89,5 +107,5 @@ def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:
     return attrs.evolve(container, mounts=container.mounts.append(mount))
 
 
-__all__ = ["ACCOUNT_KIND", "registry_accounts", "with_auth", "pull_credential",
+__all__ = ["ACCOUNT_KIND", "MeshRegistry", "registry_accounts", "with_auth", "pull_credential",
            "push_credential"]

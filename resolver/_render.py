@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from pyrsistent import pmap, pvector
 
@@ -35,11 +35,16 @@ from ._declaration import (
     MountDecl,
     ProviderDecl,
     PublishedPort,
+    Request,
     SecretRef,
     StateDirDecl,
 )
+from ._artifacts import artifact_key, image_reference
 from ._firewall import consumer_container_macs, exposures_of
+from ._model import Module
+from ._registry_access import MeshRegistry
 from ._rotation import grant_view
+from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
@@ -76,9 +81,30 @@ def registry_containers(r: "_Resolver", store: str, containers: list) -> list:
     return [with_auth(c, store) for c in containers]
 
 
-def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
-    """Every live instance's rendering, and the bindings (as the plan lists them)."""
+def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict,
+                     registry: Optional[MeshRegistry]):
+    """Every live instance's rendering, the bindings (as the plan lists them) and the
+    credential requests the rendered references need.
+    `registry` is the mesh's own artifact store, when one serves (images come from it)."""
     mesh, instances = r.mesh, r.instances
+    images: dict[str, Optional[str]] = {}  # artifact key → its image reference, this call only
+    registry_address = registry.address if registry is not None else None
+    requests: list[Request] = []  # what the references given out need issued or re-sealed
+
+    def ref(cred_id: str, holders: set[str], reason: str,
+            slot: Optional[str] = None) -> SecretRef:
+        secret, needed = secret_ref(r.credentials, cred_id, holders, reason, slot)
+        requests.extend(needed)
+        return secret
+
+    def image_of(module: Module, artifact_name: str) -> Optional[str]:
+        # the same for every container of the module's artifact: worked out once per artifact
+        key = artifact_key(module.name, artifact_name)
+        if key not in images:
+            images[key] = image_reference(module.artifacts[artifact_name], r.ledger,
+                                          registry_address, key=key)
+        return images[key]
+
     address = {n: node.address for n, node in mesh.nodes.items()}
     live = r.placed()
     parts: dict[str, dict] = {name: {"containers": [], "state_dirs": [], "accesses": {},
@@ -90,7 +116,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
     for name in live:
         node = instances[name].node
         for secret in r.module_of(name).secrets:
-            own_secrets[(name, secret)] = r.secret_ref(secret_id(name, secret), {node},
+            own_secrets[(name, secret)] = ref(secret_id(name, secret), {node},
                                                        f"secret {secret} of {name}")
 
     # --- binding values, grants and firewall allows: the consumer's, by provider node
@@ -109,7 +135,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
             active = cred.active if cred is not None else None
             dual = b.kind == "database+login"
             slot = (active.slot if active is not None and active.slot else "a") if dual else None
-            secret = r.secret_ref(b.credential, {provider_node, consumer_node},
+            secret = ref(b.credential, {provider_node, consumer_node},
                                   f"{b.requirement.provision} for {b.consumer} from {b.provider}",
                                   slot)
             values["user"] = f"{login}_{slot}" if dual else login
@@ -215,7 +241,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
                                             m.target, m.read_only))
             mine["containers"].append(ContainerDecl(
                 name=container_name(mesh.mesh, name, container.name), instance=name,
-                container=container.name, image=r.image_reference(module, container.artifact),
+                container=container.name, image=image_of(module, container.artifact),
                 command=container.command, env=pmap(env), secrets=pvector(sorted(refs)),
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=_health(container.health, module, name, assigned),
@@ -224,7 +250,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
                 mac=mac_of.get(container_name(mesh.mesh, name, container.name))))
 
     renderings = {}
-    store = r.registry_instance[0] if r.mesh_registry() is not None else None
+    store = registry.instance if registry is not None else None
     for name in live:
         mine = parts[name]
         if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
@@ -244,7 +270,7 @@ def render_instances(r: "_Resolver", bound: dict, assigned: dict, logins: dict):
             locals=pmap({node: pvector(a) for node, a in mine["locals"].items()}),
             exposures=exposures_of(r, name, assigned),
             claims=pvector(sorted(set(r.module_of(name).claims))))
-    return renderings, bindings
+    return renderings, bindings, requests
 
 
 class _Missing(dict):

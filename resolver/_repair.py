@@ -29,7 +29,8 @@ from ._convert import document_key
 NEUTRAL = {str: "", int: 0, bool: False}
 
 
-def _failures(exc: BaseException, path: tuple = ()) -> list[tuple[str, tuple, Any]]:
+def _failures(exc: BaseException,
+              path: tuple[Any, ...] = ()) -> list[tuple[str, tuple[Any, ...], Any]]:
     """(kind, path, detail) for each leaf of the converter's exception tree."""
     if isinstance(exc, ForbiddenExtraKeysError):
         return [("extra", path, key) for key in exc.extra_fields]
@@ -62,7 +63,7 @@ def _strip_optional(t: Any) -> tuple[Any, bool]:
     return t, False
 
 
-def type_at(cls: type, path: tuple) -> Optional[Any]:
+def type_at(cls: type, path: tuple[Any, ...]) -> Optional[Any]:
     """The declared type of the value at `path` in a document of `cls`, if it can be told."""
     t: Any = cls
     for key in path:
@@ -82,7 +83,7 @@ def type_at(cls: type, path: tuple) -> Optional[Any]:
     return t
 
 
-def _container(data: Any, path: tuple) -> Any:
+def _container(data: Any, path: tuple[Any, ...]) -> Any:
     for key in path:
         if isinstance(data, dict) and key in data:
             data = data[key]
@@ -93,11 +94,12 @@ def _container(data: Any, path: tuple) -> Any:
     return data
 
 
-def repair(data: Any, cls: type, exc: BaseException) -> tuple[Any, Optional[list[tuple]]]:
+def repair(data: Any, cls: type,
+           exc: BaseException) -> tuple[Any, Optional[list[tuple[Any, ...]]]]:
     """A copy of `data` with the converter's failures neutralised, and the paths repaired;
     (data, None) when some failure is not one this module repairs."""
     data = copy.deepcopy(data)
-    repaired: list[tuple] = []
+    repaired: list[tuple[Any, ...]] = []
     for kind, path, detail in _failures(exc):
         if kind == "extra":
             holder = _container(data, path)

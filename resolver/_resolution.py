@@ -24,6 +24,9 @@ from ._model import EMPTY_MAP
 
 @attrs.frozen
 class Resolution:
+    """The whole mesh state resolve() computes: declarations per node, bindings,
+    problems, requests for the issuer, changes, the ledger to keep, and the artifact store."""
+
     declarations: PMap[str, Declaration]
     bindings: PVector[Binding]
     problems: PVector[Problem]
@@ -37,6 +40,7 @@ class Resolution:
 
     @property
     def refused(self) -> bool:
+        """Whether any problem is an error (the mesh fails the check)."""
         return any(p.severity == "error" for p in self.problems)
 
     @property

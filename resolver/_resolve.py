@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -29,10 +29,8 @@ from ._check import validate
 from ._errors import InputError
 from ._bound import Bound, credential_id
 from ._declaration import (
-    Change,
     Problem,
     Request,
-    SecretRef,
 )
 from ._held import held_candidates, held_instances, keeps_optional, was_bound
 from ._ports import assign_ports, new_ports
@@ -42,11 +40,10 @@ from ._ledger import Ledger
 from ._model import Mesh, Module, Require
 from ._artifacts import (
     ARTIFACT_STORE,
-    artifact_key,
     artifact_state,
     choose_artifact_store_instance,
-    image_reference,
 )
+from ._registry_access import MeshRegistry
 from ._certs import certificate_requests
 from ._tls import tls_reason, tls_request
 from ._refusals import (
@@ -63,7 +60,6 @@ from ._firewall import check_exposures
 from ._render import render_instances
 from ._resolution import Resolution
 from ._select import select_provider
-_UNSET = object()
 
 
 class _Resolver:
@@ -71,8 +67,6 @@ class _Resolver:
         self.catalogue, self.mesh, self.ledger, self.sources, self.now = (
             catalogue, mesh, ledger, sources, now)
         self.problems: list[Problem] = []
-        self.changes: list[Change] = []
-        self.requests: list[Request] = []
         self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
         self.names = sorted(mesh.instances)
         self.nodes = set(mesh.nodes)
@@ -85,18 +79,18 @@ class _Resolver:
         self.recorded_logins = dict(ledger.logins)
         self.credentials = dict(ledger.credentials)
         self.recorded_providers = {p for v in self.recorded_bindings.values() for p in v.values()}
-        self.assigned_ports: Optional[dict] = None
         self.refused_floors: set[int] = set()  # indexes of mesh floors not applied
         self.ssh_conflicts: set[str] = set()  # nodes whose ssh-port is a kept host port
-        self._registry: object = _UNSET
-        self.registry_instance: Optional[tuple[str, str]] = None  # (instance, node), set with _registry
-        self._images: dict[str, str] = {}  # artifact key → its image reference
-        self.unpinned: set = set()  # (instance, artifact) already reported
 
     # ------------------------------------------------------------------ problems
 
-    def problem(self, code, message, *, doc="mesh", path=(), instance=None, requirement=None,
-                severity="error", state=None, candidates=(), blocks=(), at_key=False):
+    def problem(self, code: str, message: str, *, doc: str = "mesh",
+                path: tuple[str | int, ...] = (), instance: Optional[str] = None,
+                requirement: Optional[str] = None, severity: str = "error",
+                state: Optional[str] = None, candidates: Iterable[str] = (),
+                blocks: Iterable[str] = (), at_key: bool = False) -> None:
+        """State a problem at `path` of document `doc`; each instance in `blocks` is refused
+        (blocked) by it."""
         file, line, col = self.sources.where(doc, *path, at_key=at_key)
         self.problems.append(Problem(
             code=code, severity=severity, message=message, instance=instance,
@@ -107,6 +101,13 @@ class _Resolver:
 
     def module_of(self, name: str) -> Optional[Module]:
         return self._module_of[name]
+
+    def placed_module(self, name: str) -> Module:
+        """The module of a placed instance (check_placement refused every instance whose
+        module the catalogue does not hold, so a placed one always has one)."""
+        module = self._module_of[name]
+        assert module is not None, name
+        return module
 
     def live(self, name: str) -> bool:
         return name not in self.blocked
@@ -306,35 +307,11 @@ class _Resolver:
 
     # ------------------------------------------------------------------ credentials
 
-    def secret_ref(self, cred_id: str, holders: set, reason: str, slot=None) -> SecretRef:
-        cred = self.credentials.get(cred_id)
-        active = cred.active if cred is not None else None
-        if active is None:
-            self.requests.append(Request("credential", cred_id, pvector(sorted(holders)),
-                                         reason, slot))
-            return SecretRef(cred_id, None)
-        newest = cred.pending or active  # a holder sealed into a pending rotation is satisfied
-        missing = sorted(set(holders) - set(newest.sealed))
-        extra = sorted(set(newest.sealed) - set(holders))
-        if missing or extra:  # the holders changed (a move): the same values, re-sealed
-            what = [f"to {', '.join(missing)}"] if missing else []
-            what += [f"no longer to {', '.join(extra)}"] if extra else []
-            numbers = sorted(g.generation for g in (cred.retiring, active, cred.pending)
-                             if g is not None)
-            self.requests.append(Request(
-                "credential", cred_id, pvector(sorted(holders)),
-                f"re-seal generation {', '.join(map(str, numbers))} {' and '.join(what)}; "
-                f"no new generation", active.slot))
-        return SecretRef(cred_id, active.generation)
-
-    def certificate_requests(self) -> None:
-        self.requests.extend(certificate_requests(self.mesh, self.ledger, self.now))
-
     # ------------------------------------------------------------------ the whole
 
     def run(self) -> Resolution:
         check_placement(self)
-        check_moves(self)
+        changes = check_moves(self)
         check_mesh_scope(self)
         check_floors(self)
         check_claims(self)
@@ -343,14 +320,18 @@ class _Resolver:
         check_exposures(self)
         bound = self.bind_all()
         self.propagate_blocks(bound)
-        assigned = self.assigned_ports = assign_ports(self)
+        assigned, moved = assign_ports(self)
         self.propagate_blocks(bound)  # a port-range refusal blocks consumers too
+        registry = self.mesh_registry(assigned)  # no block is added after this point
         logins = self.assign_logins(bound)
-        renderings, bindings = render_instances(self, bound, assigned, logins)
-        declarations = assemble(self, renderings, held_instances(self))
-        self.certificate_requests()
-        self.tls_requests()
-        check_public_keys(self)
+        renderings, bindings, rendered = render_instances(self, bound, assigned, logins, registry)
+        declarations, accounts = assemble(self, renderings, held_instances(self), registry)
+        # every request of every stage, merged here (duplicates kept: the count per node
+        # check_public_keys states is of requests made, as it always was)
+        all_requests = [*rendered, *accounts,
+                        *certificate_requests(self.mesh, self.ledger, self.now),
+                        *self.tls_requests(registry)]
+        check_public_keys(self, all_requests)
         new_bindings = {}
         for (consumer, as_), b in bound.items():
             new_bindings.setdefault(consumer, {})[as_] = b.provider
@@ -360,26 +341,28 @@ class _Resolver:
         live_creds = set(logins)
         kept_logins = {k: v for k, v in self.ledger.logins.items()
                        if k not in live_creds and self._credential_parties_present(k)}
+        ports, released = new_ports(self, assigned)
         ledger = attrs.evolve(
             self.ledger,
-            ports=new_ports(self, assigned),
+            ports=ports,
             bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
             logins=pmap({**kept_logins, **logins}),
             declared=pmap({k: v for k, v in self.ledger.declared.items()
                            if k in self.mesh.instances}),
         )
-        requests = sorted(set(self.requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
+        requests = sorted(set(all_requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
                                                              q.slot or ""))
         return Resolution(
             declarations=declarations,
             bindings=pvector(sorted(bindings, key=lambda b: (b.consumer, b.requirement))),
             problems=pvector(sorted(set(self.problems), key=_problem_order)),
             requests=pvector(requests),
-            changes=pvector(sorted(set(self.changes))),
+            changes=pvector(sorted(set(changes + moved + released))),
             ledger=ledger,
-            artifacts=self.artifact_state,
-            registry=self.mesh_registry(),
-            registry_instance=self.registry_instance[0] if self.registry_instance else None,
+            artifacts=artifact_state(self.catalogue, self.mesh, self.ledger,
+                                     registry.address if registry is not None else None),
+            registry=registry.address if registry is not None else None,
+            registry_instance=registry.instance if registry is not None else None,
             renderings=pmap(renderings),
         )
 
@@ -389,54 +372,34 @@ class _Resolver:
 
     # ------------------------------------------------------------------ artifacts
 
-    def mesh_registry(self) -> Optional[str]:
-        """host:port of the mesh's own artifact store (choose_artifact_store decides which),
-        when one serves: declared live with an assigned port, or held (it still serves)."""
-        if self._registry is _UNSET:
-            stores: dict[str, str] = {}
-            nodes: dict[str, str] = {}
-            for name in self.placed():
-                for provide in self.module_of(name).provides:
-                    if provide.provision == ARTIFACT_STORE and self.assigned_ports is not None:
-                        port = self.assigned_ports.get((name, provide.listen))
-                        if port is not None:
-                            node = self.instances[name].node
-                            stores[name] = f"{self.mesh.nodes[node].address}:{port}"
-                            nodes[name] = node
-            for name, rendering in held_candidates(self).items():  # held, it still serves
-                for provide in rendering.providers:
-                    if provide.provision == ARTIFACT_STORE:
-                        stores.setdefault(
-                            name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
-                        nodes.setdefault(name, rendering.node)
-            chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
-            self._registry = None if chosen is None else stores[chosen]
-            self.registry_instance = None if chosen is None else (chosen, nodes[chosen])
-        return self._registry
+    def mesh_registry(self, assigned: dict[tuple[str, str], int]) -> Optional[MeshRegistry]:
+        """The mesh's own artifact store (choose_artifact_store_instance decides which), when
+        one serves: declared live with an assigned port, or held (it still serves)."""
+        stores: dict[str, str] = {}
+        nodes: dict[str, str] = {}
+        for name in self.placed():
+            for provide in self.module_of(name).provides:
+                if provide.provision == ARTIFACT_STORE:
+                    port = assigned.get((name, provide.listen))
+                    if port is not None:
+                        node = self.instances[name].node
+                        stores[name] = f"{self.mesh.nodes[node].address}:{port}"
+                        nodes[name] = node
+        for name, rendering in held_candidates(self).items():  # held, it still serves
+            for provide in rendering.providers:
+                if provide.provision == ARTIFACT_STORE:
+                    stores.setdefault(
+                        name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
+                    nodes.setdefault(name, rendering.node)
+        chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
+        return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
 
-    def tls_requests(self) -> None:
+    def tls_requests(self, registry: Optional[MeshRegistry]) -> list[Request]:
         """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
-        if self.mesh_registry() is None:
-            return
-        name, node = self.registry_instance
-        reason = tls_reason(self.mesh, self.ledger, name, node, self.now)
-        if reason is not None:
-            self.requests.append(tls_request(name, node, reason))
-
-    def image_reference(self, module: Module, artifact_name: str) -> str:
-        """`repository@digest`, or the mesh registry's copy when it holds that digest (the
-        same for every container of the module's artifact: worked out once per artifact)."""
-        key = artifact_key(module.name, artifact_name)
-        reference = self._images.get(key)
-        if reference is None:
-            artifact = module.artifacts[artifact_name]
-            reference = image_reference(artifact, self.ledger, self.mesh_registry(), key=key)
-            self._images[key] = reference
-        return reference
-
-    @property
-    def artifact_state(self) -> str:
-        return artifact_state(self.catalogue, self.mesh, self.ledger, self.mesh_registry())
+        if registry is None:
+            return []
+        reason = tls_reason(self.mesh, self.ledger, registry.instance, registry.node, self.now)
+        return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
 
 
 def _problem_order(p: Problem):

@@ -30,13 +30,18 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 
 import attrs
 from pyrsistent import pmap
 
 from ._errors import MeshError
 from ._ledger import Credential, Generation, Ledger
+
+if TYPE_CHECKING:  # annotations only: no import at run time, so no circle
+    from ._declaration import ContainerDecl, Declaration
+    from ._inputs import Catalogue
+    from ._model import Mesh
 
 SLOTS = ("a", "b")
 OWN_SECRET_PREFIX = "secret/"
@@ -57,16 +62,26 @@ def holder_nodes(credential: Credential) -> tuple[str, ...]:
 
 
 def next_generation_number(credential: Credential) -> int:
+    """The number the next generation takes: above every generation the
+    credential has had, retired ones included."""
     known = [g.generation for g in (credential.active, credential.retiring, credential.pending)
              if g is not None]
     return max(known + list(credential.retired) + [0]) + 1
+
+
+def _active(credential: Credential) -> Generation:
+    """The active generation of a credential whose state says it has one (rotating, dual)."""
+    if credential.active is None:
+        raise RotationError("a credential in rotation has no active generation; "
+                            "the ledger is damaged")
+    return credential.active
 
 
 def idle_slot(credential: Credential) -> Optional[str]:
     """The slot a new generation takes: the one the active generation does not use."""
     if not is_dual(credential):
         return None
-    return SLOTS[1] if credential.active.slot == SLOTS[0] else SLOTS[0]
+    return SLOTS[1] if _active(credential).slot == SLOTS[0] else SLOTS[0]
 
 
 def in_progress(credential: Credential) -> Optional[str]:
@@ -78,7 +93,7 @@ def in_progress(credential: Credential) -> Optional[str]:
         waiting = waiting_holders(credential)
         return (f"generation {credential.retiring.generation} is retiring until "
                 f"{', '.join(waiting) or 'every holder'} report(s) generation "
-                f"{credential.active.generation} applied")
+                f"{_active(credential).generation} applied")
     return None
 
 
@@ -97,10 +112,11 @@ def provider_first(credential_id: str, server_held: bool = False) -> bool:
 
 
 def is_own_secret(credential_id: str) -> bool:
+    """Whether the credential is a module's own secret (`secret/<instance>/<name>`)."""
     return credential_id.startswith(OWN_SECRET_PREFIX)
 
 
-def server_held_credentials(catalogue, mesh) -> frozenset[str]:
+def server_held_credentials(catalogue: Catalogue, mesh: Mesh) -> frozenset[str]:
     """The own secrets a provider's server holds: `secret/<instance>/<admin>` for each
     `provides[].admin` of each instance's module (what `mesh rotate` rotates provider first)."""
     held = set()
@@ -112,7 +128,7 @@ def server_held_credentials(catalogue, mesh) -> frozenset[str]:
     return frozenset(held)
 
 
-def server_held_secrets(declaration, container) -> frozenset[str]:
+def server_held_secrets(declaration: Declaration, container: ContainerDecl) -> frozenset[str]:
     """The credentials `container` holds that its provisioner puts in force on the running
     server instead: the admin secret of a provider whose server this container is (it publishes
     the provider's listen). Such a container reads the value only when it initialises an empty
@@ -144,18 +160,19 @@ def begin_rotation(credential_id: str, credential: Credential,
     return attrs.evolve(credential, active=new, retiring=credential.active)
 
 
-def reseal(credential: Credential, holders, sealed_for) -> Credential:
+def reseal(credential: Credential, holders: Iterable[str],
+           sealed_for: Callable[[Generation, list[str]], Mapping[str, str]]) -> Credential:
     """The credential with each generation's value sealed to exactly `holders`: a holder that
     stays keeps its sealed box, a new holder gets `sealed_for(generation, nodes)` (node →
     sealed box of the same value), a node no longer holding it loses its box and its applied
     report. Generation numbers, slots and the rotation state do not change."""
-    holders = set(holders)
+    holding = set(holders)
 
     def one(generation: Optional[Generation]) -> Optional[Generation]:
         if generation is None:
             return None
-        kept = {n: v for n, v in generation.sealed.items() if n in holders}
-        missing = sorted(holders - set(kept))
+        kept = {n: v for n, v in generation.sealed.items() if n in holding}
+        missing = sorted(holding - set(kept))
         if missing:
             kept.update(sealed_for(generation, missing))
         return attrs.evolve(generation, sealed=pmap(kept))
@@ -163,7 +180,7 @@ def reseal(credential: Credential, holders, sealed_for) -> Credential:
     return attrs.evolve(credential, active=one(credential.active),
                         pending=one(credential.pending), retiring=one(credential.retiring),
                         applied=pmap({n: g for n, g in credential.applied.items()
-                                      if n in holders}))
+                                      if n in holding}))
 
 
 def provider_applied(credential: Credential, generation: int, *,
@@ -176,7 +193,7 @@ def provider_applied(credential: Credential, generation: int, *,
     pending = credential.pending
     if pending is None or generation < pending.generation:
         return credential  # a stale or repeated report changes nothing
-    old = credential.active
+    old = _active(credential)
     if is_dual(credential) or is_own_secret(credential_id):
         promoted = attrs.evolve(credential, active=pending, pending=None, retiring=old)
     else:
@@ -217,6 +234,7 @@ def holder_generation(credential: Credential, node: str = "") -> Optional[Genera
 
 def provider_generations(credential: Credential) -> tuple[Generation, ...]:
     """The generations the provider must hold in force now, newest first."""
+    candidates: tuple[Optional[Generation], ...]
     if is_dual(credential):
         candidates = (credential.pending, credential.active, credential.retiring)
     else:  # one password per account: the pending one replaces the active one
@@ -250,6 +268,8 @@ def window_holders(credential: Credential) -> tuple[str, ...]:
 def describe_rotation(credential_id: str, credential: Credential) -> str:
     """One sentence for a plan: where the rotation of this credential stands and its window."""
     pending, active = credential.pending, credential.active
+    if active is None:  # never issued: nothing rotates
+        return f"{credential_id}: generation none, settled"
     holders = ", ".join(holder_nodes(credential)) or "no node"
     if pending is not None and is_dual(credential):
         return (f"{credential_id}: generation {pending.generation} goes to idle login slot "
@@ -281,7 +301,7 @@ def describe_rotation(credential_id: str, credential: Credential) -> str:
     if window:
         return (f"{credential_id}: WINDOW open: {', '.join(window)} still hold(s) a retired "
                 f"generation until applying generation {active.generation}")
-    return f"{credential_id}: generation {active.generation if active else 'none'}, settled"
+    return f"{credential_id}: generation {active.generation}, settled"
 
 
 def report_applied(ledger: Ledger, credential_id: str, node: str, *,
@@ -308,7 +328,7 @@ __all__ = [
 ]
 
 
-def declared_grants(declaration) -> dict[str, int]:
+def declared_grants(declaration: Declaration) -> dict[str, int]:
     """What a declaration asks its node's provisioners to put in force: each grant's newest
     generation and each provider's pending admin generation (credential id → generation)."""
     granted: dict[str, int] = {}
@@ -322,7 +342,7 @@ def declared_grants(declaration) -> dict[str, int]:
     return granted
 
 
-def record_applied(ledger: Ledger, node: str, declaration,
+def record_applied(ledger: Ledger, node: str, declaration: Declaration,
                    granted: Optional[Mapping[str, int]] = None) -> Ledger:
     """The ledger after `node` reported its whole `declaration` applied.
 
@@ -338,9 +358,10 @@ def record_applied(ledger: Ledger, node: str, declaration,
                 held[ref.credential] = min(held.get(ref.credential, ref.generation),
                                            ref.generation)
     for binding in declaration.bindings:
-        ref = binding.secret
-        if ref is not None and ref.generation is not None:
-            held[ref.credential] = min(held.get(ref.credential, ref.generation), ref.generation)
+        told = binding.secret
+        if told is not None and told.generation is not None:
+            held[told.credential] = min(held.get(told.credential, told.generation),
+                                        told.generation)
     for grant in declaration.grants:
         admin = grant.admin  # the provisioner authenticates with it: held, not granted
         if admin is not None and admin.generation is not None:

@@ -80,9 +80,9 @@ def _is_generic(t: Any, origin: Any) -> bool:
 
 class _Builder:
     def __init__(self) -> None:
-        self.defs: dict[str, dict] = {}
+        self.defs: dict[str, dict[str, Any]] = {}
 
-    def of(self, t: Any) -> dict:
+    def of(self, t: Any) -> dict[str, Any]:
         if t is str:
             return {"type": "string"}
         if t is bool:
@@ -111,7 +111,7 @@ class _Builder:
             return
         self.defs[cls.__name__] = {}  # placeholder: recursion stops here
         hints = typing.get_type_hints(cls)
-        properties: dict[str, dict] = {}
+        properties: dict[str, dict[str, Any]] = {}
         required: list[str] = []
         for field in attrs.fields(cls):
             schema = dict(self.of(hints[field.name]))
@@ -136,7 +136,7 @@ class _Builder:
         self.defs[cls.__name__] = definition
 
 
-def _constrain(schema: dict, extra: dict) -> dict:
+def _constrain(schema: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """Apply constraints to the non-null branch of an Optional, or to the schema itself."""
     if not extra:
         return schema
@@ -166,7 +166,7 @@ def _summary(cls: type) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
-def _document(title: str, root: Any, description: str) -> dict:
+def _document(title: str, root: Any, description: str) -> dict[str, Any]:
     builder = _Builder()
     body = builder.of(root)
     schema: dict[str, Any] = {
@@ -191,10 +191,11 @@ DOCUMENTS: dict[str, tuple[Any, str]] = {
 
 
 def document_names() -> list[str]:
+    """The documents json_schema describes (mesh, module, provisions, ledger, …)."""
     return list(DOCUMENTS)
 
 
-def json_schema(document: str) -> dict:
+def json_schema(document: str) -> dict[str, Any]:
     """The JSON Schema of one document type (see document_names())."""
     if document not in DOCUMENTS:
         raise MeshError(f"no document type {document!r}; expected one of " + ", ".join(DOCUMENTS))

@@ -15,7 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import AbstractSet, Container, Mapping, Optional, Sequence
 
 import attrs
 
@@ -32,10 +32,13 @@ SOLE_PROVIDER = ChosenBy.SOLE_PROVIDER
 
 @attrs.frozen
 class Selection:
+    """The provider chosen for one requirement and the rule that chose it, or why none
+    was (`state`, a REQUIREMENT_STATES member, and the instance and rule it names)."""
+
     provider: Optional[str]
     chosen_by: Optional[str] = None
     state: Optional[str] = None  # a codes.REQUIREMENT_STATES member when refused
-    candidates: tuple = ()
+    candidates: tuple[str, ...] = ()
     named: Optional[str] = None  # the instance a rule named, when refused because of it
     rule: Optional[str] = None  # the rule that refused
 
@@ -49,7 +52,7 @@ def select_provider(
     default: Optional[str],
     candidates: Sequence[str],
     instance_nodes: Mapping[str, str],
-    known_nodes,
+    known_nodes: Container[str],
     local: Optional[Sequence[str]] = None,
 ) -> Selection:
     """Pick the provider for one requirement.
@@ -75,8 +78,8 @@ def select_provider(
     if recorded is not None and recorded in candidate_set:
         # the ledger decides; say "recorded" only when it is what keeps this provider, so a
         # plan keeps telling why a binding was first made while the rules still agree
-        rule = automatic[1] if automatic[0] == recorded else RECORDED
-        return _placed(recorded, rule, instance_nodes, known_nodes)
+        kept = automatic[1] if automatic[0] == recorded else RECORDED
+        return _placed(recorded, kept, instance_nodes, known_nodes)
     if automatic[0] is not None:
         return _placed(automatic[0], automatic[1], instance_nodes, known_nodes)
     if not candidates:
@@ -84,17 +87,19 @@ def select_provider(
     return Selection(None, state=codes.AMBIGUOUS_PROVIDER, candidates=tuple(candidates))
 
 
-def _automatic(local, default, candidates, candidate_set):
+def _automatic(local: Sequence[str], default: Optional[str], candidates: Sequence[str],
+               candidate_set: AbstractSet[str]) -> tuple[Optional[str], ChosenBy]:
     if len(local) == 1:
         return local[0], CO_LOCATED
     if default is not None and default in candidate_set:
         return default, MESH_DEFAULT
     if len(candidates) == 1:
         return candidates[0], SOLE_PROVIDER
-    return None, None
+    return None, SOLE_PROVIDER  # no provider: the rule is not read
 
 
-def _placed(provider: str, rule: str, instance_nodes, known_nodes) -> Selection:
+def _placed(provider: str, rule: ChosenBy, instance_nodes: Mapping[str, str],
+            known_nodes: Container[str]) -> Selection:
     if instance_nodes[provider] not in known_nodes:
         return Selection(None, state=codes.PROVIDER_NODE_UNKNOWN, named=provider, rule=rule)
     return Selection(provider, chosen_by=rule)

@@ -2,7 +2,7 @@
 container runtime told to trust that CA for the registry's address.
 
 Invariants:
-- The artifact store (the instance `_Resolver.mesh_registry` picks) has one server certificate
+- The artifact store (the instance `choose_artifact_store_instance` picks, once per resolution) has one server certificate
   for its node's address, signed by the mesh CA outside the resolver (the issuer) and kept in
   `ledger.tls`; its private key is the credential `tls/<instance>`, sealed to that node alone.
   It is requested only when missing, when the node's address changed, when the key is sealed to

@@ -36,13 +36,15 @@ from ruamel.yaml.events import (
 from ._errors import Fault, InputError, MeshError
 from ._scalars import CORE, CORE_TAGS, KINDS, MERGE, MERGE_TEXT, convert, plain_kind, shown_tag
 
-MAX_DOCUMENT_BYTES = 2 * 1024 * 1024  # 2 MiB: the ledger of a fleet of fifty nodes is below it
+#: The largest document read, in bytes (2 MiB: the ledger of a fleet of fifty nodes is below it).
+MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
 MAX_NODES = 50_000  # values (scalars, lists, mappings) written in one document
 MAX_DEPTH = 32  # nested lists and mappings (the schemas need fewer than 8)
 MAX_ALIAS_NODES = 10_000  # nodes that aliases would produce, over the whole document
 MAX_STRING = 65_536  # characters in one string (a key or a value)
 MAX_NUMBER = 32  # characters of one number as written
 
+#: Every limit of a document, by name (docs/schema.md names them).
 LIMITS = {
     "document size": MAX_DOCUMENT_BYTES,
     "values per document": MAX_NODES,
@@ -55,7 +57,11 @@ LIMITS = {
 # A position tree: the root is (line, col, child); a mapping's child is a dict
 # key -> (key line, key col, value line, value col, child); a list's child is a list of
 # (line, col, child); a scalar's child is None. Lines and columns are 1-based.
-Child = Union[dict, list, None]
+Child = Union[dict[Any, Any], list[Any], None]
+#: A node of the position tree: (line, col, child).
+Positions = tuple[int, int, Child]
+#: What an anchor holds: (data, child, line, col, size, height).
+_Held = tuple[Any, Child, int, int, int, int]
 
 
 def _plural(n: int) -> str:
@@ -107,12 +113,12 @@ def decode_document(data: Union[bytes, str], file: str) -> str:
 class _Refusal(MeshError):
     """A fault that ends reading the document (a limit, a structure that cannot be read)."""
 
-    def __init__(self, line: int, col: int, message: str, expected: str):
+    def __init__(self, line: int, col: int, message: str, expected: str) -> None:
         super().__init__(message)
         self.line, self.col, self.message, self.expected = line, col, message, expected
 
 
-def _at(mark) -> tuple[int, int]:
+def _at(mark: Any) -> tuple[int, int]:
     return mark.line + 1, mark.column + 1
 
 
@@ -121,26 +127,27 @@ class _Frame:
 
     __slots__ = ("value", "child", "line", "col", "anchor", "size", "height", "key", "merges")
 
-    def __init__(self, value, child, line, col, anchor):
+    def __init__(self, value: Any, child: Any, line: int, col: int,
+                 anchor: Optional[str]) -> None:
         self.value, self.child, self.line, self.col, self.anchor = value, child, line, col, anchor
         self.size, self.height = 1, 1
-        self.key: Optional[tuple] = None  # a mapping's pending key: (key, line, col, keep)
-        self.merges: list = []
+        self.key: Optional[tuple[Any, int, int, bool]] = None  # a mapping's pending key: (key, line, col, keep)
+        self.merges: list[tuple[dict[Any, Any], Any]] = []
 
 
 class _Builder:
-    def __init__(self, file: str):
+    def __init__(self, file: str) -> None:
         self.file = file
         self.stack: list[_Frame] = []
-        self.anchors: dict[str, Optional[tuple]] = {}  # None while the anchored node is open
-        self.root: Optional[tuple] = None
+        self.anchors: dict[str, Optional[_Held]] = {}  # None while the anchored node is open
+        self.root: Optional[tuple[Any, Positions]] = None
         self.nodes = 0
         self.aliased = 0
         self.faults: list[Fault] = []  # faults that do not end reading (duplicate keys)
 
     # ---------------------------------------------------------------- events
 
-    def scalar(self, event) -> None:
+    def scalar(self, event: Any) -> None:
         line, col = _at(event.start_mark)
         self._count(line, col)
         value = event.value
@@ -151,7 +158,7 @@ class _Builder:
         self._anchor_open(event.anchor)
         self._done(data, None, line, col, 1, 0, event.anchor)
 
-    def start(self, event, mapping: bool) -> None:
+    def start(self, event: Any, mapping: bool) -> None:
         line, col = _at(event.start_mark)
         self._count(line, col)
         top = self.stack[-1] if self.stack else None
@@ -178,7 +185,7 @@ class _Builder:
         self._done(frame.value, frame.child, frame.line, frame.col, frame.size, frame.height,
                    frame.anchor)
 
-    def alias(self, event) -> None:
+    def alias(self, event: Any) -> None:
         line, col = _at(event.start_mark)
         name = event.anchor
         if name not in self.anchors:
@@ -217,8 +224,8 @@ class _Builder:
             self.anchors[name] = None  # a later anchor of the same name replaces it (YAML 1.2)
 
     @staticmethod
-    def _tag(event, line: int, col: int) -> Optional[str]:
-        text = event.tag
+    def _tag(event: Any, line: int, col: int) -> Optional[str]:
+        text: Optional[str] = event.tag
         if text is None or text == "!":
             return None
         if text in CORE_TAGS:
@@ -227,7 +234,7 @@ class _Builder:
                        "plain YAML values: strings, numbers, true/false, null, lists, mappings")
 
     @staticmethod
-    def _construct(tag: Optional[str], event, line: int, col: int) -> Any:
+    def _construct(tag: Optional[str], event: Any, line: int, col: int) -> Any:
         """A scalar's value: resolved as YAML 1.2's core schema does when untagged, converted
         when tagged; a number is bounded before it is converted."""
         value = event.value
@@ -250,7 +257,8 @@ class _Builder:
             raise _Refusal(line, col, f"{_short(value)} is not {KINDS[kind]} (tag !!{kind})",
                            f"{KINDS[kind]} as YAML 1.2 writes one, or no tag") from None
 
-    def _done(self, data, child, line, col, size, height, anchor) -> None:
+    def _done(self, data: Any, child: Child, line: int, col: int, size: int, height: int,
+              anchor: Optional[str]) -> None:
         if anchor is not None:
             self.anchors[anchor] = (data, child, line, col, size, height)
         top = self.stack[-1] if self.stack else None
@@ -286,11 +294,12 @@ class _Builder:
             top.value[key] = data
             top.child[key] = (k_line, k_col, line, col, child)
 
-    def _merge_source(self, frame: _Frame, data, child, line, col) -> None:
+    def _merge_source(self, frame: _Frame, data: Any, child: Child, line: int, col: int) -> None:
         if isinstance(data, dict):
             frame.merges.append((data, child))
             return
-        if isinstance(data, list) and all(isinstance(d, dict) for d in data):
+        if isinstance(data, list) and isinstance(child, list) \
+                and all(isinstance(d, dict) for d in data):
             frame.merges.extend((d, c[2]) for d, c in zip(data, child))
             return
         raise _Refusal(line, col, f"<< merges {_describe_value(data)}",
@@ -318,7 +327,7 @@ def _describe_value(value: Any) -> str:
     return f"a value ({_short(value)})"
 
 
-def read_yaml(source: Union[bytes, str], file: str) -> tuple[Any, tuple]:
+def read_yaml(source: Union[bytes, str], file: str) -> tuple[Any, Positions]:
     """One YAML document as (plain data, position tree); InputError with its position if it
     is not UTF-8, breaks a limit, is not well-formed, or holds more than one document."""
     text = decode_document(source, file)
@@ -358,8 +367,9 @@ def read_yaml(source: Union[bytes, str], file: str) -> tuple[Any, tuple]:
     except YAMLError as exc:
         line, col = _text_position(text, getattr(exc, "position", None))
         what = getattr(exc, "reason", None) or str(exc).split("\n")[0]
-        if getattr(exc, "character", None) is not None:
-            what = f"character {exc.character!r} is not allowed ({what})"
+        character = getattr(exc, "character", None)
+        if character is not None:
+            what = f"character {character!r} is not allowed ({what})"
         raise InputError([Fault(file, line, col, f"YAML: {what}", "well-formed YAML")]) from None
     except (ValueError, TypeError, AttributeError, IndexError, KeyError, AssertionError) as exc:
         # the parser failing on its own: still a fault at the last place it reached

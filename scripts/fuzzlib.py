@@ -36,9 +36,9 @@ from fuzz_mutators import (  # noqa: E402,F401  (re-exported: the harness's one 
     mutation,
 )
 
-import executors.control.loading  # noqa: E402
 import resolver  # noqa: E402
 import resolver._documents as documents_module  # noqa: E402
+import resolver._mesh_dir as mesh_dir_module  # noqa: E402
 from executors.cli import main as cli  # noqa: E402
 
 CLASSES = ("ok", "located fault", "position-less fault", "unformatted fault", "traceback", "hang")
@@ -140,17 +140,17 @@ def _memoized(function: Callable) -> Callable:
 
 @contextlib.contextmanager
 def memoized_loaders():
-    """Within it, the resolver's per-document loaders (and the executor's parse of mesh.yaml)
+    """Within it, the resolver's per-document loaders (and load_mesh_dir's parse of mesh.yaml)
     remember their answers: sound because they are pure functions of their arguments."""
     names = ("load_mesh", "load_ledger", "load_module", "load_provisions")
     saved = {n: getattr(documents_module, n) for n in names}
-    saved_parse = executors.control.loading.parse_document
+    saved_parse = mesh_dir_module.parse_document
     try:
         for n in names:
             setattr(documents_module, n, _memoized(saved[n]))
-        executors.control.loading.parse_document = _memoized(saved_parse)
+        mesh_dir_module.parse_document = _memoized(saved_parse)
         yield
     finally:
         for n in names:
             setattr(documents_module, n, saved[n])
-        executors.control.loading.parse_document = saved_parse
+        mesh_dir_module.parse_document = saved_parse

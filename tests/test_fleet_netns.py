@@ -50,59 +50,12 @@ if _why:
     pytest.skip(f"three-namespace fleet test: {_why}", allow_module_level=True)
 
 from _fleet import Broker  # noqa: E402
+from _manifests import APP, POSTGRES, PROVISIONS  # noqa: E402
 from _pgimage import postgres_image  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 REGISTRY = "127.0.0.1:5000"  # on each node's loopback, one storage behind the three
 CREDENTIAL = "postgres-database/postgres@n1/app@n2"
-PROVISIONS = """\
-postgres-database:
-  scope: node
-  grant: database+login
-  keys: [host, port, database, user, password, url]
-  url: "postgres://{user}@{host}:{port}/{database}"
-"""
-POSTGRES = """\
-name: postgres
-artifacts:
-  postgres: {{repository: {registry}/mesh-test-e2e/postgres, tag: "{tag}"}}
-listens:
-  postgres: {{port: 5432}}
-provides:
-  - {{provision: postgres-database, listen: postgres, admin: admin}}
-secrets: [admin]
-state:
-  data: {{path: {tmp}/pgdata, owner: "999:999", mode: "0700"}}
-containers:
-  - name: server
-    artifact: postgres
-    env:
-      POSTGRES_USER: postgres
-      POSTGRES_PASSWORD: "${{self.admin.password}}"
-      PGDATA: /var/lib/postgresql/data
-    mounts: [{{state: data, target: /var/lib/postgresql/data}}]
-    health:
-      command: [pg_isready, --username, postgres, --host, 127.0.0.1]
-      timeout: 180
-"""
-APP = """\
-name: app
-artifacts:
-  image: {{repository: {registry}/mesh-test-e2e/app, tag: "{tag}"}}
-listens:
-  http: {{port: 8080}}
-requires:
-  - {{as: db, provision: postgres-database}}
-containers:
-  - name: web
-    artifact: image
-    env:
-      DB_HOST: "${{db.host}}"
-      DB_PORT: "${{db.port}}"
-      DB_USER: "${{db.user}}"
-      DB_PASSWORD: "${{db.password}}"
-    health: {{http: {{listen: http, path: /cgi-bin/env}}}}
-"""
 NOTE = """\
 name: note
 artifacts:
@@ -332,7 +285,8 @@ def write_mesh(fleet: Fleet, instances: dict[str, str], note: str = "") -> None:
     for module, text in (("postgres", POSTGRES), ("app", APP), ("note", NOTE)):
         (catalogue / module).mkdir(parents=True, exist_ok=True)
         (catalogue / module / "module.yaml").write_text(text.format(
-            registry=REGISTRY, tag=fleet.name, tmp=fleet.tmp, note=note))
+            repository=f"{REGISTRY}/mesh-test-e2e/{module}", registry=REGISTRY, tag=fleet.name,
+            tmp=fleet.tmp, note=note))
     (catalogue / "provisions.yaml").write_text(PROVISIONS)
     path = fleet.dir / "mesh.yaml"
     keys = {}

@@ -192,7 +192,7 @@ def test_missing_ledger_is_the_empty_ledger(tmp_path):
     inputs = load_mesh_dir(mesh_dir(tmp_path, ledger_yaml=None))
     assert inputs.ledger == EMPTY_LEDGER
     assert "ledger" not in inputs.sources.documents
-    assert inputs.ledger_path == tmp_path / "mesh" / "ledger.yaml"
+    assert Path(inputs.ledger_path) == tmp_path / "mesh" / "ledger.yaml"
 
 
 def test_ledger_and_catalogue_paths_come_from_mesh_yaml(tmp_path):

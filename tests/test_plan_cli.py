@@ -97,3 +97,27 @@ def test_a_moved_provider_keeps_its_consumers_and_the_plan_says_so(homelab):
             old = was[(b["consumer"], b["requirement"])]
             assert b["login"] == old["login"] and b["host"] == "10.44.0.20"
     assert any(c["kind"] == "moved" and c["subject"] == "keycloak@home" for c in after["changes"])
+
+
+def test_control_characters_from_input_never_reach_the_terminal(homelab):
+    """An escape sequence written into mesh.yaml is quoted as `\\x1b`, on stdout (the plan's
+    problems) and on stderr (a fault) alike; --json stays JSON with the character escaped."""
+    text = (homelab / "mesh.yaml").read_text()
+    (homelab / "mesh.yaml").write_text(
+        text.replace("oidc: keycloak@home", 'oidc: "keycloak\\e[2J\\x9b@home"', 1))
+    plan = mesh("plan", homelab)
+    assert plan.returncode == 1
+    assert "\x1b" not in plan.stdout + plan.stderr and "\x9b" not in plan.stdout
+    assert "names keycloak\\x1b[2J\\x9b@home, which is not an instance" in plan.stdout
+    as_json = json.loads(mesh("plan", homelab, "--json").stdout)
+    assert any("keycloak\x1b[2J" in p["message"] for p in as_json["problems"])
+    (homelab / "mesh.yaml").write_text(text + '\n"\\e[31mbad": 1\n')
+    bad = mesh("plan", homelab)
+    assert bad.returncode == 2 and "\x1b" not in bad.stderr and "\\x1b[31m" in bad.stderr
+
+
+def test_printable_keeps_newline_and_tab_and_escapes_the_rest():
+    from executors.cli.terminal import printable
+
+    assert printable("a\tb\nc") == "a\tb\nc"
+    assert printable("\x00\x07\x1b\x7f\x85\x9f é") == "\\x00\\x07\\x1b\\x7f\\x85\\x9f é"

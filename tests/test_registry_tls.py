@@ -20,7 +20,7 @@ from resolver import tls_credential
 
 from executors.common.keys import unseal
 from executors.control.ca import init_ca, verify_node_certificate
-from executors.control.issuer import IssueError, issue, rotate
+from executors.control.issuer import IssueError, issue, renew, rotate
 
 PROVISIONS = """\
 artifact-store:
@@ -163,6 +163,41 @@ def test_the_certificate_follows_the_node_address_and_a_move(keys, ca):
                 if r.kind == "tls-certificate"]
     assert [r.id for r in resolve(kept, now=not_after).requests
             if r.kind == "tls-certificate"] == ["registry"]
+
+
+def test_mesh_renew_re_signs_the_registry_certificate_with_a_new_key(keys, ca):
+    from cryptography.hazmat.primitives import serialization
+
+    inputs = load(mesh_text(["10.0.0.1", "10.0.0.2"], [public(k) for k in keys[:2]], 1, apps=[0]))
+    ledger, before = issued(inputs, ca)
+    # renewing the other node leaves the registry's certificate and key alone
+    assert renew(ledger, inputs.mesh, ca, "n0").tls == ledger.tls
+    notes: list = []
+    renewed = renew(ledger, inputs.mesh, ca, "n1", notes)
+    old, new = ledger.tls["registry"], renewed.tls["registry"]
+    assert new.serial != old.serial and new.address == old.address
+    assert renewed.certificates["n1"].serial != ledger.certificates["n1"].serial
+    verify_node_certificate(ca.certificate, new.pem)
+    credential = renewed.credentials[tls_credential("registry")]
+    assert credential.active.generation == 2 and list(credential.retired) == [1]
+    assert set(credential.active.sealed) == {"n1"}
+    key_pem = unseal(keys[1], credential.active.sealed["n1"])
+    served = x509.load_pem_x509_certificate(new.pem.encode()).public_key()
+    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    assert key.public_key().public_numbers() == served.public_numbers()  # the pair matches
+    assert key_pem != unseal(keys[1], ledger.credentials[tls_credential("registry")]
+                             .active.sealed["n1"])  # a new key, not the old one re-signed
+    assert any("renewed by mesh renew" in note for note in notes)
+    # the registry's node declares the new pair and its container is recreated for it;
+    # the other node's declaration (trust in the CA, not the certificate) is unchanged
+    after = resolve(inputs, renewed)
+    n1 = after.declarations["n1"]
+    files = {f.path: f for f in n1.files}
+    assert files["/etc/mesh/tls/registry/server.crt"].content == new.pem
+    assert files["/etc/mesh/tls/registry/server.key"].secret.generation == 2
+    assert n1.containers[0].labels["mesh.tls-serial"] == new.serial
+    assert after.declarations["n0"].files == before.declarations["n0"].files
+    assert not [r for r in after.requests if r.kind == "tls-certificate"]  # kept from now on
 
 
 def test_no_registry_no_trust_no_opening(keys, ca):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from pyrsistent import pvector
@@ -165,3 +166,9 @@ def test_the_node_default_state_root_is_where_the_resolver_puts_instance_state()
     assert paths and all(p.startswith(DEFAULT_STATE_ROOT + "/") for p in paths), paths
     assert all(p.split("/")[len(DEFAULT_STATE_ROOT.split("/"))] != EXECUTOR_DIR for p in paths)
     assert not any(NodePaths(DEFAULT_STATE_ROOT).owns(p) for p in paths)
+    assert DEFAULT_STATE_ROOT == resolver.STATE_ROOT  # the resolver's rule, spelled once more
+    # only where the standard library alone must answer (apply_fast); everywhere else it is used
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    for path in [*Path(root, "executors").rglob("*.py"), *Path(root, "resolver").rglob("*.py")]:
+        if path.name not in ("node_paths.py", "_render.py"):
+            assert DEFAULT_STATE_ROOT not in path.read_text(), path

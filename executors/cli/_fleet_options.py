@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 ENV = {"broker": "MESH_BROKER", "broker_api": "MESH_BROKER_API",
        "broker_admin": "MESH_BROKER_ADMIN",
@@ -60,7 +61,7 @@ def control(args, *, issue: bool = True, interval: float = 5.0):
     from executors.control.loading import load_mesh_dir
 
     inputs = load_mesh_dir(args.directory)
-    return Control(mesh_dir=inputs.mesh_dir, settings=settings(args, inputs),
+    return Control(mesh_dir=Path(inputs.mesh_dir), settings=settings(args, inputs),
                    state=ControlState(inputs.mesh_dir, args.state_dir), say=say,
                    key_file=args.key, issue=issue, interval=interval)
 

@@ -16,6 +16,8 @@ import sys
 
 
 def register(subparsers) -> None:
+    from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
+
     parser = subparsers.add_parser(
         "agent", help="the node agent: apply this node's declarations from the broker, report",
         description="Run the node agent until stopped (SIGTERM/SIGINT): take this node's "
@@ -41,9 +43,9 @@ def register(subparsers) -> None:
     enrol.add_argument("--address", metavar="IP",
                        help="this node's address in the mesh (default: its address on the way "
                        "to the broker)")
-    enrol.add_argument("--state-root", default=os.environ.get("MESH_STATE_ROOT", "/var/lib/mesh"),
+    enrol.add_argument("--state-root", default=default_state_root(),
                        help="node-side state root for the agent's applies (default "
-                       "/var/lib/mesh)")
+                       f"${STATE_ROOT_ENV} or {DEFAULT_STATE_ROOT})")
     enrol.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
                        help="the Docker Engine the agent applies to (default: $DOCKER_HOST or "
                        "the local socket)")

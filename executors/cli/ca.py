@@ -1,4 +1,5 @@
-"""`mesh ca init DIR` creates the mesh CA; `mesh renew DIR NODE` re-signs one node's certificate.
+"""`mesh ca init DIR` creates the mesh CA; `mesh renew DIR NODE` re-signs one node's certificate
+and the server certificate of every instance on it that has one (the registry's, with a new key).
 
 Both run on the control node, where the CA key lives (`ca.path` in mesh.yaml, relative to the
 mesh directory). Certificates are otherwise signed only by `mesh plan --issue`, for nodes that
@@ -9,6 +10,8 @@ ledger is written atomically and the plan says which declaration changes.
 from __future__ import annotations
 
 import sys
+
+from resolver import tls_credential
 
 from executors.control.ca import ca_cert_path, ca_key_path, init_ca
 from executors.control.issuer import renewal
@@ -27,9 +30,11 @@ def register(subparsers) -> None:
     init.set_defaults(func=run_init)
 
     renew_parser = subparsers.add_parser(
-        "renew", help="sign NODE's certificate anew now, whatever its renewal window",
-        description="Re-sign NODE's certificate with the mesh CA, record it in the ledger "
-        "(atomically) and show the declaration that changes because of it.")
+        "renew", help="sign NODE's certificates anew now, whatever their renewal windows",
+        description="Re-sign NODE's certificate with the mesh CA, and the TLS server "
+        "certificate of every instance on NODE that has one (the mesh's registry) with a new "
+        "key sealed to NODE; record them in the ledger (atomically) and show the declaration "
+        "that changes because of it.")
     renew_parser.add_argument("directory", metavar="DIR", help="the mesh directory")
     renew_parser.add_argument("node", metavar="NODE", help="the node to renew")
     renew_parser.set_defaults(func=run_renew)
@@ -57,6 +62,13 @@ def _renew(args, out) -> int:
     old, new, after = done.old, done.new, done.after
     print(f"renew {args.node}: certificate serial {old.serial if old else '(none)'} -> "
           f"{new.serial}, valid {new.not_before} .. {new.not_after}", file=out)
+    for instance, was, now in done.servers:
+        print(f"renew {instance}'s server certificate on {args.node}: serial "
+              f"{was.serial if was else '(none)'} -> {now.serial}, valid {now.not_before} .. "
+              f"{now.not_after}, a new key ({tls_credential(instance)} generation "
+              f"{after.ledger.credentials[tls_credential(instance)].active.generation}, sealed "
+              f"to {args.node}); `mesh apply` on {args.node} writes both and restarts "
+              f"{instance}", file=out)
     decl_before = done.before.declarations.get(args.node)
     decl_after = after.declarations.get(args.node)
     if decl_after is not None:

@@ -91,6 +91,12 @@ def commands_for(argv) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from executors.cli.terminal import with_printable_output
+
+    return with_printable_output(lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(commands_for(argv))
     args = parser.parse_args(argv)

@@ -5,7 +5,9 @@ of the consumer's containers on this node, found through the Docker Engine (`--d
 so the firewall, routes and addresses are the ones the container has. Needs root (setns).
 
 Exit codes: 0 every binding ok (or the node's instances require nothing); 1 any binding, or
-any provider's admin on this node, is unreachable, auth-failed, missing-resource or
+any provider's admin on this node, or any registry account of this node (logged in through
+the node's Docker Engine, so its TLS trust and network are the ones its pulls use), is
+unreachable, auth-failed, missing-resource or
 not-yet-provisioned; 2 bad input. A binding of a grant kind the mesh has no provisioner for is
 `not-provisioned`, a warning that does not change the exit code.
 Human output: one line per binding (and per instance that requires nothing) on stdout;
@@ -20,7 +22,7 @@ import os
 import sys
 
 from executors.node.runner import load_declaration, secret_source_from
-from executors.node.verify import engine_locator, verify_declaration
+from executors.node.verify import engine_client, engine_locator, verify_declaration
 
 
 def register(subparsers) -> None:
@@ -36,7 +38,10 @@ def register(subparsers) -> None:
         "admin credential, one result: does its running server accept it (auth-failed names "
         "the generations tried). Instances with neither say they require nothing. A consumer "
         "the declaration runs no container for is checked from this node, and the result says "
-        "so. Run as root on the consumer's node.",
+        "so. For each registry account the declaration gives this node (its pull account on the "
+        "mesh's registry), the node's Docker Engine logs in to the registry with it: ok, "
+        "auth-failed or unreachable (TLS, firewall, registry down), said like a binding. "
+        "Run as root on the consumer's node.",
     )
     parser.add_argument("declaration", help="the node's declaration (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -55,8 +60,9 @@ def run(args, out=None) -> int:
     out = out or sys.stdout
     declaration = load_declaration(args.declaration)
     secret_source = secret_source_from(args.secrets, args.key, declaration.node)
+    engine = engine_client(args.docker_host)
     results = verify_declaration(declaration, secret_source, timeout=args.timeout,
-                                 locate=engine_locator(args.docker_host))
+                                 locate=engine_locator(args.docker_host, engine), engine=engine)
     ok = all(r.ok for r in results)
     if args.json:
         json.dump({"mesh": declaration.mesh, "node": declaration.node, "ok": ok,

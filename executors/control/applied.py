@@ -19,10 +19,9 @@ from typing import Mapping, Optional, Sequence
 import attrs
 
 import resolver
-from resolver import Ledger, MeshError, Resolution
+from resolver import Inputs, Ledger, MeshError, Resolution
 from resolver import record_applied
 
-from executors.control.loading import MeshInputs
 from executors.common.applied_record import acceptance
 
 
@@ -42,7 +41,7 @@ class Recorded:
         return self.why is None
 
 
-def resolve_current(inputs: MeshInputs, ledger: Optional[Ledger] = None) -> Resolution:
+def resolve_current(inputs: Inputs, ledger: Optional[Ledger] = None) -> Resolution:
     return resolver.resolve(inputs.catalogue, inputs.mesh,
                             inputs.ledger if ledger is None else ledger, sources=inputs.sources)
 
@@ -63,7 +62,7 @@ def by_hand_generations(node: str, declaration, record: Optional[Mapping],
     return confirmed
 
 
-def record_report(inputs: MeshInputs, node: str, record: object,
+def record_report(inputs: Inputs, node: str, record: object,
                   by_hand: Sequence[str] = (), current: Optional[Resolution] = None,
                   onto: Optional[Ledger] = None) -> Recorded:
     """The ledger once `node`'s applied record (its `<state root>/.mesh/applied.json`) is
@@ -82,7 +81,7 @@ def record_report(inputs: MeshInputs, node: str, record: object,
     return Recorded(node, str(digest), current, ledger=ledger, moved=_moved(base, ledger))
 
 
-def record_digest(inputs: MeshInputs, node: str, digest: str,
+def record_digest(inputs: Inputs, node: str, digest: str,
                   current: Optional[Resolution] = None) -> Recorded:
     """The operator's word that `node` applied its whole declaration `digest`."""
     current = current or resolve_current(inputs)

@@ -137,7 +137,9 @@ def _build_one(inputs, ledger, registry, name, artifact, bases, api, auth, say) 
     for base in bases:
         digest = artifact_digest(base, every[base], ledger)
         if digest is None:
-            raise MeshError(f"base {base} has no digest (pin it, or build it first)")
+            raise MeshError(f"base {base} has no digest: `mesh pin DIR --refresh {base}` "
+                            f"pins it (`--all` pins every artifact of the catalogue), or build "
+                            f"it first")
         reference = image_reference(every[base], ledger, registry, key=base)
         digests[base] = digest
         repository, _, _ = reference.partition("@")

@@ -158,8 +158,7 @@ class Control:
                      f"({error.faults[0] if error.faults else error})")
             time.sleep(1.0)
             return []
-        for _, method, _, _ in deliveries:
-            channel.basic_ack(method.delivery_tag)
+        _ack_all(channel, [method.delivery_tag for _, method, _, _ in deliveries])
         for outcome in outcomes:
             self.say(outcome.line)
         return outcomes
@@ -251,6 +250,18 @@ class Control:
                     enrolment.close_answered(self.mesh_dir, self.fleet, channel, say=self.say)
                 except FleetError as error:
                     self.say(f"enrolment housekeeping: {error}")
+
+
+def _ack_all(channel, tags: Sequence[int]) -> None:
+    """Acknowledge every one of `tags`: one `multiple` acknowledgement when they are a run
+    with no gap (the consumers hand every delivery of the channel over, in order, so nothing
+    below the run is unacknowledged and not handled), one by one otherwise."""
+    ordered = sorted(tags)
+    if ordered and ordered[-1] - ordered[0] + 1 == len(ordered) == len(set(ordered)):
+        channel.basic_ack(ordered[-1], multiple=True)
+        return
+    for tag in ordered:
+        channel.basic_ack(tag)
 
 
 def _connection_error(error: Exception) -> bool:

@@ -27,9 +27,18 @@ from executors.common.atomic import write_atomic
 DEFAULT_DIRNAME = ".control"
 
 
+def _stamp(path: Path) -> Optional[tuple]:
+    try:
+        facts = path.stat()
+    except OSError:
+        return None
+    return (facts.st_ino, facts.st_size, facts.st_mtime_ns)
+
+
 class ControlState:
     def __init__(self, mesh_dir, state_dir=None):
         self.root = Path(state_dir) if state_dir else Path(mesh_dir) / DEFAULT_DIRNAME
+        self._reports: tuple = (None, {})  # (reports.json's stamp, its documents) last seen
 
     # -- paths
 
@@ -85,9 +94,16 @@ class ControlState:
         self._write(self.published_file, published)
 
     def reports(self) -> dict[str, dict]:
-        """Each node's kept reports (one file: a batch of reports is one write)."""
+        """Each node's kept reports (one file: a batch of reports is one write). The file is
+        read again only when it changed (another inode, size or mtime: every write replaces
+        it); what is returned is a new mapping, its values are never changed in place."""
+        stamp = _stamp(self.reports_file)
+        if stamp is not None and self._reports[0] == stamp:
+            return dict(self._reports[1])
         found = self._read(self.reports_file, {})
-        return found if isinstance(found, dict) else {}
+        found = found if isinstance(found, dict) else {}
+        self._reports = (stamp, found) if stamp is not None else (None, {})
+        return dict(found)
 
     def report(self, node: str) -> Optional[dict]:
         return self.reports().get(node)
@@ -95,6 +111,7 @@ class ControlState:
     def write_reports(self, documents: dict[str, dict]) -> None:
         self.ensure()
         self._write(self.reports_file, documents, compact=True)  # large: the C encoder
+        self._reports = (_stamp(self.reports_file), dict(documents))
 
     def tokens(self) -> dict[str, dict]:
         found = {}

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import resolver
-from resolver import Declaration, NodeSerial, Resolution, structure, unstructure
+from resolver import Declaration, Inputs, NodeSerial, Resolution, structure, unstructure
 
 from executors.common.runtime import resolving
-from executors.control.loading import MeshInputs, write_atomic, write_ledger
+from executors.control.loading import write_atomic, write_ledger
 
 DECLARATION_SUFFIX = ".declaration.json"
 
@@ -71,7 +71,7 @@ def write_declarations(directory, resolution: Resolution, nodes: Iterable[str],
                                       (documents or {}).get(node), compact=compact))
 
 
-def with_written_serials(inputs: MeshInputs, previous: dict[str, Declaration]):
+def with_written_serials(inputs: Inputs, previous: dict[str, Declaration]):
     """The ledger whose record of written declarations is the newer of its own and the
     declarations in the output directory (serials never go backwards)."""
     return resolver.newest_written(inputs.ledger, {
@@ -79,7 +79,7 @@ def with_written_serials(inputs: MeshInputs, previous: dict[str, Declaration]):
         if d.mesh == inputs.mesh.mesh})
 
 
-def resolve_for_writing(inputs: MeshInputs, previous: dict[str, Declaration], *, now: str,
+def resolve_for_writing(inputs: Inputs, previous: dict[str, Declaration], *, now: str,
                         issue: bool = False, control_key=None,
                         notes: Optional[list] = None) -> Resolution:
     """The mesh resolved against the serials written so far; with `issue`, every request
@@ -98,7 +98,7 @@ def resolve_for_writing(inputs: MeshInputs, previous: dict[str, Declaration], *,
     return resolution
 
 
-def record_written(inputs: MeshInputs, resolution: Resolution, nodes: Iterable[str]) -> None:
+def record_written(inputs: Inputs, resolution: Resolution, nodes: Iterable[str]) -> None:
     """Record in the ledger that `nodes`' declarations were written (serials, renderings) and
     write it; the caller holds the ledger lock since it loaded `inputs`."""
     write_ledger(inputs.ledger_path, resolver.record_declared(resolution, list(nodes)))

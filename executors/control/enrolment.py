@@ -30,7 +30,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 import resolver
-from resolver import MeshError
+from resolver import MESH_FILE, MeshError
 
 from executors.common import amqp, enrol_token, messages
 from executors.common.keys import seal
@@ -38,7 +38,7 @@ from executors.control.control_state import ControlState
 from executors.control.delivery_key import DeliveryKey
 from executors.control.fleet import ANSWERED, Fleet, token_open
 from executors.control.fleet_broker import WantedAccount
-from executors.control.loading import MESH_FILE, mesh_lock, write_atomic
+from executors.control.loading import mesh_lock, write_atomic
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 

@@ -236,6 +236,13 @@ def _issue_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, request: Request, moment:
     instance, (node,) = request.id, tuple(request.holders)
     if tls_reason(mesh, ledger, instance, node, moment) is None:
         return ledger
+    return _sign_tls(ledger, mesh, ca, instance, node, request.reason, notes)
+
+
+def _sign_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, instance: str, node: str, reason: str,
+              notes: list[str]) -> Ledger:
+    """`instance`'s server certificate signed now with a fresh key, sealed to `node` as the
+    next generation of `tls/<instance>` (the generations before it retired)."""
     certificate, key_pem = sign_server(ca, mesh, instance, node)
     cred_id = tls_credential(instance)
     previous = ledger.credentials.get(cred_id) or Credential()
@@ -247,7 +254,7 @@ def _issue_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, request: Request, moment:
     retired = previous.retired.extend(g.generation for g in _generations(previous))
     credential = Credential(active=generation, retired=retired)
     notes.append(f"signed {instance}'s server certificate for {certificate.address} "
-                 f"({request.reason}), valid until {certificate.not_after}; its key is "
+                 f"({reason}), valid until {certificate.not_after}; its key is "
                  f"{cred_id} generation {number}, sealed to {node}")
     return attrs.evolve(ledger, tls=ledger.tls.set(instance, certificate),
                         credentials=ledger.credentials.set(cred_id, credential))
@@ -311,37 +318,54 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
     return ledger
 
 
-def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str) -> Ledger:
-    """An explicit renewal: `node`'s certificate signed anew, whatever its window."""
+def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str,
+          notes: Optional[list[str]] = None) -> Ledger:
+    """An explicit renewal, whatever the windows: `node`'s certificate signed anew, and the
+    server certificate of every instance on `node` that has one (the registry's), each with a
+    fresh key sealed to `node` as the next generation of its `tls/<instance>`."""
     if node not in mesh.nodes:
         raise IssueError(f"no node {node} in mesh.yaml; nodes: {', '.join(sorted(mesh.nodes))}")
-    return attrs.evolve(ledger, certificates=ledger.certificates.set(node,
-                                                                     sign_node(ca, mesh, node)))
+    notes = notes if notes is not None else []
+    ledger = attrs.evolve(ledger, certificates=ledger.certificates.set(node,
+                                                                       sign_node(ca, mesh, node)))
+    for instance in sorted(ledger.tls):
+        described = mesh.instances.get(instance)
+        if described is not None and described.node == node:
+            ledger = _sign_tls(ledger, mesh, ca, instance, node, "renewed by mesh renew",
+                               notes)
+    return ledger
 
 
 @attrs.frozen
 class Renewal:
-    """`mesh renew`: the node's certificate signed anew, and the mesh before and after."""
+    """`mesh renew`: the node's certificates signed anew, and the mesh before and after."""
 
     node: str
     before: object  # Resolution with the ledger as it was
-    after: object  # Resolution with the renewed certificate (its ledger is to be written)
-    old: Optional[object]  # the certificate replaced (None: the node had none)
-    new: object  # the certificate signed
+    after: object  # Resolution with the renewed certificates (its ledger is to be written)
+    old: Optional[object]  # the node certificate replaced (None: the node had none)
+    new: object  # the node certificate signed
+    # (instance, certificate replaced, certificate signed) per server certificate renewed
+    servers: tuple = ()
+    notes: tuple = ()
 
 
 def renewal(inputs, node: str) -> Renewal:
-    """Sign `node`'s certificate anew with the mesh CA of the mesh directory, whatever its
-    renewal window, and resolve the mesh before and after (nothing is written)."""
+    """Sign `node`'s certificates anew with the mesh CA of the mesh directory, whatever their
+    renewal windows, and resolve the mesh before and after (nothing is written)."""
     import resolver
 
     ca = load_ca(inputs.mesh_dir, inputs.mesh)
     before = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
                               sources=inputs.sources)
-    ledger = renew(before.ledger, inputs.mesh, ca, node)
+    notes: list[str] = []
+    ledger = renew(before.ledger, inputs.mesh, ca, node, notes)
     after = resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+    servers = tuple((instance, before.ledger.tls.get(instance), certificate)
+                    for instance, certificate in sorted(ledger.tls.items())
+                    if before.ledger.tls.get(instance) != certificate)
     return Renewal(node, before, after, inputs.ledger.certificates.get(node),
-                   ledger.certificates[node])
+                   ledger.certificates[node], servers, tuple(notes))
 
 
 def issue_requests(inputs, resolution, *, notes: Optional[list[str]] = None,

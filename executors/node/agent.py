@@ -135,6 +135,7 @@ class Agent:
             self._verify if config.verify else None)
         self.clock = clock
         self.files = AgentFiles(config.state_root)
+        self.applied_file = NodePaths(config.state_root).applied  # what apply records
         self.names = FleetNames(config.mesh)
         self.ca = messages.load_certificate(config.ca_certificate, "pinned CA certificate")
         if messages.certificate_fingerprint(self.ca) != config.ca_fingerprint:
@@ -367,11 +368,13 @@ class Agent:
 
     def _verify(self, declaration, secrets_file: Path) -> dict:
         from executors.node.runner import secret_source_from
-        from executors.node.verify import engine_locator, verify_declaration
+        from executors.node.verify import engine_client, engine_locator, verify_declaration
 
         source = secret_source_from(str(secrets_file), self.config.key, self.config.node)
+        engine = engine_client(self.config.docker_host)
         results = verify_declaration(declaration, source, timeout=self.config.verify_timeout,
-                                     locate=engine_locator(self.config.docker_host))
+                                     locate=engine_locator(self.config.docker_host, engine),
+                                     engine=engine)
         return {"ok": all(r.ok for r in results), "results": [r.to_json() for r in results]}
 
     def _run_verify(self, declaration, secrets_file: Path) -> Optional[dict]:
@@ -448,7 +451,7 @@ class Agent:
 
     def _record(self) -> Optional[dict]:
         try:
-            return json.loads(NodePaths(self.config.state_root).applied.read_text())
+            return json.loads(self.applied_file.read_text())
         except (OSError, ValueError):
             return None
 

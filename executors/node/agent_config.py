@@ -24,7 +24,7 @@ from resolver import Fault, InputError
 
 from executors.common.atomic import write_atomic
 
-DEFAULT_STATE_ROOT = "/var/lib/mesh"
+from executors.node.node_paths import DEFAULT_STATE_ROOT
 
 
 @attrs.frozen

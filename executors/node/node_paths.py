@@ -7,8 +7,10 @@ Invariants:
   mesh writes, 0600), steps/ (run-once markers), dirs.json, applied.json, noop.json,
   firewall.digest and the apply lock. An instance name never starts with a dot, and a declared
   state or accessed path inside `.mesh/` is refused at render, so neither can reach the other.
-- This module is the one place that names the state root's default (`DEFAULT_STATE_ROOT`, the
-  same root the resolver puts instances' relative state paths under) and every file of the
+- Where instances' state lives on a node is the resolver's rule (`resolver.STATE_ROOT`: the
+  declarations name `<state root>/<instance>/<path>`), so the resolver owns the default; this
+  module is the executors' one place that names it (`DEFAULT_STATE_ROOT`, its value checked
+  equal to `resolver.STATE_ROOT` by tests/test_state_layout.py) and every file of the
   executor's own directory. It imports the standard library only: the no-op check of
   `mesh apply` (apply_fast) and the verb's argument defaults read it without paying for attrs.
 - Nodes applied by an earlier version kept the executor's files directly under the state root.
@@ -25,7 +27,7 @@ import os
 from pathlib import Path
 
 EXECUTOR_DIR = ".mesh"
-DEFAULT_STATE_ROOT = "/var/lib/mesh"
+DEFAULT_STATE_ROOT = "/var/lib/mesh"  # = resolver.STATE_ROOT, spelled out: no resolver import here
 STATE_ROOT_ENV = "MESH_STATE_ROOT"  # overrides the default of `mesh apply --state-root`
 FILE_ROOT_ENV = "MESH_FILE_ROOT"  # overrides the default of `mesh apply --file-root`
 DEFAULT_FILE_ROOT = "/"

@@ -43,7 +43,6 @@ from executors.node.extensions import SecretSource
 from executors.node.provisioners.admin_login import read_admin, refused_message
 from executors.node.provisioners.base import (
     AUTH_FAILED,
-    MISSING,
     OK,
     UNREACHABLE,
     Admin,
@@ -53,39 +52,18 @@ from executors.node.provisioners.base import (
     derive_endpoint,
 )
 from executors.node.provisioners.registry import no_provisioner, provisioner_for
-
-NOT_PROVISIONED = "not-yet-provisioned"
-NO_PROVISIONER = "not-provisioned"  # a grant kind the mesh does not provision: a warning
-REQUIRES_NOTHING = "requires-nothing"
-STATUSES = (OK, UNREACHABLE, AUTH_FAILED, MISSING, NOT_PROVISIONED, NO_PROVISIONER)
+from executors.node.verify_result import (  # noqa: F401  (part of this module's API)
+    NO_PROVISIONER,
+    NOT_PROVISIONED,
+    REQUIRES_NOTHING,
+    STATUSES,
+    Result,
+)
+from executors.node.verify_registry import verify_registry_logins
 
 # container name → (pid of its first process, state); pid None unless it runs
 Locate = Callable[[str], tuple[Optional[int], str]]
 CLONE_NEWNET = 0x40000000
-
-
-@attrs.frozen
-class Result:
-    consumer: str
-    status: str
-    message: str
-    requirement: Optional[str] = None
-    provider: Optional[str] = None
-    kind: str = "none"
-    credential: Optional[str] = None
-    generation: Optional[int] = None
-    address: Optional[str] = None  # host:port checked
-
-    @property
-    def ok(self) -> bool:
-        return self.status in (OK, REQUIRES_NOTHING, NO_PROVISIONER)
-
-    @property
-    def warning(self) -> bool:
-        return self.status == NO_PROVISIONER
-
-    def to_json(self) -> dict:
-        return attrs.asdict(self)
 
 
 def _result(binding: BindingDecl, status: str, message: str) -> Result:
@@ -189,16 +167,28 @@ def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
     return box["result"]
 
 
-def engine_locator(docker_host: Optional[str]) -> Locate:
-    """container name → (pid, state), asked of the Docker Engine when first needed."""
+def engine_client(docker_host: Optional[str]) -> Callable[[], object]:
+    """The node's Docker Engine client, connected when first needed, then the same one."""
     api: list = []
 
-    def locate(name: str) -> tuple[Optional[int], str]:
+    def engine():
         from . import docker_engine
 
         if not api:
             api.append(docker_engine.connect(docker_host, timeout=30))
-        return docker_engine.container_pid(api[0], name)
+        return api[0]
+
+    return engine
+
+
+def engine_locator(docker_host: Optional[str], engine=None) -> Locate:
+    """container name → (pid, state), asked of the Docker Engine when first needed."""
+    engine = engine or engine_client(docker_host)
+
+    def locate(name: str) -> tuple[Optional[int], str]:
+        from . import docker_engine
+
+        return docker_engine.container_pid(engine(), name)
 
     return locate
 
@@ -284,9 +274,11 @@ def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource
 
 
 def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
-                       timeout: float = 5.0, locate: Optional[Locate] = None) -> list[Result]:
-    """A result per binding, per provider admin on this node, then a `requires-nothing`
-    result per instance with none of either.
+                       timeout: float = 5.0, locate: Optional[Locate] = None,
+                       engine: Optional[Callable[[], object]] = None) -> list[Result]:
+    """A result per binding, per provider admin on this node, per registry account of this
+    node (with `engine`: the node's Docker Engine logs in, verify_registry.py), then a
+    `requires-nothing` result per instance with none of either.
 
     With `locate`, each binding is checked from inside its consumer's containers; without
     it, from the calling thread's network namespace."""
@@ -303,6 +295,8 @@ def verify_declaration(declaration: Declaration, secret_source: Optional[SecretS
                                   f"declaration runs no container for {binding.consumer}")
         results.append(result)
     results += verify_admins(declaration, secret_source, timeout)
+    if engine is not None:
+        results += verify_registry_logins(declaration, secret_source, engine)
     bound = {r.consumer for r in results}
     for instance in sorted(set(declaration.instances) - bound):
         results.append(Result(consumer=instance, status=REQUIRES_NOTHING,

@@ -14,7 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import requests
 
@@ -23,19 +23,13 @@ from resolver import BindingDecl, GrantDecl
 from executors.common.broker_api import HTTP_TIMEOUT, Api, ApiError
 from executors.common.report import Report
 
-if TYPE_CHECKING:
-    from executors.node.extensions import Provisioner
-
+from .amqp_plan import after, diff, parse  # the protocol's pure methods, re-exported
 from .amqp_plan import (
     DesiredAccount,
     Observed,
-    Plan,
     tags_of,
-    after,
     delete_vhost_command,
     desired_account,
-    diff,
-    parse,
     path,
 )
 from .base import (
@@ -230,42 +224,9 @@ def check_binding(binding: BindingDecl, password: str, timeout: float) -> Bindin
 # --------------------------------------------------------------------------- the provisioner
 
 
-class Amqp:
-    """The Provisioner of vhost+account grants (extensions.Provisioner), this module's
-    functions bound together for the registry."""
-
-    kind = KIND
-    description = DESCRIPTION
-    connect_timeout: float = CONNECT_TIMEOUT
-
-    def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
-        return login(endpoint, password, timeout)
-
-    def auth_refused(self, error: Exception) -> bool:
-        return auth_refused(error)
-
-    def set_admin_password(self, endpoint: Endpoint, password: str, new_password: str) -> None:
-        set_admin_password(endpoint, password, new_password)
-
-    def parse(self, rows: Mapping[str, Any]) -> Observed:
-        return parse(rows)
-
-    def diff(self, mesh: str, provider: str, desired: Sequence[DesiredAccount],
-             observed: Observed) -> Plan:
-        return diff(mesh, provider, desired, observed)
-
-    def after(self, observed: Observed, plan: Plan) -> Observed:
-        return after(observed, plan)
-
-    def provision_provider(self, mesh: str, provider: str, endpoint: Endpoint,
-                           admin_password: str, grants: Sequence[GrantDecl],
-                           secret_source: SecretSource, report: Report,
-                           result: ProvisionResult, *, dry_run: bool = False) -> None:
-        provision_provider(mesh, provider, endpoint, admin_password, grants, secret_source,
-                           report, result, dry_run=dry_run)
-
-    def check_binding(self, binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
-        return check_binding(binding, password, timeout)
-
-
-PROVISIONER: Provisioner = Amqp()
+# This module is the Provisioner of vhost+account grants (extensions.Provisioner): the registry
+# hands out the module itself, whose functions above are the protocol's methods and these
+# three names its attributes.
+kind = KIND
+description = DESCRIPTION
+connect_timeout: float = CONNECT_TIMEOUT

@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import psycopg
 from psycopg import sql
@@ -21,9 +21,6 @@ from psycopg import sql
 from resolver import BindingDecl, GrantDecl
 
 from executors.common.report import Report
-
-if TYPE_CHECKING:
-    from executors.node.extensions import Provisioner
 
 from .base import (
     AUTH_FAILED,
@@ -42,16 +39,12 @@ from .base import (
     credential_name,
     wait_ready,
 )
+from .postgres_plan import after, diff, parse  # the protocol's pure methods, re-exported
 from .postgres_plan import (
-    DesiredGrant,
     Observed,
-    Plan,
     Statement,
     _ident,
-    after,
     desired_grant,
-    diff,
-    parse,
 )
 
 KIND = POSTGRES_KIND
@@ -283,42 +276,9 @@ def check_binding(binding: BindingDecl, password: str, timeout: float) -> Bindin
 # --------------------------------------------------------------------------- the provisioner
 
 
-class Postgres:
-    """The Provisioner of database+login grants (extensions.Provisioner), this module's
-    functions bound together for the registry."""
-
-    kind = KIND
-    description = DESCRIPTION
-    connect_timeout: float = CONNECT_TIMEOUT
-
-    def login(self, endpoint: Endpoint, password: str, timeout: float) -> str:
-        return login(endpoint, password, timeout)
-
-    def auth_refused(self, error: Exception) -> bool:
-        return auth_refused(error)
-
-    def set_admin_password(self, endpoint: Endpoint, password: str, new_password: str) -> None:
-        set_admin_password(endpoint, password, new_password)
-
-    def parse(self, rows: Mapping[str, Any]) -> Observed:
-        return parse(rows)
-
-    def diff(self, mesh: str, provider: str, desired: Sequence[DesiredGrant],
-             observed: Observed) -> Plan:
-        return diff(mesh, provider, desired, observed)
-
-    def after(self, observed: Observed, plan: Plan) -> Observed:
-        return after(observed, plan)
-
-    def provision_provider(self, mesh: str, provider: str, endpoint: Endpoint,
-                           admin_password: str, grants: Sequence[GrantDecl],
-                           secret_source: SecretSource, report: Report,
-                           result: ProvisionResult, *, dry_run: bool = False) -> None:
-        provision_provider(mesh, provider, endpoint, admin_password, grants, secret_source,
-                           report, result, dry_run=dry_run)
-
-    def check_binding(self, binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
-        return check_binding(binding, password, timeout)
-
-
-PROVISIONER: Provisioner = Postgres()
+# This module is the Provisioner of database+login grants (extensions.Provisioner): the registry
+# hands out the module itself, whose functions above are the protocol's methods and these
+# three names its attributes.
+kind = KIND
+description = DESCRIPTION
+connect_timeout: float = CONNECT_TIMEOUT

@@ -1,8 +1,8 @@
 """The one registry of provisioners: which grant kind the mesh makes true, and with what.
 
 Invariants:
-- One table, `KNOWN`: grant kind → the module that provisions it (its `PROVISIONER`, an
-  extensions.Provisioner). `mesh apply` (the admin checks and provisioning), `mesh verify`
+- One table, `KNOWN`: grant kind → the module that provisions it (the module itself is the
+  extensions.Provisioner: its functions are the protocol's methods). `mesh apply` (the admin checks and provisioning), `mesh verify`
   (bindings and admins) and anything else ask this registry, and only it, whether a kind has
   a provisioner; there is no second dispatch by module name or by a table of checks.
 - A kind the registry does not list has no provisioner, and the registry says so in one
@@ -52,7 +52,10 @@ class Registry:
         """The provisioner of `kind`, or None when the mesh has none."""
         found = self._loaded.get(kind)
         if found is None and kind in self._modules:
-            found = importlib.import_module(self._modules[kind]).PROVISIONER
+            module = importlib.import_module(self._modules[kind])
+            if not isinstance(module, Provisioner):
+                raise MeshError(f"{self._modules[kind]} lacks a member of the Provisioner protocol")
+            found = module
             if found.kind != kind:
                 raise MeshError(f"{self._modules[kind]} provisions {found.kind}, not {kind}")
             self._loaded[kind] = found
