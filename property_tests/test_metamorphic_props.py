@@ -214,17 +214,26 @@ def shuffled(value, rnd):
 
 def enclosing_keys(text: str, line: int, col: int) -> list[str]:
     """The keys of the YAML block structure around a 1-based position: every line above it
-    (its own line too, when the position is a value after a key) that is indented less."""
+    (its own line too, when the position is a value after a key) whose key is indented less.
+    A `- key:` line's key sits two columns right of its dash, and the item it opens encloses
+    the position: from there only a line indented no deeper than the dash can be the parent
+    (a block sequence may sit at its parent key's own indent), so an earlier item's keys,
+    which are not around the position, are never taken."""
     lines = text.splitlines()
     keys, limit = [], col - 1
     for i in range(line - 1, -1, -1):
         stripped = lines[i].lstrip(" ")
         indent = len(lines[i]) - len(stripped)
-        if not stripped or indent >= limit:
+        if not stripped:
             continue
-        keys.append(stripped.lstrip("- ").split(":")[0])
-        limit = indent
-        if indent == 0:
+        dash = stripped.startswith("- ")
+        key_indent = indent + 2 if dash else indent
+        if key_indent < limit:
+            keys.append(stripped[2 if dash else 0:].split(":")[0])
+            limit = key_indent
+        if dash and indent < limit:
+            limit = indent + 1
+        if limit == 0:
             break
     return keys[::-1]
 
