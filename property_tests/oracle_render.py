@@ -460,7 +460,8 @@ def image_of(artifact, module_name, artifact_name, ledger, registry):
 
 def artifact_state(world, expected) -> str:
     """Self-hosting when the mesh's registry holds every mirrorable image of every module
-    assigned in mesh.yaml (refused or not: `mesh mirror` copies what the mesh is to run)."""
+    assigned in mesh.yaml (refused or not: `mesh mirror` copies what the mesh is to run).
+    An image not pinned yet has no digest to hold: it is refused as unpinned, not pending."""
     registry = mesh_registry(world, expected)
     if registry is None:
         return "external"

@@ -19,10 +19,11 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
+from pyrsistent.typing import PMap
 
 from ._declaration import (
     AccessDecl,
@@ -31,12 +32,16 @@ from ._declaration import (
     FirewallFloor,
     FirewallIntent,
     FirewallLocal,
+    FileDecl,
+    GrantDecl,
     HeldDecl,
     InstanceRendering,
+    RegistryLogin,
     Request,
 )
 from ._digest import declaration_digest
 from ._firewall import merge_openings
+from ._model import Mesh
 from ._records import next_serial
 from ._registry_access import MeshRegistry, registry_accounts
 from ._tls import server_files, tls_ref, trust_file
@@ -45,7 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
 
-def registry_pullers(mesh, store: str, store_node: str, port: int) -> list:
+def registry_pullers(mesh: Mesh, store: str, store_node: str,
+                     port: int) -> list[tuple[str, FirewallAllow]]:
     """The openings of the mesh's registry: every other node pulls from it (its container
     runtime consumes the artifact store), so each node's address is allowed to its port."""
     own = mesh.nodes[store_node].address
@@ -57,7 +63,8 @@ def registry_pullers(mesh, store: str, store_node: str, port: int) -> list:
 
 def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
              held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
-             mesh_registry: Optional[MeshRegistry]) -> tuple[Any, list[Request]]:
+             mesh_registry: Optional[MeshRegistry]
+             ) -> tuple[PMap[str, Declaration], list[Request]]:
     """(node → Declaration, the credential requests of the registry's accounts), from the live
     renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
     serves (its pullers, trust file, accounts)."""
@@ -70,30 +77,38 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
     foreign: dict[str, list[tuple[str, InstanceRendering]]] = {}  # provider node → consumers
     for name in sorted(renderings):
         rendering = renderings[name]
-        for node in sorted(set(rendering.grants) | set(rendering.allows) | set(rendering.locals)):
-            foreign.setdefault(node, []).append((name, rendering))
+        for provider_node in sorted(set(rendering.grants) | set(rendering.allows)
+                                    | set(rendering.locals)):
+            foreign.setdefault(provider_node, []).append((name, rendering))
     mesh_sources = sorted({n.address for n in mesh.nodes.values()})
     registry = mesh_registry.address if mesh_registry is not None else None
     store, store_node = (mesh_registry.instance, mesh_registry.node) \
         if mesh_registry is not None else (None, None)
     key = tls_ref(r.ledger, store) if store is not None else None
-    served = r.ledger.tls.get(store) if key is not None else None
-    accounts, logins, requests = registry_accounts(r, store, store_node, registry) \
-        if store is not None and store in renderings else ([], {}, [])
-    declarations = {}
+    served = r.ledger.tls.get(store) if store is not None and key is not None else None
+    accounts: list[GrantDecl]
+    logins: dict[str, RegistryLogin]
+    requests: list[Request]
+    if mesh_registry is not None and mesh_registry.instance in renderings:
+        accounts, logins, requests = registry_accounts(r, mesh_registry.instance,
+                                                       mesh_registry.node, mesh_registry.address)
+    else:
+        accounts, logins, requests = [], {}, []
+    declarations: dict[str, Declaration] = {}
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
         names = by_node.get(node_name, [])
         here = set(names)
         mine = [renderings[n] for n in names]
-        accesses: dict[str, list] = {}
+        accesses: dict[str, tuple[set[str], str]] = {}  # path → (instances, mode)
         for name, rendering in zip(names, mine):
             for access in rendering.accesses:
-                entry = accesses.setdefault(access.path, [set(), "ro"])
-                entry[0].add(name)
-                if access.mode == "rw":
-                    entry[1] = "rw"
-        grants, allow, local = [], [], []
+                names_, mode = accesses.get(access.path, (set(), "ro"))
+                names_.add(name)
+                accesses[access.path] = (names_, "rw" if access.mode == "rw" else mode)
+        grants: list[GrantDecl] = []
+        allow: list[tuple[str, FirewallAllow]] = []
+        local: list[tuple[str, FirewallLocal]] = []
         for consumer, rendering in foreign.get(node_name, []):
             if consumer in held:  # a held consumer's grants follow only a provider still here
                 grants.extend(g for g in rendering.grants.get(node_name, ()) if g.provider in here)
@@ -105,7 +120,8 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
                 grants.extend(rendering.grants.get(node_name, ()))
                 allow.extend((consumer, a) for a in rendering.allows.get(node_name, ()))
                 local.extend((consumer, a) for a in rendering.locals.get(node_name, ()))
-        if registry is not None and store_node == node_name and store in here:
+        if registry is not None and store is not None and store_node == node_name \
+                and store in here:
             allow.extend(registry_pullers(mesh, store, node_name, int(registry.rsplit(":", 1)[1])))
         floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
         broker = mesh.substrate.broker
@@ -125,11 +141,12 @@ def assemble(r: "_Resolver", live: dict[str, InstanceRendering],
         # all: adding a node must not change the declaration of a node it has nothing to do with
         admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
         cert = r.ledger.certificates.get(node_name)
-        files = []
+        files: list[FileDecl] = []
         if registry is not None and r.ledger.ca:  # every node's runtime pulls from it
             files.append(trust_file(registry, r.ledger.ca))
         containers = [c for rendering in mine for c in rendering.containers]
-        if served is not None and store_node == node_name and store in here:
+        if served is not None and store is not None and key is not None \
+                and store_node == node_name and store in here:
             files.extend(server_files(store, served.pem, key))
         if accounts and store_node == node_name and store in here:
             grants.extend(accounts)  # the registry's accounts, kept by its htpasswd provisioner

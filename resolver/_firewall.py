@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
 from pyrsistent import pvector
+from pyrsistent.typing import PVector
 
 from . import _codes as codes
+from ._bound import Bound
 from ._declaration import (
+    FirewallAllow,
     FirewallExposure,
     FirewallLocal,
 )
@@ -34,7 +37,9 @@ from ._declaration import (
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
+#: The exposure source that opens a listen to every address.
 ANYWHERE = "any"
+#: The first octet of every derived MAC address.
 MAC_PREFIX = "0a"  # locally administered, unicast; Docker's own MACs start 02:42
 
 
@@ -60,15 +65,17 @@ def source_family(source: str) -> Optional[int]:
 
 
 def derive_mac(mesh: str, container: str, attempt: int = 0) -> str:
+    """The MAC of a container, from the mesh and its name (and the attempt, after a collision)."""
     seed = f"{mesh}\0{container}" + (f"\0{attempt}" if attempt else "")
     tail = hashlib.sha256(seed.encode()).digest()[:5]
     return ":".join([MAC_PREFIX] + [f"{b:02x}" for b in tail])
 
 
-def assign_macs(mesh: str, containers: list[str], taken: frozenset = frozenset()) -> dict:
+def assign_macs(mesh: str, containers: list[str],
+                taken: frozenset[str] = frozenset()) -> dict[str, str]:
     """container name → MAC for the containers of one node, unique among them and `taken`."""
     used = set(taken)
-    macs = {}
+    macs: dict[str, str] = {}
     for name in sorted(containers):
         attempt = 0
         mac = derive_mac(mesh, name)
@@ -80,17 +87,19 @@ def assign_macs(mesh: str, containers: list[str], taken: frozenset = frozenset()
     return macs
 
 
-def consumer_container_macs(r: "_Resolver", bound: dict, name_of) -> tuple[dict, dict]:
+def consumer_container_macs(r: "_Resolver", bound: Mapping[tuple[str, str], Bound],
+                            name_of: Callable[[str, str, str], str]
+                            ) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(container name → MAC, instance → its containers' MACs) for every instance bound to a
     provider on its own node; `name_of(mesh, instance, container)` names a container."""
     node = {n: r.instances[n].node for n in r.instances}
     local = sorted({b.consumer for b in bound.values() if node[b.consumer] == node[b.provider]})
-    names: dict[str, list] = {}  # instance → its container names (parts switched on)
+    names: dict[str, list[str]] = {}  # instance → its container names (parts switched on)
     for name in local:
         inst = r.instances[name]
-        names[name] = [name_of(r.mesh.mesh, name, c.name) for c in r.module_of(name).containers
+        names[name] = [name_of(r.mesh.mesh, name, c.name) for c in r.placed_module(name).containers
                        if c.part is None or c.part in inst.parts]
-    per_node: dict[str, list] = {}
+    per_node: dict[str, list[str]] = {}
     for name in local:
         per_node.setdefault(node[name], []).extend(names[name])
     mac_of: dict[str, str] = {}
@@ -130,15 +139,17 @@ def check_exposures(r: "_Resolver") -> None:
                               instance=name, severity="warning")
 
 
-def exposures_of(r: "_Resolver", name: str, assigned: dict):
+def exposures_of(r: "_Resolver", name: str,
+                 assigned: Mapping[tuple[str, str], int]) -> PVector[FirewallExposure]:
     """The openings beyond the mesh that instance `name`'s `expose:` asks for on its node."""
     inst = r.instances[name]
-    found = []
+    found: list[FirewallExposure] = []
     for listen_name, exposure in sorted(inst.expose.items()):
         if (name, listen_name) not in assigned:
             continue
-        listen = r.module_of(name).listens[listen_name]
-        sources = sorted({canonical_source(s) for s in exposure.to} - {None}, key=_source_order)
+        listen = r.placed_module(name).listens[listen_name]
+        sources = sorted({c for c in map(canonical_source, exposure.to) if c is not None},
+                         key=_source_order)
         why = f"{name}/{listen_name} exposed" + (f": {exposure.reason}" if exposure.reason
                                                   else " by mesh.yaml")
         found.append(FirewallExposure(assigned[(name, listen_name)], listen.protocol,
@@ -146,10 +157,14 @@ def exposures_of(r: "_Resolver", name: str, assigned: dict):
     return pvector(sorted(found))
 
 
-def merge_openings(openings, cls):
+_Opening = TypeVar("_Opening", FirewallAllow, FirewallLocal)
+
+
+def merge_openings(openings: Iterable[tuple[str, Union[FirewallAllow, FirewallLocal]]],
+                   cls: Callable[[int, str, PVector[str], str], _Opening]) -> PVector[_Opening]:
     """One opening per (port, protocol) from the per-binding ones `(consumer, opening)`: the
     union of their sources, the reason naming what is reached and for which consumers."""
-    merged: dict[tuple, dict] = {}
+    merged: dict[tuple[int, str], dict[str, set[str]]] = {}
     for consumer, o in openings:
         entry = merged.setdefault((o.port, o.protocol), {"sources": set(), "what": set(),
                                                          "consumers": set()})
@@ -161,7 +176,7 @@ def merge_openings(openings, cls):
                    for (port, proto), e in sorted(merged.items()))
 
 
-def _source_order(source: str):
+def _source_order(source: str) -> tuple[int, int, int]:
     if source == ANYWHERE:
         return (0, 0, 0)
     network = ipaddress.ip_network(source)

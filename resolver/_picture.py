@@ -41,6 +41,9 @@ class Opening:
 
 @attrs.frozen
 class NodeView:
+    """A node as drawn: its address, the ports open on it (floors, allows for bindings,
+    exposures) and its marks (e.g. a certificate to issue)."""
+
     name: str
     address: Optional[str]  # None: a node instances name that the mesh does not list
     floors: tuple[Opening, ...] = ()
@@ -53,6 +56,9 @@ class NodeView:
 
 @attrs.frozen
 class InstanceView:
+    """An instance as drawn: its module, node, state (live, refused or held) with the codes
+    why, and marks for its own secrets pending or rotating."""
+
     name: str
     module: str
     node: str
@@ -64,6 +70,9 @@ class InstanceView:
 
 @attrs.frozen
 class EdgeView:
+    """A binding as drawn: consumer to provider, what it is for, the rule that chose the
+    provider, the address the consumer is told, and marks for its credential."""
+
     consumer: str
     requirement: str
     provider: str
@@ -77,11 +86,15 @@ class EdgeView:
 
     @property
     def key(self) -> str:
+        """The binding's key, `consumer/requirement` (binding_key)."""
         return binding_key(self.consumer, self.requirement)
 
 
 @attrs.frozen
 class ProblemView:
+    """A problem as drawn: its key (a stable name, problem_key), code, severity, message,
+    where in the input it points, and the instance it concerns."""
+
     key: str
     code: str
     severity: str
@@ -92,6 +105,9 @@ class ProblemView:
 
 @attrs.frozen
 class MeshPicture:
+    """The whole picture of a resolved mesh: its nodes, instances, binding edges and problems,
+    with notes for pending things that concern nothing drawn."""
+
     mesh: str
     nodes: tuple[NodeView, ...]
     instances: tuple[InstanceView, ...]
@@ -102,6 +118,7 @@ class MeshPicture:
 
 
 def binding_key(consumer: str, requirement: str) -> str:
+    """The key of a binding in a picture: `consumer/requirement`."""
     return f"{consumer}/{requirement}"
 
 

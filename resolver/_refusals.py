@@ -22,7 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional, Union
 
 from . import _codes as codes
 from ._declaration import Change, Request
@@ -97,11 +97,11 @@ def check_mesh_scope(r: "_Resolver") -> None:
     held = held_candidates(r)
     providers: dict[str, list[str]] = {}
     for name in r.placed():
-        for provide in r.module_of(name).provides:
+        for provide in r.placed_module(name).provides:
             providers.setdefault(provide.provision, []).append(name)
     for name, rendering in held.items():
-        for provide in rendering.providers:
-            providers.setdefault(provide.provision, []).append(name)
+        for served in rendering.providers:
+            providers.setdefault(served.provision, []).append(name)
     for provision, names in sorted(providers.items()):
         definition = r.catalogue.provisions.get(provision)
         names = sorted(set(names))
@@ -118,9 +118,10 @@ def check_mesh_scope(r: "_Resolver") -> None:
 
 def check_claims(r: "_Resolver") -> None:
     held = held_candidates(r)
-    by_node: dict[tuple, list[str]] = {}
+    # (node, "claim", claim) or (node, "port", host port, protocol) → its takers
+    by_node: dict[Union[tuple[str, str, str], tuple[str, str, int, str]], list[str]] = {}
     for name in r.placed():
-        module, node = r.module_of(name), r.instances[name].node
+        module, node = r.placed_module(name), r.instances[name].node
         for claim in module.claims:
             by_node.setdefault((node, "claim", claim), []).append(name)
         for listen_name, listen in module.listens.items():
@@ -138,7 +139,7 @@ def check_claims(r: "_Resolver") -> None:
         names = sorted(set(names))
         node = key[0]
         floor_ports = r.floor_ports(node)
-        if key[1] == "port" and (key[2], key[3]) in floor_ports:
+        if len(key) == 4 and (key[2], key[3]) in floor_ports:  # (node, "port", port, protocol)
             for name in names:
                 if name in held:
                     continue  # a kept port: check_floors refused the floor instead
@@ -151,7 +152,7 @@ def check_claims(r: "_Resolver") -> None:
             continue
         keep = r.first_holder(names, held)
         code = codes.DUPLICATE_CLAIM if key[1] == "claim" else codes.PORT_CONFLICT
-        what = f"claim {key[2]!r}" if key[1] == "claim" else f"host port {key[2]}/{key[3]}"
+        what = f"claim {key[2]!r}" if len(key) == 3 else f"host port {key[2]}/{key[3]}"
         for name in names:
             if name != keep and name not in held:
                 r.problem(code, f"{name} and {keep} both take {what} on node {node}; "
@@ -161,9 +162,9 @@ def check_claims(r: "_Resolver") -> None:
 
 def check_state_paths(r: "_Resolver") -> None:
     held = held_candidates(r)
-    owners: dict[tuple, list[tuple]] = {}
+    owners: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # → (instance, module, dir)
     for name in r.placed():
-        module, node = r.module_of(name), r.instances[name].node
+        module, node = r.placed_module(name), r.instances[name].node
         for dir_name, state in module.state.items():
             owners.setdefault((node, state_host_path(name, state.path)), []).append(
                 (name, module.name, dir_name))
@@ -213,7 +214,7 @@ def check_floors(r: "_Resolver") -> None:
                   candidates=[holder.split("/", 1)[0]])
 
 
-def previous_node(r: "_Resolver", name: str):
+def previous_node(r: "_Resolver", name: str) -> Optional[str]:
     """The node an instance was last declared on (its rendering, else its recorded ports)."""
     rendering = r.ledger.declared.get(name)
     if rendering is not None:

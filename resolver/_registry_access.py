@@ -30,11 +30,15 @@ from ._secrets import secret_ref
 if TYPE_CHECKING:  # pragma: no cover
     from ._resolve import _Resolver
 
+#: The grant kind of a registry account (kept by the registry's htpasswd provisioner).
 ACCOUNT_KIND = "registry+account"
 PROVISION = "artifact-store"
-AUTH_HOST_DIR = "/etc/mesh/auth"  # + /<instance>/ on the registry's node
+#: Where the registry's accounts file lives on its node, under `/<instance>/`.
+AUTH_HOST_DIR = "/etc/mesh/auth"
 AUTH_CONTAINER_DIR = "/etc/mesh/auth"
+#: The name of the registry's accounts file, in its auth directory.
 HTPASSWD = "htpasswd"
+#: The registry login the control node pushes images with.
 PUSH_LOGIN = "mesh-push"
 
 
@@ -50,10 +54,13 @@ class MeshRegistry:
 
 
 def pull_credential(store: str, node: str) -> str:
+    """The credential id of the account `node`'s container runtime pulls from registry
+    `store` with."""
     return f"registry-pull/{store}/{node}"
 
 
 def push_credential(store: str) -> str:
+    """The credential id of the control node's push account at registry `store`."""
     return f"registry-push/{store}/control"
 
 

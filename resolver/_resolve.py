@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Container, Iterable, Optional, Union
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -29,6 +29,7 @@ from ._check import validate
 from ._errors import InputError
 from ._bound import Bound, credential_id
 from ._declaration import (
+    InstanceRendering,
     Problem,
     Request,
 )
@@ -59,13 +60,20 @@ from ._refusals import (
 from ._firewall import check_exposures
 from ._render import render_instances
 from ._resolution import Resolution
-from ._select import select_provider
+from ._select import Selection, select_provider
+
+#: What a requirement is bound by: a provision's name, or ("module", module name).
+_Wanted = Union[str, tuple[str, str]]
 
 
 class _Resolver:
-    def __init__(self, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources, now):
-        self.catalogue, self.mesh, self.ledger, self.sources, self.now = (
-            catalogue, mesh, ledger, sources, now)
+    def __init__(self, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
+                 now: Optional[str]) -> None:
+        self.catalogue: Catalogue = catalogue
+        self.mesh: Mesh = mesh
+        self.ledger: Ledger = ledger
+        self.sources: Sources = sources
+        self.now: Optional[str] = now
         self.problems: list[Problem] = []
         self.blocked: dict[str, list[str]] = {}  # instance → codes that block it
         self.names = sorted(mesh.instances)
@@ -128,23 +136,25 @@ class _Resolver:
 
     # ------------------------------------------------------------------ singular things
 
-    def first_holder(self, names: list[str], held=()) -> str:
+    def first_holder(self, names: list[str], held: Container[str] = ()) -> str:
         """The instance that keeps a singular thing: a held one, else one already recorded,
         else the first."""
         recorded = [n for n in names if n in self.recorded_ports or n in self.recorded_bindings
                     or n in self.recorded_providers or n in self.ledger.declared]
         return sorted([n for n in names if n in held] or recorded or names)[0]
 
-    def floor_ports(self, node: str) -> set:
+    def floor_ports(self, node: str) -> set[tuple[int, str]]:
         """The floors a node keeps that no kept host port collides with (check_floors)."""
-        ports = set() if node in self.ssh_conflicts else {(self.mesh.nodes[node].ssh_port, "tcp")}
+        ports: set[tuple[int, str]] = (
+            set() if node in self.ssh_conflicts else {(self.mesh.nodes[node].ssh_port, "tcp")})
         ports.update((f.port, f.protocol) for i, f in enumerate(self.mesh.floors)
                      if i not in self.refused_floors)
         return ports
 
     # ------------------------------------------------------------------ bindings
 
-    def candidates_index(self, held: dict):
+    def candidates_index(self, held: dict[str, InstanceRendering]
+                         ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         by_provision: dict[str, list[str]] = {}
         by_module: dict[str, list[str]] = {}
         for name in self.names:  # blocked providers stay candidates: see propagate_blocks
@@ -160,22 +170,22 @@ class _Resolver:
                     lst.append(name)
         return by_provision, by_module
 
-    def bind_all(self) -> dict[tuple, Bound]:
+    def bind_all(self) -> dict[tuple[str, str], Bound]:
         held = held_candidates(self)
         by_provision, by_module = self.candidates_index(held)
         instance_nodes = {n: self.instances[n].node for n in self.names
                           if self.module_of(n) is not None}
         instance_nodes.update({n: rendering.node for n, rendering in held.items()})
-        bound: dict[tuple, Bound] = {}
-        local_index: dict[tuple, list] = {}  # (what, node) → candidates on that node
-        for key, names in list(by_provision.items()) + [(("module", m), n)
-                                                        for m, n in by_module.items()]:
+        bound: dict[tuple[str, str], Bound] = {}
+        local_index: dict[tuple[_Wanted, str], list[str]] = {}  # (what, node) → candidates on it
+        by_wanted: list[tuple[_Wanted, list[str]]] = [*by_provision.items()]
+        for wanted, names in by_wanted + [(("module", m), n) for m, n in by_module.items()]:
             for n in names:
-                local_index.setdefault((key, instance_nodes[n]), []).append(n)
-        sets = {key: set(v) for key, v in by_provision.items()}
+                local_index.setdefault((wanted, instance_nodes[n]), []).append(n)
+        sets: dict[_Wanted, set[str]] = {p: set(v) for p, v in by_provision.items()}
         sets.update({("module", m): set(v) for m, v in by_module.items()})
         for name in self.placed():
-            inst, module = self.instances[name], self.module_of(name)
+            inst, module = self.instances[name], self.placed_module(name)
             for index, req in enumerate(module.requires):
                 if req.part is not None and req.part not in inst.parts:
                     continue
@@ -189,8 +199,9 @@ class _Resolver:
                                      instance=name, requirement=req.as_,
                                      blocks=[] if req.optional else [name])
                         continue
-                    key = req.provision
+                    key: _Wanted = req.provision
                 else:
+                    assert req.module is not None, req  # validated: a provision or a module
                     candidates = by_module.get(req.module, [])
                     key = ("module", req.module)
                 local = local_index.get((key, inst.node), [])
@@ -223,17 +234,20 @@ class _Resolver:
                                  blocks=[] if optional else [name])
                     continue
                 listen = self.serving_listen(selection.provider, req)
+                assert selection.chosen_by is not None  # a chosen provider names its rule
                 bound[(name, req.as_)] = Bound(name, req, selection.provider,
                                                 selection.chosen_by, listen)
         return bound
 
     def serving_listen(self, provider: str, req: Require) -> str:
-        module = self.module_of(provider)
+        module = self.placed_module(provider)
         if req.provision is not None:
             return next(p.listen for p in module.provides if p.provision == req.provision)
         return req.listen or sorted(module.listens)[0]
 
-    def refuse_requirement(self, name, module, index, req, what, selection) -> None:
+    def refuse_requirement(self, name: str, module: Module, index: int, req: Require, what: str,
+                           selection: Selection) -> None:
+        path: tuple[str | int, ...]
         if selection.rule == "instance override":
             doc, path = "mesh", ("instances", name, "bind", req.as_)
         elif selection.rule == "manifest":
@@ -241,6 +255,7 @@ class _Resolver:
         else:
             doc, path = f"module:{module.name}", ("requires", index)
         state = selection.state
+        assert state is not None  # a refusal names its state
         if state == codes.AMBIGUOUS_PROVIDER:
             message = (f"{name} requires {what} ({req.as_}) and several providers could serve "
                        f"it: {', '.join(selection.candidates)}; name one with `bind: "
@@ -254,6 +269,7 @@ class _Resolver:
             message = (f"{name} requires {what} ({req.as_}) from {selection.named} "
                        f"({selection.rule}), which does not provide it")
         else:
+            assert selection.named is not None  # PROVIDER_NODE_UNKNOWN names the instance
             message = (f"{name} requires {what} ({req.as_}) from {selection.named}, whose node "
                        f"{self.instances[selection.named].node!r} is not in the mesh")
         if req.optional and not keeps_optional(self, name, req, selection):
@@ -264,7 +280,7 @@ class _Resolver:
             self.problem(state, message, doc=doc, path=path, instance=name, requirement=req.as_,
                          state=state, candidates=selection.candidates, blocks=[name])
 
-    def propagate_blocks(self, bound: dict[tuple, Bound]) -> None:
+    def propagate_blocks(self, bound: dict[tuple[str, str], Bound]) -> None:
         """A consumer of a blocked provider is blocked too (it could not start honestly)."""
         changed = True
         while changed:
@@ -273,7 +289,7 @@ class _Resolver:
                 if self.live(consumer) and not self.live(b.provider):
                     if b.requirement.optional and not was_bound(self, consumer, as_, b.provider):
                         continue
-                    module = self.module_of(consumer)
+                    module = self.placed_module(consumer)
                     index = list(module.requires).index(b.requirement)
                     self.problem(codes.BLOCKED_BY_PROVIDER,
                                  f"{consumer} requires {b.requirement.provision or b.requirement.module}"
@@ -288,7 +304,7 @@ class _Resolver:
 
     # ------------------------------------------------------------------ ports and logins
 
-    def assign_logins(self, bound: dict) -> dict[str, str]:
+    def assign_logins(self, bound: dict[tuple[str, str], Bound]) -> dict[str, str]:
         logins: dict[str, str] = {}
         used = set(self.ledger.logins.values())
         for b in sorted(bound.values(), key=lambda b: (b.consumer, b.requirement.as_)):
@@ -332,7 +348,7 @@ class _Resolver:
                         *certificate_requests(self.mesh, self.ledger, self.now),
                         *self.tls_requests(registry)]
         check_public_keys(self, all_requests)
-        new_bindings = {}
+        new_bindings: dict[str, dict[str, str]] = {}
         for (consumer, as_), b in bound.items():
             new_bindings.setdefault(consumer, {})[as_] = b.provider
         for consumer, recorded in self.ledger.bindings.items():
@@ -378,7 +394,7 @@ class _Resolver:
         stores: dict[str, str] = {}
         nodes: dict[str, str] = {}
         for name in self.placed():
-            for provide in self.module_of(name).provides:
+            for provide in self.placed_module(name).provides:
                 if provide.provision == ARTIFACT_STORE:
                     port = assigned.get((name, provide.listen))
                     if port is not None:
@@ -386,10 +402,10 @@ class _Resolver:
                         stores[name] = f"{self.mesh.nodes[node].address}:{port}"
                         nodes[name] = node
         for name, rendering in held_candidates(self).items():  # held, it still serves
-            for provide in rendering.providers:
-                if provide.provision == ARTIFACT_STORE:
+            for served in rendering.providers:
+                if served.provision == ARTIFACT_STORE:
                     stores.setdefault(
-                        name, f"{self.mesh.nodes[rendering.node].address}:{provide.port}")
+                        name, f"{self.mesh.nodes[rendering.node].address}:{served.port}")
                     nodes.setdefault(name, rendering.node)
         chosen = choose_artifact_store_instance(stores, self.mesh.defaults.get(ARTIFACT_STORE))
         return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
@@ -402,7 +418,7 @@ class _Resolver:
         return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
 
 
-def _problem_order(p: Problem):
+def _problem_order(p: Problem) -> tuple[str, str, str, str]:
     return (p.instance or "", p.requirement or "", p.code, p.message)
 
 

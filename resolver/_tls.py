@@ -34,8 +34,10 @@ from ._model import Mesh
 TLS_HOST_DIR = "/etc/mesh/tls"  # + /<instance>/ on the node
 TLS_CONTAINER_DIR = "/etc/mesh/tls"  # where the server finds server.crt and server.key
 CERT_FILE, KEY_FILE = "server.crt", "server.key"
-TRUST_DIR = "/etc/docker/certs.d"  # the container runtime's per-registry trust
+#: Where the container runtime looks for a registry's trusted CA (`<dir>/<host:port>/ca.crt`).
+TRUST_DIR = "/etc/docker/certs.d"
 TLS_LABEL = "mesh.tls-serial"
+#: The Request kind of a registry's server certificate to issue.
 TLS_REQUEST = "tls-certificate"
 
 
@@ -45,6 +47,7 @@ def tls_credential(instance: str) -> str:
 
 
 def is_tls_credential(credential: str) -> bool:
+    """Whether a credential id names an instance's TLS key (see tls_credential)."""
     return credential.startswith("tls/")
 
 

@@ -17,14 +17,15 @@ import binascii
 import ipaddress
 import re
 import string
-from typing import Iterable, Optional
+from typing import AbstractSet, Collection, Iterable, Mapping, Optional, Union
 
 from ._certs import epoch_seconds
 from ._errors import Fault, MeshError
 from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
-from ._model import GRANT_KINDS, Health, Mesh, Module, Provisions
+from ._inputs import Sources
+from ._model import GRANT_KINDS, Exposure, Health, Mesh, Module, Mount, Provision, Provisions
 from ._errors import PlaceholderSyntaxError
 from ._placeholders import placeholders
 
@@ -44,33 +45,36 @@ OWNER = re.compile(r"^[0-9]+:[0-9]+$")
 OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
+#: A key path into a document: mapping keys and list indexes.
+_Path = tuple[Union[str, int], ...]
+
 
 class _Faults:
     """Collects faults against one document."""
 
-    def __init__(self, where: DocumentPositions):
+    def __init__(self, where: DocumentPositions) -> None:
         self.where = where
         self.items: list[Fault] = []
 
-    def at(self, path: tuple, message: str, expected: str = "", *, key: bool = False) -> None:
+    def at(self, path: _Path, message: str, expected: str = "", *, key: bool = False) -> None:
         self.items.append(self.where.fault(path, message, expected, at_key=key))
 
-    def port(self, path: tuple, value: Optional[int], low: int = 1) -> None:
+    def port(self, path: _Path, value: Optional[int], low: int = 1) -> None:
         if value is not None and not low <= value <= 65535:
             self.at(path, f"port {value} is out of range", f"a port from {low} to 65535")
 
-    def choice(self, path: tuple, value: str, allowed: Iterable[str]) -> None:
+    def choice(self, path: _Path, value: str, allowed: Iterable[str]) -> None:
         allowed = tuple(allowed)
         if value not in allowed:
             self.at(path, f"{value!r} is not allowed", "one of " + ", ".join(allowed))
 
-    def name(self, path: tuple, value: str, what: str, *, key: bool = False) -> None:
+    def name(self, path: _Path, value: str, what: str, *, key: bool = False) -> None:
         if not NAME.match(value):
             self.at(path, f"{what} {value!r} is not a plain name",
                     "letters, digits, '-' and '_' (starting with a letter or digit)", key=key)
 
 
-def _one_of(obj, names: tuple[str, ...]) -> list[str]:
+def _one_of(obj: object, names: tuple[str, ...]) -> list[str]:
     return [n for n in names if getattr(obj, n) is not None]
 
 
@@ -208,7 +212,7 @@ def _containers(module: Module, requirement_names: set[str], f: _Faults) -> None
                      key=True)
 
 
-def _mount(module: Module, mount, path: tuple, f: _Faults) -> None:
+def _mount(module: Module, mount: Mount, path: _Path, f: _Faults) -> None:
     kinds = _one_of(mount, ("state", "access", "facility"))
     if len(kinds) != 1:
         f.at(path, f"mount of {mount.target!r} names "
@@ -217,7 +221,8 @@ def _mount(module: Module, mount, path: tuple, f: _Faults) -> None:
     if not mount.target.startswith("/"):
         f.at(path + ("target",), f"mount target {mount.target!r} is not absolute",
              "an absolute path inside the container")
-    declared = {"state": module.state, "access": module.accesses, "facility": module.facilities}
+    declared: dict[str, Collection[str]] = {"state": module.state, "access": module.accesses,
+                                            "facility": module.facilities}
     section = {"state": "state", "access": "accesses", "facility": "facilities"}
     for kind in kinds:
         name = getattr(mount, kind)
@@ -226,7 +231,7 @@ def _mount(module: Module, mount, path: tuple, f: _Faults) -> None:
                  f"one of the module's {section[kind]}: " + _listing(declared[kind]), key=True)
 
 
-def _health(module: Module, health: Health, path: tuple, f: _Faults) -> None:
+def _health(module: Module, health: Health, path: _Path, f: _Faults) -> None:
     kinds = _one_of(health, ("command", "tcp", "http"))
     if len(kinds) != 1:
         f.at(path, "health check names " + (" and ".join(kinds) if kinds else "no check"),
@@ -274,9 +279,9 @@ def _placeholder_fault(module: Module, requirement_names: set[str], body: str) -
     return f"${{{body}}} is not a placeholder"
 
 
-def module_placeholder_keys(module: Module) -> list[tuple[tuple, str, str]]:
+def module_placeholder_keys(module: Module) -> list[tuple[_Path, str, str]]:
     """(env path, requirement `as`, key) for every `${<as>.<key>}` in the module's env."""
-    found = []
+    found: list[tuple[_Path, str, str]] = []
     for i, container in enumerate(module.containers):
         for key, value in container.env.items():
             try:
@@ -309,7 +314,7 @@ def validate_provisions(provisions: Provisions, where: DocumentPositions) -> lis
     return f.items
 
 
-def _url_template(url: str, keys, path: tuple, f: _Faults) -> None:
+def _url_template(url: str, keys: Collection[str], path: _Path, f: _Faults) -> None:
     """A url template is text with `{key}` fields only (`{{` and `}}` for braces): no format
     spec, conversion, attribute or index (the resolver fills it with str.format_map)."""
     fields = "fields from keys: " + _listing(k for k in keys if k != "url")
@@ -382,7 +387,7 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
     return f.items
 
 
-def _exposure(path: tuple, listen: str, exposure, f: _Faults) -> None:
+def _exposure(path: _Path, listen: str, exposure: Exposure, f: _Faults) -> None:
     f.name(path, listen, "exposed listen", key=True)
     if not exposure.to:
         f.at(path + ("to",), "an exposure to nobody", "at least one source: any, an address "
@@ -421,7 +426,7 @@ def _is_x25519_key(text: str) -> bool:
 # --------------------------------------------------------------------------- ledger
 
 
-def ledger_version_fault(data, where: DocumentPositions) -> Optional[Fault]:
+def ledger_version_fault(data: object, where: DocumentPositions) -> Optional[Fault]:
     """A ledger is read only at a version this code knows; checked before its shape."""
     if not isinstance(data, dict):
         return None  # the structure check reports it
@@ -467,7 +472,8 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
 # --------------------------------------------------------------------------- the catalogue
 
 
-def validate_catalogue(modules, provisions, sources, unloaded=frozenset()) -> list[Fault]:
+def validate_catalogue(modules: Mapping[str, Module], provisions: Mapping[str, Provision],
+                       sources: Sources, unloaded: AbstractSet[str] = frozenset()) -> list[Fault]:
     """Faults between catalogue documents: placeholder keys, build bases, module listens.
 
     `modules` maps name → Module, `provisions` name → Provision, `sources` is a Sources;
@@ -476,7 +482,7 @@ def validate_catalogue(modules, provisions, sources, unloaded=frozenset()) -> li
     resolver (they block instances)."""
     faults: list[Fault] = []
 
-    def at(name: str, path: tuple, message: str, expected: str, key: bool = True) -> None:
+    def at(name: str, path: _Path, message: str, expected: str, key: bool = True) -> None:
         file, line, col = sources.where(f"module:{name}", *path, at_key=key)
         faults.append(Fault(file, line, col, message, expected))
 
@@ -486,9 +492,10 @@ def validate_catalogue(modules, provisions, sources, unloaded=frozenset()) -> li
             req = requirements.get(as_)
             if req is None:
                 continue  # validate_module already said so
+            offered: tuple[str, ...]
             if req.module is not None:
                 offered = MODULE_REQUIREMENT_KEYS
-            elif req.provision in provisions:
+            elif req.provision is not None and req.provision in provisions:
                 provision = provisions[req.provision]
                 offered = tuple(provision.keys) + (("url",) if provision.url else ())
             else:

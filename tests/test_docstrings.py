@@ -3,8 +3,7 @@
 (or a docstring after it) on each public constant, which is how pdoc documents a variable.
 
 A constant that is a member of a documented StrEnum (the problem codes as `resolver.HELD`) is
-documented by its enum. Names defined in the modules being rewritten on another branch
-(`BEING_ANNOTATED_ELSEWHERE`, emptied by that branch's merge) are left to it.
+documented by its enum.
 """
 
 from __future__ import annotations
@@ -17,13 +16,6 @@ from pathlib import Path
 import resolver
 
 RESOLVER = Path(resolver.__file__).resolve().parent
-
-# Rewritten on branch i14s (issue 14, part R: resolution as pure stages); that merge documents
-# them and removes this set.
-BEING_ANNOTATED_ELSEWHERE = frozenset({
-    "_resolve", "_render", "_assemble", "_firewall", "_held", "_picture", "_ports", "_refusals",
-    "_registry_access", "_tls", "_validate",
-})
 
 
 def exported_from() -> dict[str, tuple[str, str]]:
@@ -60,8 +52,6 @@ def undocumented() -> list[str]:
     missing = []
     for name in resolver.__all__:
         module, own_name = origins[name]
-        if module in BEING_ANNOTATED_ELSEWHERE:
-            continue
         value = getattr(resolver, name)
         if inspect.isclass(value) or inspect.isfunction(value):
             if not (vars(value).get("__doc__") if inspect.isclass(value) else value.__doc__):
@@ -101,8 +91,3 @@ def test_the_walk_finds_a_missing_docstring(monkeypatch):
     assert "container_changes (_plan)" in missing and "Sources.file (_inputs)" in missing
     assert constant_documented("_ledger", "LEDGER_VERSION")
     assert not constant_documented("_model", "EMPTY_MAP")  # private, and said by no `#:`
-
-
-def test_the_exception_set_names_only_modules_that_exist():
-    present = {p.stem for p in RESOLVER.glob("_*.py")}
-    assert BEING_ANNOTATED_ELSEWHERE <= present, BEING_ANNOTATED_ELSEWHERE - present
