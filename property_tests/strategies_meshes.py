@@ -602,7 +602,7 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         if recorded:
             bindings[name] = pmap(recorded)
 
-    logins, credentials = {}, {}
+    logins, credentials, issued = {}, {}, 0
     pairs = credential_ids(catalogue, mesh)
     pairs += [("postgres-database/retired-db@lab/app0@anchor", "postgres-database",
                "retired-db@lab", "app0@anchor"),
@@ -615,7 +615,8 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         if one_in(draw, 3) and cred not in recorded_pairs:
             continue  # a pair the ledger recorded a binding of has its credential more often
         if coin(draw):
-            logins[cred] = f"{consumer.split('@')[0].replace('-', '_')}_{len(logins):08x}"
+            issued += 1  # numbered by a count of its own: a pair drawn twice overwrites
+            logins[cred] = f"{consumer.split('@')[0].replace('-', '_')}_{issued:08x}"
         if coin(draw):
             holders = sorted({mesh.instances[n].node for n in (provider, consumer)
                               if n in mesh.instances} or {node_names[0]})

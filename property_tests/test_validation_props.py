@@ -242,6 +242,8 @@ LEDGER_DEFECTS = {
     "slot": lambda d: d.setdefault("credentials", {}).update(
         {T: {"active": {"generation": 1, "slot": "c"}}}),
     "pin": lambda d: d.setdefault("pins", {}).update({T: "sha256:short"}),
+    "login shared": lambda d: d.setdefault("logins", {}).update(
+        {"amqp/lavinmq@anchor/old-app@anchor": "old_app_1", T: "old_app_1"}),
     "version": lambda d: d.update(version=2),
 }
 
@@ -307,7 +309,8 @@ POINT = {  # the key a fault must point at (its line), for mistakes in one scala
         "unknown key": "colour", "a string for a port": "ssh-port"},
     "provisions": {"scope": "scope", "grant": "grant", "url field not a key": "url",
                    "url field url": "url"},
-    "ledger": {"port": "port", "generation": "generation", "slot": "slot", "pin": T},
+    "ledger": {"port": "port", "generation": "generation", "slot": "slot", "pin": T,
+               "login shared": T},
 }
 
 
