@@ -33,7 +33,7 @@ from resolver import resolve, unstructure
 import resolver as codes  # the problem codes are public names of the library
 
 from .oracle_mesh import LOGIN, credential, expect, floor_conflicts
-from .oracle_render import (artifact_state, build, certificate_reasons, mesh_registry,
+from .oracle_render import (RESOURCE, Fill, artifact_state, build, certificate_reasons, mesh_registry,
                             registry_instance, request_key)
 from .strategies_meshes import meshes
 
@@ -112,6 +112,12 @@ def test_logins_and_recorded_bindings_are_kept_derived_once_and_dropped_with_a_p
         slot = f"_{b.login.rsplit('_', 1)[1]}" if grant == "database+login" else ""
         assert b.login == login + slot
         assert b.resource == login
+        # the resource (database, vhost, bucket, client) is named by the login, and the url
+        # says it where its template names it
+        template = provisions[b.provision].url
+        if template is not None:
+            assert b.url == template.format_map(Fill(
+                host=b.host, port=b.port, user=b.login, **{RESOURCE[grant]: login}))
     kept = {c: v for c, v in ledger.logins.items() if c not in live_credentials
             and c.split("/")[1] in mesh.instances and c.split("/")[2] in mesh.instances}
     assert dict(resolution.ledger.logins) == {**kept, **live_credentials}
