@@ -231,3 +231,11 @@ def test_a_path_that_leaves_the_document_is_placed_at_the_deepest_key_it_reaches
     assert where.position(gone) == where.position(prefix)
     if prefix:
         assert where.position(gone, at_key=True) == where.position(prefix, at_key=True)
+
+
+@given(st.integers(-(2**28) + 1, 2**28 - 1),  # at most 32 characters, the loader's bound
+       st.sampled_from([bin, oct, hex, str]))
+def test_an_integer_in_any_base_yaml_knows_reads_back_as_itself(number, spell):
+    """YAML 1.2 core ints: decimal, 0b binary, 0o octal and 0x hex, signed, read as written."""
+    data, _ = parse_yaml(f"v: {spell(number)}\n", "x.yaml")
+    assert data == {"v": number} and type(data["v"]) is int
