@@ -140,6 +140,39 @@ def select(world, consumer: str, req, recorded: Optional[str]):
     return ("refused", codes.NO_PROVIDER, ())
 
 
+def floor_conflicts(world):
+    """(indexes of mesh floors not applied, nodes whose ssh floor is not, problems): a floor
+    whose port a kept host port holds on any node (a port recorded for an instance still in
+    mesh.yaml never moves), and a node whose ssh-port is such a port, are refused instead."""
+    kept = defaultdict(dict)  # node → port → holder, the first by instance then listen name
+    for name, entries in sorted(world.ledger.ports.items()):
+        if name in world.mesh.instances:
+            for listen, entry in sorted(entries.items()):
+                kept[entry.node].setdefault(entry.port, name)
+    refused, problems = set(), set()
+    for index, floor in enumerate(world.mesh.floors):
+        holders = {h for ports in kept.values() for port, h in ports.items()
+                   if port == floor.port}
+        if holders:
+            refused.add(index)
+            problems.add(("error", codes.FLOOR_CONFLICT, None, None, (), tuple(sorted(holders))))
+    ssh = set()
+    for node, described in world.mesh.nodes.items():
+        holder = kept.get(node, {}).get(described.ssh_port)
+        if holder is not None:
+            ssh.add(node)
+            problems.add(("error", codes.FLOOR_CONFLICT, None, None, (), (holder,)))
+    return refused, ssh, problems
+
+
+def kept_floors(world, node) -> set:
+    """(port, protocol) of the floors `node` keeps (floor_conflicts refuses the others)."""
+    refused, ssh, _ = floor_conflicts(world)
+    floors = set() if node in ssh else {(world.mesh.nodes[node].ssh_port, "tcp")}
+    return floors | {(f.port, f.protocol) for i, f in enumerate(world.mesh.floors)
+                     if i not in refused}
+
+
 def expect(world) -> Expected:
     catalogue, mesh, ledger = world.catalogue, world.mesh, world.ledger
     modules, instances = catalogue.modules, mesh.instances
@@ -151,6 +184,8 @@ def expect(world) -> Expected:
 
     def module_of(name):
         return modules[instances[name].module]
+
+    e.problems |= floor_conflicts(world)[2]
 
     # 1. placement ------------------------------------------------------------------
     for name in names:
@@ -209,8 +244,7 @@ def expect(world) -> Expected:
             if listen.fixed is not None:
                 contended[(node, "port", listen.fixed, listen.protocol)].add(name)
     for (node, kind, what, protocol), group in contended.items():
-        floors = {(mesh.nodes[node].ssh_port, "tcp")} | {(f.port, f.protocol) for f in mesh.floors}
-        if kind == "port" and (what, protocol) in floors:
+        if kind == "port" and (what, protocol) in kept_floors(world, node):
             for name in group:
                 e.refuse(codes.PORT_CONFLICT, name)
         elif len(group) > 1:
@@ -270,8 +304,7 @@ def expect(world) -> Expected:
 
     # 5. host ports -----------------------------------------------------------------
     first, last = mesh.host_ports.first, mesh.host_ports.last
-    taken = {node: {mesh.nodes[node].ssh_port} | {f.port for f in mesh.floors}
-             for node in mesh.nodes}
+    taken = {node: {port for port, _ in kept_floors(world, node)} for node in mesh.nodes}
     for name in names:  # a refused instance keeps its recorded ports, where they are
         if name in e.refused:
             for entry in ledger.ports.get(name, {}).values():

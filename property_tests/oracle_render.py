@@ -38,7 +38,7 @@ from resolver import (
 
 from resolver import assign_macs  # the naming function only: a hash of the name
 
-from .oracle_mesh import credential, installed, state_path
+from .oracle_mesh import credential, floor_conflicts, installed, state_path
 
 RESOURCE = {"database+login": "database", "vhost+account": "vhost", "bucket+key": "bucket",
             "client+secret": "client"}
@@ -333,6 +333,7 @@ def build(world, expected, logins):
 
     declarations = {}
     broker = mesh.substrate.broker
+    refused_floors = floor_conflicts(world)[0]
     for node in sorted(mesh.nodes):
         floors = [FirewallFloor(mesh.nodes[node].ssh_port, "tcp", pvector(), "ssh")]
         if broker in live and instances[broker].node == node:
@@ -340,7 +341,9 @@ def build(world, expected, logins):
                            if p.provision == "amqp")
             floors.append(FirewallFloor(expected.ports[(broker, provide.listen)], "tcp",
                                         pvector(everyone), "broker (enrolment)"))
-        for f in mesh.floors:
+        for i, f in enumerate(mesh.floors):
+            if i in refused_floors:
+                continue  # a kept host port holds it (floor-conflict)
             floors.append(FirewallFloor(f.port, f.protocol,
                                         pvector(everyone if f.sources == "mesh" else []),
                                         f.reason or f"floor {f.port}/{f.protocol}"))

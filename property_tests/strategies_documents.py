@@ -88,6 +88,8 @@ LEDGER_OVERRIDES: Overrides = {
     (Generation, "generation"): st.integers(1, 2**31),
     (Generation, "slot"): st.sampled_from([None, "a", "b"]),
     (Ledger, "pins"): st.dictionaries(texts, DIGESTS, max_size=3).map(pmap),
+    (Ledger, "logins"): st.lists(st.tuples(texts, texts), max_size=4, unique_by=(
+        lambda kv: kv[0], lambda kv: kv[1])).map(lambda pairs: pmap(dict(pairs))),  # one each
     (BuildRecord, "bases"): st.dictionaries(texts, texts, max_size=2).map(pmap),
     (Certificate, "not_before"): TIMES,
     (Certificate, "not_after"): TIMES,

@@ -403,6 +403,11 @@ def meshes(draw, *, bad: bool = True, recorded: bool = True, max_nodes: int = 4)
         victim = pick(draw, sorted(instances))
         inst = instances[victim]
         instances[victim] = attrs.evolve(inst, parts=inst.parts.append("nightly"))
+    for name in sorted(instances):  # what an operator says of a move: the state was copied
+        if one_in(draw, 6):         # from a node (right, wrong or stale), or starts empty
+            instances[name] = attrs.evolve(instances[name], state_from=pick(draw, node_names))
+        elif one_in(draw, 12):
+            instances[name] = attrs.evolve(instances[name], fresh=True)
     names = sorted(instances)
 
     # --- manifest `provider:` and instance overrides, named once the instances exist
@@ -521,7 +526,7 @@ def generations(draw, holders: list[str], dual: bool, own: bool):
     active = Generation(gen, slot, pmap(sealed))
     retired = pvector(range(1, gen - 1)) if gen > 2 else pvector()
     applied = pmap({n: number(draw, max(1, gen - 1), gen) for n in sealed if coin(draw)})
-    stage = pick(draw, ["pending", "retiring", "settled"] if dual
+    stage = pick(draw, ["pending", "retiring", "retiring", "settled"] if dual
                  else ["settled", "settled", "pending", "retiring"])
     if stage == "pending" and not own:
         other = ("b" if slot == "a" else "a") if dual else None
@@ -553,18 +558,22 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         inst = mesh.instances.get(name)
         module = modules.get(inst.module) if inst is not None else None
         listens = sorted(module.listens) if module is not None else ["main"]
-        if inst is not None and number(draw, 0, 2) > 0:
+        said = inst is not None and inst.state_from is not None  # the operator spoke of a move
+        if inst is not None and number(draw, 0, 2) > 0 and not said:
             continue  # a third of the instances that run were recorded before
         entries = {}
+        was = pick(draw, node_names) if said and coin(draw) else None  # the whole instance moved
         for listen in listens:
             if module is not None and module.listens[listen].fixed is not None:
                 continue
             node = inst.node if inst is not None else pick(draw, node_names)
-            if one_in(draw, 6):
+            if was is not None:
+                node = was
+            elif one_in(draw, 6):
                 node = pick(draw, node_names)  # it moved since
             where = pick(draw, ["in", "in", "in", "in", "out", "again"])
             if where == "out":
-                port = pick(draw, [first - 1, 19000, last + 1, 30999])
+                port = pick(draw, [first - 1, 19000, last + 1, 30999, 25, 22, 9999])
             elif where == "again" and used:
                 port = pick(draw, sorted(used))
             else:
@@ -593,7 +602,7 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         if recorded:
             bindings[name] = pmap(recorded)
 
-    logins, credentials = {}, {}
+    logins, credentials, issued = {}, {}, 0
     pairs = credential_ids(catalogue, mesh)
     pairs += [("postgres-database/retired-db@lab/app0@anchor", "postgres-database",
                "retired-db@lab", "app0@anchor"),
@@ -606,7 +615,8 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         if one_in(draw, 3) and cred not in recorded_pairs:
             continue  # a pair the ledger recorded a binding of has its credential more often
         if coin(draw):
-            logins[cred] = f"{consumer.split('@')[0].replace('-', '_')}_{len(logins):08x}"
+            issued += 1  # numbered by a count of its own: a pair drawn twice overwrites
+            logins[cred] = f"{consumer.split('@')[0].replace('-', '_')}_{issued:08x}"
         if coin(draw):
             holders = sorted({mesh.instances[n].node for n in (provider, consumer)
                               if n in mesh.instances} or {node_names[0]})

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap
 
 from resolver import Certificate, MeshError, resolve
-from resolver import epoch_seconds, renewal_due
+from resolver import epoch_seconds, is_tls_credential, renewal_due, tls_credential
 
 from .strategies_meshes import meshes
 
@@ -121,3 +121,12 @@ def test_resolve_requests_exactly_the_certificates_due(world, now, lifetimes):
     without_now = resolve(world.catalogue, mesh, ledger)
     assert not [r for r in without_now.requests if r.kind == "certificate"], \
         "without a time nothing is due"
+
+
+@given(st.from_regex(r"[a-z][a-z0-9-]{0,12}@[a-z][a-z0-9-]{0,8}", fullmatch=True))
+def test_a_tls_key_credential_is_told_apart_from_every_other_credential(instance):
+    """Executors pick out the TLS keys (sealed to the node that serves them) by their id."""
+    assert is_tls_credential(tls_credential(instance)) is True
+    for other in (f"postgres-database/{instance}/app@lab", f"secret/{instance}/admin",
+                  f"amqp/lavinmq@lab/{instance}"):
+        assert is_tls_credential(other) is False

@@ -12,11 +12,11 @@ from __future__ import annotations
 import ipaddress
 
 import attrs
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import Exposure, resolve
+from resolver import BLOCKED_BY_PROVIDER, HELD, UNKNOWN_LISTEN, Exposure, resolve
 
 from .strategies import worlds
 from .strategies_firewall import NETWORKS
@@ -121,3 +121,29 @@ def test_exposures_open_assigned_ports_and_move_none(world, data):
             opened[(instance, listen)] = set(e.sources)
         assert opened == {k: v for k, v in wanted.items() if k[0] in decl.instances}
 
+
+
+@given(worlds(with_binding=True), st.data())
+def test_an_exposure_of_no_listen_refuses_its_instance_by_name(world, data):
+    """An `expose:` naming no listen of the module is refused (unknown-listen), blocking that
+    instance and stating nothing else; a valid exposure beside it does not save it."""
+    first = run(world)
+    live = sorted(first.renderings)
+    assume(live)
+    name = data.draw(st.sampled_from(live))
+    module = world.catalogue.modules[world.mesh.instances[name].module]
+    known = sorted(module.listens)
+    typo = data.draw(st.sampled_from(known)) + "x" if known else "main"
+    expose = {typo: Exposure(to=pvector(["any"]), reason="typo")}
+    if known and data.draw(st.booleans()):
+        expose[known[0]] = Exposure(to=pvector(["10.77.0.9"]), reason="fine")
+    instances = world.mesh.instances.set(
+        name, attrs.evolve(world.mesh.instances[name], expose=pmap(expose)))
+    second = run(attrs.evolve(world, mesh=attrs.evolve(world.mesh, instances=instances)),
+                 first.ledger)
+    refused = [(p.code, p.severity, p.instance, tuple(p.blocks)) for p in second.problems
+               if p.code == UNKNOWN_LISTEN]
+    assert refused == [(UNKNOWN_LISTEN, "error", name, (name,))]
+    assert name not in second.renderings
+    assert {p.code for p in second.problems} - {p.code for p in first.problems} <= {
+        UNKNOWN_LISTEN, BLOCKED_BY_PROVIDER, HELD}

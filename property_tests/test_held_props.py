@@ -18,7 +18,8 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import Floor, Instance, NodeSerial, Require, newest_written, record_declared, resolve
+from resolver import (EMPTY_LEDGER, Floor, Instance, NodeSerial, Require, newest_written, next_serial,
+                      record_declared, resolve)
 from resolver import ProblemCode as codes
 
 from .strategies import module_named, with_instance, worlds
@@ -173,3 +174,28 @@ def test_adding_a_floor_never_moves_a_kept_port(world, data):
         assert not refused
         assert all(port in {f.port for f in d.firewall.floors}
                    for d in second.declarations.values())
+
+
+SERIALS = st.dictionaries(st.sampled_from(["anchor", "lab", "edge"]),
+                          st.builds(NodeSerial, st.integers(1, 4), st.sampled_from(["d1", "d2"])))
+
+
+@given(SERIALS, SERIALS)
+def test_a_written_serial_replaces_the_ledgers_only_when_it_is_higher(recorded, written):
+    """newest_written takes, per node, the serial found written only when it is higher than
+    the ledger's: on a tie the ledger's record stays, so a serial the ledger gave one digest
+    is never reused for another (a node that applied it would never take the other)."""
+    ledger = attrs.evolve(EMPTY_LEDGER, nodes=pmap(recorded))
+    merged = newest_written(ledger, written)
+    for node in set(recorded) | set(written):
+        mine, found = recorded.get(node), written.get(node)
+        want = found if mine is None or (found is not None and found.serial > mine.serial) \
+            else mine
+        assert merged.nodes[node] == want
+    assert set(merged.nodes) == set(recorded) | set(written)
+    if merged.nodes == ledger.nodes:
+        assert merged is ledger  # nothing newer: the ledger handed on untouched
+    for node, found in written.items():
+        mine = recorded.get(node)
+        if mine is not None and found.serial == mine.serial and found.digest != mine.digest:
+            assert next_serial(merged.nodes[node], found.digest) == found.serial + 1

@@ -209,3 +209,33 @@ def test_mutated_mesh_inputs_load_or_locate(data):
         files = {file for _, file in documents.values()}
         for fault in error.faults:
             assert fault.file in files and fault.line >= 1, str(fault)
+
+
+NESTED = st.recursive(st.integers(0, 9), lambda inner: st.dictionaries(
+    st.sampled_from("abcde"), inner, min_size=1, max_size=4), max_leaves=12).filter(
+    lambda d: isinstance(d, dict))
+
+
+@given(NESTED, st.data())
+def test_a_path_that_leaves_the_document_is_placed_at_the_deepest_key_it_reaches(doc, data):
+    """A fault's path may go on past what the document writes (a default, a missing key): it
+    is placed at the deepest place along the path the document has, never at a key further
+    on that happens to share a later path element's name."""
+    _, where = parse_yaml(dump_yaml(doc), "x.yaml")
+    prefix, node = (), doc
+    while isinstance(node, dict) and data.draw(st.booleans()):
+        key = data.draw(st.sampled_from(sorted(node)))
+        prefix, node = prefix + (key,), node[key]
+    rest = tuple(data.draw(st.lists(st.sampled_from("abcde"), min_size=1, max_size=3)))
+    gone = prefix + ("zz",) + rest
+    assert where.position(gone) == where.position(prefix)
+    if prefix:
+        assert where.position(gone, at_key=True) == where.position(prefix, at_key=True)
+
+
+@given(st.integers(-(2**28) + 1, 2**28 - 1),  # at most 32 characters, the loader's bound
+       st.sampled_from([bin, oct, hex, str]))
+def test_an_integer_in_any_base_yaml_knows_reads_back_as_itself(number, spell):
+    """YAML 1.2 core ints: decimal, 0b binary, 0o octal and 0x hex, signed, read as written."""
+    data, _ = parse_yaml(f"v: {spell(number)}\n", "x.yaml")
+    assert data == {"v": number} and type(data["v"]) is int

@@ -242,6 +242,8 @@ LEDGER_DEFECTS = {
     "slot": lambda d: d.setdefault("credentials", {}).update(
         {T: {"active": {"generation": 1, "slot": "c"}}}),
     "pin": lambda d: d.setdefault("pins", {}).update({T: "sha256:short"}),
+    "login shared": lambda d: d.setdefault("logins", {}).update(
+        {"amqp/lavinmq@anchor/old-app@anchor": "old_app_1", T: "old_app_1"}),
     "version": lambda d: d.update(version=2),
 }
 
@@ -307,7 +309,8 @@ POINT = {  # the key a fault must point at (its line), for mistakes in one scala
         "unknown key": "colour", "a string for a port": "ssh-port"},
     "provisions": {"scope": "scope", "grant": "grant", "url field not a key": "url",
                    "url field url": "url"},
-    "ledger": {"port": "port", "generation": "generation", "slot": "slot", "pin": T},
+    "ledger": {"port": "port", "generation": "generation", "slot": "slot", "pin": T,
+               "login shared": T},
 }
 
 
@@ -396,11 +399,16 @@ def test_a_type_mistake_and_a_rule_mistake_are_both_reported(world, data):
     module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
                                               key=lambda m: m.name)))
     plain = copy.deepcopy(unstructure(module))
-    plain.setdefault("listens", {})["typo"] = {"port": "eighty"}  # only the types say so
     kind = data.draw(st.sampled_from([k for k in sorted(MODULE_DEFECTS)
                                       if k not in ("unknown key", "a string for a port",
                                                    "a number for a name")]))
     MODULE_DEFECTS[kind](plain)
+    # only the types say so: in a mapping's entry, or in an item of a list (run-once, a bool)
+    unmarked = [c for c in plain.get("containers") or [] if T not in repr(c)]
+    if unmarked and data.draw(st.booleans()):
+        unmarked[0]["run-once"] = "eighty"
+    else:
+        plain.setdefault("listens", {})["typo"] = {"port": "eighty"}
     note(kind)
     text = dump_yaml(plain)
     with pytest.raises(InputError) as raised:

@@ -65,22 +65,37 @@ def _strip_optional(t: Any) -> tuple[Any, bool]:
 
 def type_at(cls: type, path: tuple[Any, ...]) -> Optional[Any]:
     """The declared type of the value at `path` in a document of `cls`, if it can be told."""
+    return _walk(cls, path)[0]
+
+
+def document_path(cls: type, path: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`path` with each attribute name spelled as documents write its key (the converter's
+    notes name `run_once`, the document says `run-once`)."""
+    return _walk(cls, path)[1]
+
+
+def _walk(cls: type, path: tuple[Any, ...]) -> tuple[Optional[Any], tuple[Any, ...]]:
     t: Any = cls
-    for key in path:
+    spelled: list[Any] = []
+    for i, key in enumerate(path):
         t, _ = _strip_optional(t)
         if attrs.has(t):
             hints = typing.get_type_hints(t)
             names = {document_key(t, a.name): a.name for a in attrs.fields(t)}
+            names.update({a.name: a.name for a in attrs.fields(t) if a.name not in names})
             if key not in names:
-                return None
+                return None, tuple(spelled) + path[i:]
+            spelled.append(document_key(t, names[key]))
             t = hints[names[key]]
-        elif typing.get_origin(t) in (PMap, dict):
+            continue
+        spelled.append(key)
+        if typing.get_origin(t) in (PMap, dict):
             t = typing.get_args(t)[1]
         elif typing.get_origin(t) in (PVector, list):
             t = typing.get_args(t)[0]
         else:
-            return None
-    return t
+            return None, tuple(spelled) + path[i + 1:]
+    return t, tuple(spelled)
 
 
 def _container(data: Any, path: tuple[Any, ...]) -> Any:
@@ -109,6 +124,7 @@ def repair(data: Any, cls: type,
             continue
         if kind != "value" or not path:
             return data, None
+        path = document_path(cls, path)
         declared, _ = _strip_optional(type_at(cls, path))
         holder = _container(data, path[:-1])
         if declared not in NEUTRAL or holder is None:

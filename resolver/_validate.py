@@ -466,6 +466,15 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
     for pin, digest in ledger.pins.items():
         if not DIGEST.match(digest):
             f.at(("pins", pin), f"pin {pin!r} is not a digest", "sha256: and 64 hex digits")
+    holders: dict[str, list[str]] = {}
+    for cred_id, login in ledger.logins.items():
+        holders.setdefault(login, []).append(cred_id)
+    for login, creds in holders.items():
+        if len(creds) > 1:  # only a hand edit or a bad merge writes it: resolve() never does
+            for cred_id in creds:
+                f.at(("logins", cred_id), f"login {login!r} is recorded for "
+                     f"{len(creds)} credentials: {', '.join(sorted(creds))}",
+                     "one login per credential (two consumers never share a login)")
     return f.items
 
 
