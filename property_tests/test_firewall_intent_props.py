@@ -16,7 +16,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import BLOCKED_BY_PROVIDER, HELD, UNKNOWN_LISTEN, Exposure, resolve
+from resolver import (BLOCKED_BY_PROVIDER, EXPOSURE_FAMILY, HELD, UNKNOWN_LISTEN, Exposure,
+                      resolve)
 
 from .strategies import worlds
 from .strategies_firewall import NETWORKS
@@ -147,3 +148,41 @@ def test_an_exposure_of_no_listen_refuses_its_instance_by_name(world, data):
     assert name not in second.renderings
     assert {p.code for p in second.problems} - {p.code for p in first.problems} <= {
         UNKNOWN_LISTEN, BLOCKED_BY_PROVIDER, HELD}
+
+
+FAMILY_SOURCES = {4: ["10.77.0.0/24", "10.77.0.9", "192.168.1.0/24", "10.0.0.1/32"],
+                  6: ["fd00::/64", "fd00::9", "2001:db8::/32", "fd00:77::a"]}
+
+
+@given(worlds(with_binding=True), st.data())
+def test_an_exposure_to_the_other_address_family_is_a_warning_that_refuses_nothing(world, data):
+    """A source of the other address family than its node's address can never reach the port
+    (it is published on that address only): one warning per such source, at that source,
+    naming it; nothing is refused, the exposure's sources of the node's family state nothing,
+    and no instance's rendering is lost."""
+    first = run(world)
+    live = [name for name in sorted(first.renderings)
+            if world.catalogue.modules[world.mesh.instances[name].module].listens]
+    assume(live)
+    name = data.draw(st.sampled_from(live))
+    inst = world.mesh.instances[name]
+    listen = data.draw(st.sampled_from(sorted(world.catalogue.modules[inst.module].listens)))
+    family = ipaddress.ip_address(world.mesh.nodes[inst.node].address).version
+    wrong = data.draw(st.lists(st.sampled_from(FAMILY_SOURCES[10 - family]), min_size=1,
+                               max_size=3, unique=True))
+    right = data.draw(st.lists(st.sampled_from(FAMILY_SOURCES[family]), max_size=2,
+                               unique=True))
+    to = data.draw(st.permutations(wrong + right))
+    instances = world.mesh.instances.set(name, attrs.evolve(
+        inst, expose=pmap({listen: Exposure(to=pvector(to), reason="family")})))
+    second = run(attrs.evolve(world, mesh=attrs.evolve(world.mesh, instances=instances)),
+                 first.ledger)
+    warned = [p for p in second.problems if p.code == EXPOSURE_FAMILY]
+    assert [(p.severity, p.instance, tuple(p.blocks)) for p in warned] == \
+        [("warning", name, ())] * len(wrong)
+    named = sorted(next(canonical(s) for s in wrong if f"exposed to {canonical(s)}," in p.message)
+                   for p in warned)
+    assert named == sorted(canonical(s) for s in wrong)
+    assert sorted(second.renderings) == sorted(first.renderings)
+    assert {p.code for p in second.problems} - {p.code for p in first.problems} == {
+        EXPOSURE_FAMILY}
