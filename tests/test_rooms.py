@@ -44,13 +44,13 @@ def _type_checking(node: ast.AST) -> bool:
         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
-def _import_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every import statement that runs (at module level or in a function), not those under
-    `if TYPE_CHECKING:`."""
+def _import_nodes(tree: ast.AST, type_only: bool = False) -> Iterator[ast.AST]:
+    """Every import statement that runs (at module level or in a function), and those under
+    `if TYPE_CHECKING:` only when `type_only` is asked for."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if _type_checking(node):
+        if _type_checking(node) and not type_only:
             stack.extend(node.orelse)  # type: ignore[attr-defined]
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -58,7 +58,8 @@ def _import_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imported_modules(path: Path, known: Iterable[str], root: Path = ROOT) -> set[str]:
+def imported_modules(path: Path, known: Iterable[str], root: Path = ROOT,
+                     type_only: bool = False) -> set[str]:
     """The modules among `known` that the file at `path` imports (relative imports resolved;
     `from package import name` is the submodule when `name` is one)."""
     known = set(known)
@@ -70,7 +71,7 @@ def imported_modules(path: Path, known: Iterable[str], root: Path = ROOT) -> set
         if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and node.value in known and node.value != name:
             found.add(node.value)
-    for node in _import_nodes(tree):
+    for node in _import_nodes(tree, type_only):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -90,13 +91,14 @@ def imported_modules(path: Path, known: Iterable[str], root: Path = ROOT) -> set
     return found
 
 
-def import_graph(package_dir: Path | Iterable[Path], root: Path = ROOT) -> dict[str, set[str]]:
+def import_graph(package_dir: Path | Iterable[Path], root: Path = ROOT,
+                 type_only: bool = False) -> dict[str, set[str]]:
     """Module → the modules it imports, over every file under `package_dir` (one directory
     or several: an arrow between two packages is seen only when both are in the graph)."""
     dirs = [package_dir] if isinstance(package_dir, Path) else list(package_dir)
     files = sorted(p for d in dirs for p in d.rglob("*.py"))
     known = {module_name(p, root) for p in files}
-    return {module_name(p, root): imported_modules(p, known, root) for p in files}
+    return {module_name(p, root): imported_modules(p, known, root, type_only) for p in files}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -197,6 +199,18 @@ def test_no_circle_runs_through_resolver_and_executors_together():
     assert found == [], "import circles: " + "; ".join(" ↔ ".join(c) for c in found)
 
 
+def test_no_circle_even_through_imports_only_the_type_checker_reads():
+    """Annotations are part of the house too: with every `if TYPE_CHECKING:` import counted,
+    resolver/ and executors/ still import nothing in a circle (the provisioners take the
+    SecretSource protocol from executors.node.extensions, which reads their value types only
+    for the type checker)."""
+    graph = import_graph([ROOT / "resolver", ROOT / "executors"], type_only=True)
+    assert "executors.node.provisioners.base" in graph["executors.node.extensions"]
+    found = cycles(graph)
+    assert found == [], "import circles, type-only imports counted: " + \
+        "; ".join(" ↔ ".join(c) for c in found)
+
+
 def test_the_cycle_check_sees_lazy_imports_and_relative_ones_but_not_type_checking(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -213,6 +227,7 @@ def test_the_cycle_check_sees_lazy_imports_and_relative_ones_but_not_type_checki
     assert graph["pkg.a"] == {"pkg.sub.b"}
     assert graph["pkg.sub.b"] == {"pkg.a"}
     assert graph["pkg.c"] == set()
+    assert import_graph(pkg, tmp_path, type_only=True)["pkg.c"] == {"pkg.d"}
     assert graph["pkg.e"] == {"pkg.f"}
     assert cycles(graph) == [["pkg.a", "pkg.sub.b"], ["pkg.e", "pkg.f"]]
     other = tmp_path / "other"

@@ -18,6 +18,8 @@ base only (the registry imports them by name when their kind is first asked for)
 module here imports another in a circle. This package re-exports the names callers use.
 """
 
+from executors.node.extensions import SecretSource
+
 from .admin_login import check_admins, read_admin, refused_message
 from .base import (
     AMQP_KIND,
@@ -29,7 +31,6 @@ from .base import (
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
-    SecretSource,
     admin_of,
     derive_endpoint,
     idle_providers,

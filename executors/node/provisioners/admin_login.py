@@ -26,12 +26,13 @@ from resolver import Declaration, MeshError
 from executors.common.report import Report
 from executors.node.extensions import Provisioner
 
+from executors.node.extensions import SecretSource
+
 from .base import (
     Admin,
     AdminReading,
     Endpoint,
     ProvisionError,
-    SecretSource,
     _one_line,
     admin_of,
     derive_endpoint,

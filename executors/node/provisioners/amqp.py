@@ -32,6 +32,8 @@ from .amqp_plan import (
     desired_account,
     path,
 )
+from executors.node.extensions import SecretSource
+
 from .base import (
     AMQP_KIND,
     AUTH_FAILED,
@@ -43,7 +45,6 @@ from .base import (
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
-    SecretSource,
     _one_line,
     binding_address,
     credential_name,

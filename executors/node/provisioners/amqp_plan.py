@@ -52,7 +52,9 @@ from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_m
     unmark_call,
 )
 
-from .base import ProvisionError, SecretSource
+from executors.node.extensions import SecretSource
+
+from .base import ProvisionError
 
 FULL = ".*"
 

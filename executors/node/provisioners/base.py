@@ -25,7 +25,6 @@ import attrs
 from resolver import BindingDecl, Declaration, GrantDecl, MeshError, SecretRef
 
 from executors.common.report import Report
-from executors.node.extensions import SecretSource  # noqa: F401  (part of this module's API)
 
 POSTGRES_KIND = "database+login"
 AMQP_KIND = "vhost+account"

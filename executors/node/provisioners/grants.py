@@ -28,13 +28,14 @@ from resolver import Declaration, GrantDecl, MeshError, SecretRef
 
 from executors.common.report import Report
 
+from executors.node.extensions import SecretSource
+
 from .admin_login import put_admin_in_force, wait_for_admin
 from .base import (
     Endpoint,
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
-    SecretSource,
     _one_line,
     admin_of,
     derive_endpoint,

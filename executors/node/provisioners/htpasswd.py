@@ -28,7 +28,9 @@ from resolver import REGISTRY_AUTH_HOST_DIR as AUTH_HOST_DIR
 from executors.common.atomic import write_atomic
 from executors.common.report import Report
 
-from .base import GrantOutcome, ProvisionResult, SecretSource
+from executors.node.extensions import SecretSource
+
+from .base import GrantOutcome, ProvisionResult
 from .htpasswd_plan import Desired, after, diff, entries, parse, text
 
 KIND = ACCOUNT_KIND

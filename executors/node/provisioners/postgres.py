@@ -22,6 +22,8 @@ from resolver import BindingDecl, GrantDecl
 
 from executors.common.report import Report
 
+from executors.node.extensions import SecretSource
+
 from .base import (
     AUTH_FAILED,
     MISSING,
@@ -33,7 +35,6 @@ from .base import (
     GrantOutcome,
     ProvisionError,
     ProvisionResult,
-    SecretSource,
     _one_line,
     binding_address,
     credential_name,

@@ -37,7 +37,9 @@ from psycopg import sql
 
 from resolver import GrantDecl
 
-from .base import ProvisionError, SecretSource
+from executors.node.extensions import SecretSource
+
+from .base import ProvisionError
 
 SLOTS = ("a", "b")
 
