@@ -211,6 +211,8 @@ MESH_DEFECTS = {
         {T: {"address": "10.9.9.9", "control": True}}),
     "instance name": lambda d: d.setdefault("instances", {}).update(
         {T + " x": {"module": "m", "node": "n"}}),
+    "state-from and fresh": lambda d: d.setdefault("instances", {}).update(
+        {T: {"module": "m", "node": "n", "state-from": "n0", "fresh": True}}),
     "host ports below the floor": lambda d: d.update({"host-ports": {"first": 80,
                                                                       "last": 20999}}),
     "host ports backwards": lambda d: d.update({"host-ports": {"first": 21000, "last": 20000}}),
@@ -303,7 +305,8 @@ POINT = {  # the key a fault must point at (its line), for mistakes in one scala
         "a string for a port": "port", "unknown key": "colour"},
     "mesh": {
         "ssh port": "ssh-port", "node address": "address", "public key": "public-key",
-        "second control node": "control", "host ports below the floor": "first",
+        "second control node": "control", "state-from and fresh": "fresh",
+        "host ports below the floor": "first",
         "floor port": "port", "floor protocol": "protocol", "floor sources": "sources",
         "ca validity": "validity-days", "ca renewal": "renew-before-days",
         "unknown key": "colour", "a string for a port": "ssh-port"},
@@ -324,6 +327,7 @@ AT_THE_KEY = {  # a reference (or a name that is a key) is pointed at by its key
     "env placeholder of self", "env placeholder of no binding value",
     "env placeholder of no secret", "env placeholder of no listen",
     "env placeholder of three parts", "unknown key", "second control node",
+    "state-from and fresh",
 }
 
 
