@@ -213,6 +213,10 @@ MESH_DEFECTS = {
         {T + " x": {"module": "m", "node": "n"}}),
     "state-from and fresh": lambda d: d.setdefault("instances", {}).update(
         {T: {"module": "m", "node": "n", "state-from": "n0", "fresh": True}}),
+    "exposure source not an address": lambda d: d.setdefault("instances", {}).update(
+        {T: {"module": "m", "node": "n", "expose": {"main": {"to": ["ten.0.0.1"]}}}}),
+    "exposure source with host bits": lambda d: d.setdefault("instances", {}).update(
+        {T: {"module": "m", "node": "n", "expose": {"main": {"to": ["10.0.0.1/24"]}}}}),
     "host ports below the floor": lambda d: d.update({"host-ports": {"first": 80,
                                                                       "last": 20999}}),
     "host ports backwards": lambda d: d.update({"host-ports": {"first": 21000, "last": 20000}}),
