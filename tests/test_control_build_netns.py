@@ -38,12 +38,12 @@ import pytest
 try:
     from . import _netns
     from .test_registry_tls_netns import (REGISTRY, UPSTREAM, declaration,
-                                          mesh, mesh_host, nodes_yaml, registry_rootfs,
+                                          apply_node, mesh, mesh_host, nodes_yaml, registry_rootfs,
                                           trusting_nodes)
 except ImportError:
     import _netns
     from test_registry_tls_netns import (REGISTRY, UPSTREAM, declaration,
-                                         mesh, mesh_host, nodes_yaml, registry_rootfs,
+                                         apply_node, mesh, mesh_host, nodes_yaml, registry_rootfs,
                                          trusting_nodes)
 
 from executors.common.keys import load_private_key, unseal
@@ -80,7 +80,6 @@ def test_the_mesh_builds_its_control_image_and_a_node_runs_it():
             _netns.Topology("c", count=2) as topology, \
             trusting_nodes(topology, Path(scratch)) as daemons:
         tmp = Path(scratch)
-        roots = {node: tmp / f"{node}-root" for node in ("n1", "n2")}
         states = {node: tmp / f"{node}-state" for node in ("n1", "n2")}
         n1, n2 = daemons["n1"], daemons["n2"]
         import docker
@@ -109,11 +108,7 @@ def test_the_mesh_builds_its_control_image_and_a_node_runs_it():
         mesh_host("plan", str(directory), "--issue", "--out", str(out))
 
         def apply(node: str) -> str:
-            return mesh(topology, node, "apply", str(out / f"{node}.declaration.json"),
-                        "--secrets", str(directory / "ledger.yaml"),
-                        "--key", str(tmp / f"{node}.key"), "--docker-host",
-                        daemons[node].host, "--state-root", str(states[node]),
-                        "--file-root", str(roots[node]), "--no-fast")
+            return apply_node(topology, daemons, tmp, directory, out, node)
 
         apply("n1")
         apply("n2")  # the trust file for the registry

@@ -200,6 +200,16 @@ def trusting_nodes(topology, tmp: Path):
             daemon.stop()
 
 
+def apply_node(topology, daemons: dict, tmp: Path, directory: Path, out: Path,
+               node: str) -> str:
+    """`mesh apply` of `node`'s declaration inside its namespace, against its own dockerd, with
+    the file root trusting_nodes() gave it and a state root beside it (no fast path)."""
+    return mesh(topology, node, "apply", str(out / f"{node}.declaration.json"),
+                "--secrets", str(directory / "ledger.yaml"), "--key", str(tmp / f"{node}.key"),
+                "--docker-host", daemons[node].host, "--state-root", str(tmp / f"{node}-state"),
+                "--file-root", str(tmp / f"{node}-root"), "--no-fast")
+
+
 def nodes_yaml(topology, keys: dict) -> str:
     """mesh.yaml's `nodes:` entries for n1 (the control node) and n2."""
     return "".join(f"  {node}:\n    address: {topology.addresses[node]}\n"
@@ -274,11 +284,7 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
             (port, [topology.addresses["n2"]])]
 
         def apply(node: str) -> str:
-            return mesh(topology, node, "apply", str(out / f"{node}.declaration.json"),
-                        "--secrets", str(directory / "ledger.yaml"),
-                        "--key", str(tmp / f"{node}.key"), "--docker-host",
-                        daemons[node].host, "--state-root", str(states[node]),
-                        "--file-root", str(roots[node]), "--no-fast")
+            return apply_node(topology, daemons, tmp, directory, out, node)
 
         apply("n1")
         key_file = roots["n1"] / "etc/mesh/tls/registry/server.key"
