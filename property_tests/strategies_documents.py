@@ -20,6 +20,7 @@ from resolver import (
     BuildRecord,
     Certificate,
     Declaration,
+    FrozenMap,
     Generation,
     Ledger,
     Mesh,
@@ -45,11 +46,12 @@ def strategy_for(t: Any, overrides: Overrides, depth: int = 0) -> st.SearchStrat
         return st.one_of(*[strategy_for(a, overrides, depth) for a in typing.get_args(t)])
     if t is type(None):
         return st.none()
-    if typing.get_origin(t) is PMap:
+    if typing.get_origin(t) in (PMap, FrozenMap):
         key_t, value_t = typing.get_args(t)
         keys = names if key_t is str else strategy_for(key_t, overrides, depth + 1)
         return st.dictionaries(keys, strategy_for(value_t, overrides, depth + 1),
-                               max_size=3 if depth < 3 else 1).map(pmap)
+                               max_size=3 if depth < 3 else 1).map(
+            pmap if typing.get_origin(t) is PMap else FrozenMap)
     if typing.get_origin(t) is PVector:
         (item_t,) = typing.get_args(t)
         return st.lists(strategy_for(item_t, overrides, depth + 1),

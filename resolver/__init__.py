@@ -150,6 +150,7 @@ from ._ledger import (  # noqa: F401
     NodeSerial,
     PortAssignment,
 )
+from ._frozen import FrozenMap
 from ._declaration import (  # noqa: F401
     FileDecl,
     RegistryLogin,
@@ -334,7 +335,7 @@ __all__ = [
     "EMPTY_LEDGER", "LEDGER_VERSION", "BuildRecord", "Certificate", "Credential", "Generation",
     "Ledger", "NodeSerial", "PortAssignment",
     # Declarations
-    "AccessDecl", "Binding", "BindingDecl", "Change", "ContainerDecl", "Declaration",
+    "FrozenMap", "AccessDecl", "Binding", "BindingDecl", "Change", "ContainerDecl", "Declaration",
     "FirewallAllow", "FirewallExposure", "FirewallFloor", "FirewallIntent", "FirewallLocal",
     "GrantDecl", "HealthDecl", "HeldDecl", "InstanceRendering", "MountDecl", "Problem",
     "ProviderDecl", "PublishedPort", "Request", "SecretRef", "StateDirDecl", "FileDecl",

@@ -4,7 +4,8 @@ Invariants:
 - No coercion: a string field refuses 3, an int field refuses "3" and True, a bool refuses 1.
 - Unknown keys are refused; keys are the YAML spellings (`run-once`, `as`), derived
   mechanically from attribute names by yaml_key, so an error can name the key as written.
-- Collections come out immutable (PMap / PVector) and go back out as dicts and lists;
+- Collections come out immutable (PMap / PVector, FrozenMap where the model says so) and go
+  back out as dicts and lists;
   `structure(unstructure(x)) == x` for every document type.
 - Unstructuring omits attributes equal to their default, so written documents stay short.
 """
@@ -21,6 +22,8 @@ from pyrsistent import PMap as RuntimePMap
 from pyrsistent import PVector as RuntimePVector
 from pyrsistent import pmap, pvector
 from pyrsistent.typing import PMap, PVector
+
+from ._frozen import FrozenMap
 
 
 def yaml_key(attribute: str) -> str:
@@ -86,17 +89,27 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
     def is_pmap(t: Any) -> bool:
         return typing.get_origin(t) is PMap or t is PMap
 
+    def is_frozen_map(t: Any) -> bool:
+        return typing.get_origin(t) is FrozenMap or t is FrozenMap
+
     def is_pvector(t: Any) -> bool:
         return typing.get_origin(t) is PVector or t is PVector
 
-    def structure_pmap(value: Any, t: Any) -> PMap[Any, Any]:
+    def structure_mapping(value: Any, t: Any) -> Any:
+        """The entries of a mapping document, structured to the declared key and value types."""
         if not isinstance(value, dict):
             raise TypeError(f"expected a mapping, got {_describe(value)}")
         key_t, val_t = typing.get_args(t) or (str, Any)
         if (key_t in PLAIN and val_t in PLAIN and {*map(type, value)} <= {key_t}
                 and {*map(type, value.values())} <= {val_t}):
-            return pmap(value)  # every key and value already what its strict hook accepts
-        return pmap(conv.structure(value, dict[key_t, val_t]))  # type: ignore[valid-type]
+            return value  # every key and value already what its strict hook accepts
+        return conv.structure(value, dict[key_t, val_t])  # type: ignore[valid-type]
+
+    def structure_pmap(value: Any, t: Any) -> PMap[Any, Any]:
+        return pmap(structure_mapping(value, t))
+
+    def structure_frozen_map(value: Any, t: Any) -> FrozenMap[Any, Any]:
+        return FrozenMap(structure_mapping(value, t))
 
     def structure_pvector(value: Any, t: Any) -> PVector[Any]:
         if not isinstance(value, list):
@@ -107,6 +120,7 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
         return pvector(conv.structure(value, list[item_t]))  # type: ignore[valid-type]
 
     conv.register_structure_hook_func(is_pmap, structure_pmap)
+    conv.register_structure_hook_func(is_frozen_map, structure_frozen_map)
     conv.register_structure_hook_func(is_pvector, structure_pvector)
     def element_hook(item_t: Any) -> Any:
         """How one element of a declared type unstructures, decided once per type (not looked
@@ -136,6 +150,7 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
         return lambda v: [hook(i) for i in v]
 
     conv.register_unstructure_hook_factory(is_pmap, unstructure_pmap_factory)
+    conv.register_unstructure_hook_factory(is_frozen_map, unstructure_pmap_factory)
     conv.register_unstructure_hook_factory(is_pvector, unstructure_pvector_factory)
     # values unstructured without a declared type arrive with pyrsistent's runtime classes
     conv.register_unstructure_hook_func(

@@ -19,9 +19,10 @@ from __future__ import annotations
 from typing import Optional
 
 import attrs
-from pyrsistent.typing import PMap, PVector
+from pyrsistent.typing import PVector
 
-from ._model import EMPTY_MAP, EMPTY_VEC
+from ._frozen import EMPTY_FROZEN, FrozenMap
+from ._model import EMPTY_VEC
 
 
 @attrs.frozen(order=True)
@@ -76,13 +77,13 @@ class ContainerDecl:
     container: str  # the container's name inside its module
     image: str  # repository@sha256:…
     command: Optional[PVector[str]] = None
-    env: PMap[str, str] = EMPTY_MAP
+    env: FrozenMap[str, str] = EMPTY_FROZEN
     secrets: PVector[SecretRef] = EMPTY_VEC  # every credential its env refers to
     ports: PVector[PublishedPort] = EMPTY_VEC
     mounts: PVector[MountDecl] = EMPTY_VEC
     run_once: bool = False
     health: Optional[HealthDecl] = None
-    labels: PMap[str, str] = EMPTY_MAP
+    labels: FrozenMap[str, str] = EMPTY_FROZEN
     # The container's MAC address on the runtime's bridge: set for the containers of an
     # instance bound to a provider on its own node, whose firewall opening names it.
     mac: Optional[str] = None
@@ -210,7 +211,7 @@ class BindingDecl:
     requirement: str
     provider: str
     provision: Optional[str]
-    values: PMap[str, str]
+    values: FrozenMap[str, str]
     secret: Optional[SecretRef] = None
     kind: str = "none"  # grant kind, for verify
 
@@ -241,9 +242,9 @@ class InstanceRendering:
     accesses: PVector[AccessDecl] = EMPTY_VEC  # instances: itself only, with its own mode
     providers: PVector[ProviderDecl] = EMPTY_VEC
     bindings: PVector[BindingDecl] = EMPTY_VEC  # as the consumer
-    grants: PMap[str, PVector[GrantDecl]] = EMPTY_MAP  # provider node → grants for it
-    allows: PMap[str, PVector[FirewallAllow]] = EMPTY_MAP  # provider node → one per binding
-    locals: PMap[str, PVector[FirewallLocal]] = EMPTY_MAP  # its own node → one per binding
+    grants: FrozenMap[str, PVector[GrantDecl]] = EMPTY_FROZEN  # provider node → grants for it
+    allows: FrozenMap[str, PVector[FirewallAllow]] = EMPTY_FROZEN  # provider node → one per binding
+    locals: FrozenMap[str, PVector[FirewallLocal]] = EMPTY_FROZEN  # its own node → one per binding
     exposures: PVector[FirewallExposure] = EMPTY_VEC  # its listens opened beyond the mesh
     claims: PVector[str] = EMPTY_VEC  # the singular things it claims on its node, kept held
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 
-from pyrsistent import pmap, pvector
-from pyrsistent.typing import PMap, PVector
+from pyrsistent import pvector
+from pyrsistent.typing import PVector
 
 from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id
 from ._placeholders import Body, Template, secret_token, template
@@ -43,7 +43,8 @@ from ._declaration import (
 )
 from ._artifacts import artifact_key, image_reference
 from ._firewall import consumer_container_macs, exposures_of
-from ._model import Health, Module, small_map
+from ._frozen import EMPTY_FROZEN, FrozenMap
+from ._model import Health, Module
 from ._registry_access import MeshRegistry
 from ._rotation import grant_view
 from ._secrets import secret_ref
@@ -148,8 +149,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     # a consumer's bindings, grants and allows, frozen (kept apart: a tuple of the three would
     # be one more object per consumer for the collector)
     consumed_of: dict[str, PVector[BindingDecl]] = {}
-    granted_of: dict[str, PMap[str, PVector[GrantDecl]]] = {}
-    allowed_of: dict[str, PMap[str, PVector[FirewallAllow]]] = {}
+    granted_of: dict[str, FrozenMap[str, PVector[GrantDecl]]] = {}
+    allowed_of: dict[str, FrozenMap[str, PVector[FirewallAllow]]] = {}
     sources_of: dict[str, PVector[str]] = {}  # consumer node → the allows' sources
     admin_of: dict[tuple[str, str], Optional[str]] = {}  # (module, provision) → admin secret
     ordered = sorted(bound)
@@ -208,7 +209,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         bindings.append(binding_record(instances, b, values, secret))
         decls.append(BindingDecl(
             consumer=b.consumer, requirement=req.as_, provider=b.provider,
-            provision=req.provision, values=small_map(values), secret=secret, kind=b.kind))
+            provision=req.provision, values=FrozenMap(values), secret=secret, kind=b.kind))
         if provider_node != consumer_node:
             listen = listens_of[instances[b.provider].module][b.listen]
             allows.setdefault(provider_node, []).append(FirewallAllow(
@@ -217,10 +218,10 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
             consumed_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
             if grants:
-                granted_of[b.consumer] = small_map({node: pvector(sorted(g, key=_grant_order))
+                granted_of[b.consumer] = FrozenMap({node: pvector(sorted(g, key=_grant_order))
                                                     for node, g in grants.items()})
             if allows:
-                allowed_of[b.consumer] = small_map({node: pvector(a)
+                allowed_of[b.consumer] = FrozenMap({node: pvector(a)
                                                     for node, a in allows.items()})
             decls, grants, allows = [], {}, {}
 
@@ -247,7 +248,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     # --- consumers bound on their own node are let in by their containers' MAC addresses
     mac_of, consumer_macs = consumer_container_macs(r, bound, container_name)
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
-    locals_of: dict[str, PMap[str, PVector[FirewallLocal]]] = {}
+    locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
     openings: dict[str, list[FirewallLocal]] = {}
     for index, key in enumerate(ordered):
         b = bound[key]
@@ -259,7 +260,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                 macs_of[b.consumer], f"{b.provider}/{b.listen}"))
         # (a consumer with no container has nothing to let in)
         if openings and (index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer):
-            locals_of[b.consumer] = small_map({node: pvector(o) for node, o in openings.items()})
+            locals_of[b.consumer] = FrozenMap({node: pvector(o) for node, o in openings.items()})
             openings = {}
 
     # --- containers, state, accesses, and with them the rendering (what depends on the
@@ -321,10 +322,10 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             containers.append(ContainerDecl(
                 name=runtime_name, instance=name,
                 container=container.name, image=image_of(module, container.artifact),
-                command=container.command, env=small_map(env), secrets=pvector(sorted(refs)),
+                command=container.command, env=FrozenMap(env), secrets=pvector(sorted(refs)),
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=_health(container.health, module, name, assigned),
-                labels=small_map({"mesh.mesh": mesh.mesh, "mesh.instance": name,
+                labels=FrozenMap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
                                   "mesh.container": container.name}),
                 mac=mac_of.get(runtime_name)))
         if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
@@ -337,9 +338,9 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                              for path, mode in sorted(accesses.items())),
             providers=providers_of.get(name, pvector()),
             bindings=consumed_of.get(name, pvector()),
-            grants=granted_of.get(name, pmap()),
-            allows=allowed_of.get(name, pmap()),
-            locals=locals_of.get(name, pmap()),
+            grants=granted_of.get(name, EMPTY_FROZEN),
+            allows=allowed_of.get(name, EMPTY_FROZEN),
+            locals=locals_of.get(name, EMPTY_FROZEN),
             exposures=exposures_of(r, name, assigned) if inst.expose else pvector(),
             claims=shape.claims)
     return renderings, bindings, requests

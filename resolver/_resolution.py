@@ -19,7 +19,7 @@ from pyrsistent.typing import PMap, PVector
 
 from ._declaration import Binding, Change, Declaration, InstanceRendering, Problem, Request
 from ._ledger import Ledger
-from ._model import EMPTY_MAP
+from ._frozen import EMPTY_FROZEN, FrozenMap
 
 
 @attrs.frozen
@@ -36,7 +36,7 @@ class Resolution:
     artifacts: str = "external"  # external | self-hosting
     registry: Optional[str] = None  # "host:port" of the mesh's own registry (choose_artifact_store)
     registry_instance: Optional[str] = None  # the instance that is that registry
-    renderings: PMap[str, InstanceRendering] = EMPTY_MAP  # live instance → its rendering
+    renderings: FrozenMap[str, InstanceRendering] = EMPTY_FROZEN  # live instance → its rendering
 
     @property
     def refused(self) -> bool:

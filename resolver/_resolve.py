@@ -45,6 +45,7 @@ from ._ports import assign_ports, new_ports
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
 from ._ledger import Ledger
+from ._frozen import FrozenMap
 from ._model import Mesh, Module, Require
 from ._artifacts import (
     ARTIFACT_STORE,
@@ -140,7 +141,7 @@ def resolution(r: Context) -> Resolution:
                                  registry.address if registry is not None else None),
         registry=registry.address if registry is not None else None,
         registry_instance=registry.instance if registry is not None else None,
-        renderings=pmap(renderings),
+        renderings=FrozenMap(renderings),
     )
 
 

@@ -19,6 +19,7 @@ import attrs
 from pyrsistent.typing import PMap, PVector
 
 from ._errors import MeshError
+from ._frozen import FrozenMap
 from ._convert import CONVERTER, document_key
 from ._declaration import Declaration
 from ._ledger import LEDGER_VERSION, Ledger
@@ -95,7 +96,7 @@ class _Builder:
             return {}
         if typing.get_origin(t) is Union:
             return {"anyOf": [self.of(a) for a in typing.get_args(t)]}
-        if _is_generic(t, PMap) or typing.get_origin(t) is dict:
+        if _is_generic(t, PMap) or _is_generic(t, FrozenMap) or typing.get_origin(t) is dict:
             _, value_t = typing.get_args(t) or (str, Any)
             return {"type": "object", "additionalProperties": self.of(value_t)}
         if _is_generic(t, PVector) or typing.get_origin(t) is list:
