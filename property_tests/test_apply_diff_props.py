@@ -48,8 +48,8 @@ def _summary(digest: str) -> pmap:
 def desired_states(draw, refusable: bool = True):
     names = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=5))
     containers = tuple(
-        DesiredContainer(n, draw(st.booleans()), d, _summary(d))
-        for n in names for d in [draw(st.sampled_from(DIGESTS))])
+        DesiredContainer(n, once, d, _summary(d), health=not once and draw(st.booleans()))
+        for n in names for d in [draw(st.sampled_from(DIGESTS))] for once in [draw(st.booleans())])
     dirs = tuple(sorted(DesiredDir(p, draw(st.sampled_from(OWNERS)), draw(st.sampled_from(OWNERS)),
                                    draw(st.sampled_from(MODES)))
                         for p in draw(st.lists(st.sampled_from(DIR_PATHS), unique=True))))
@@ -81,7 +81,8 @@ def observed_states(draw, refusable: bool = True):
         digest = draw(st.sampled_from(DIGESTS))
         containers[n] = ContainerFacts(n, digest, running, "running" if running else "exited",
                                        draw(st.booleans()),
-                                       draw(st.sampled_from([pmap(), _summary(digest)])))
+                                       draw(st.sampled_from([pmap(), _summary(digest)])),
+                                       answered=draw(st.booleans()))
     markers = draw(st.dictionaries(st.sampled_from(NAMES), st.sampled_from(DIGESTS)))
     applied = draw(st.one_of(st.none(), st.builds(
         Applied, st.integers(0, 5), st.sampled_from(DIGESTS),
@@ -205,3 +206,20 @@ def test_latest_wins_and_nothing_is_silently_dropped(given_candidates, applied, 
     again = choose_latest(shuffled, applied)
     assert again.chosen == choice.chosen
     assert set(again.superseded) == set(choice.superseded)
+
+
+@given(desired_states(refusable=False), observed_states(refusable=False))
+def test_a_running_container_no_apply_saw_answer_is_awaited(desired, observed):
+    """Same digest and running is not done for a container with a health check that no apply
+    saw answer (the apply that started it was killed while waiting): the plan awaits it, and
+    only such a container."""
+    ops = diff(desired, observed)
+    if ops.refused:
+        return
+    awaited = {op.subject for op in ops.ops if op.op == "await-health"}
+    expected = {c.name for c in desired.containers
+                if c.health and c.name in observed.containers
+                and observed.containers[c.name].digest == c.digest
+                and observed.containers[c.name].running
+                and not observed.containers[c.name].answered}
+    assert awaited == expected

@@ -9,6 +9,9 @@ Invariants:
   the whole plan: a refused plan has no operations, so nothing is half-applied.
 - Nothing the mesh does not manage is touched: containers are only those carrying our labels,
   and a state directory that holds data the mesh did not put there is kept and reported.
+- A container that declares a health check is done only once an apply has seen it answer:
+  one left running by an apply killed before that (same digest, so nothing else would touch
+  it) is awaited again (`await-health`) instead of being taken as converged.
 - Order: directories, files, removals, then containers and run-once steps in declaration
   order (a step runs before the containers declared after it), then the applied record, which
   the executor writes only once every phase (provisioning included) has succeeded.
@@ -54,6 +57,7 @@ class DesiredContainer:
     run_once: bool
     digest: str  # config digest (a run-once step's digest is its completion marker)
     summary: PMap[str, str]  # key → fingerprint; explains which part of the config changed
+    health: bool = False  # it declares a health check: running alone does not make it done
 
 
 @attrs.frozen
@@ -113,6 +117,9 @@ class ContainerFacts:
     status: str = "running"
     run_once: bool = False
     summary: PMap[str, str] = pmap()  # from the container's label; empty when unreadable
+    # an apply saw its health check answer since it was last started (the node's record of it,
+    # answered.json, names this very container); False after an apply killed before that
+    answered: bool = True
 
 
 @attrs.frozen
@@ -143,7 +150,7 @@ class Observed:
 class Op:
     op: str  # create-dir fix-dir adopt-dir write-file remove-file remove-container
     #          run-step forget-step create-container recreate-container start-container
-    #          record-applied
+    #          await-health record-applied
     subject: str
     cause: str
 
@@ -273,6 +280,9 @@ def _container_ops(desired: Desired, observed: Observed, ops: list):
             ops.append(Op("recreate-container", want.name, _digest_cause(have, want)))
         elif not have.running:
             ops.append(Op("start-container", want.name, f"not running ({have.status})"))
+        elif want.health and not have.answered:
+            ops.append(Op("await-health", want.name, "running, but no apply has seen its "
+                          "health check answer since it started (an interrupted apply)"))
 
 
 def _record_op(desired: Desired, observed: Observed, ops: list):
@@ -340,7 +350,8 @@ def after(desired: Desired, observed: Observed, ops: Iterable[Op]) -> Observed:
         elif kind == "run-step":
             containers.pop(subject, None)  # a completed step's container is removed
             markers[subject] = want_containers[subject].digest
-        elif kind in ("create-container", "recreate-container", "start-container"):
+        elif kind in ("create-container", "recreate-container", "start-container",
+                      "await-health"):
             want = want_containers[subject]
             containers[subject] = ContainerFacts(subject, want.digest, True, "running",
                                                  False, want.summary)

@@ -3,7 +3,8 @@
 Invariants:
 - observe reads exactly what the pure diff compares: declared directories, accessed paths, the
   files the mesh writes (env/ and bindings/ under the executor's own directory), the managed
-  containers (one label-filtered list call), run-once markers and the applied record.
+  containers (one label-filtered list call), run-once markers, the applied record and
+  answered.json (which containers an apply saw answer their health check).
 - Rendering is the only place secret values exist; an operation writes them only into files
   of mode 0600 and containers' environments, never into a cause, a label or the report.
 - Every write is atomic (temp, fsync, rename), so a SIGKILL at any point leaves either the old
@@ -67,6 +68,12 @@ def _write_json(path: Path, data) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", PRIVATE)
 
 
+def _read_answered(paths: NodePaths) -> dict:
+    """container name → the container ID an apply saw answer its health check."""
+    record = _read_json(paths.answered_record, {})
+    return record if isinstance(record, dict) else {}
+
+
 def read_record(paths: NodePaths) -> Optional[dict]:
     """The node's applied record (applied_record's format), None when absent or unreadable."""
     record = _read_json(paths.applied, None)
@@ -126,11 +133,12 @@ def observe(api, paths: NodePaths, desired: Desired) -> Observed:
             files[path] = FileFacts(path, hashlib.sha256(Path(path).read_bytes()).hexdigest(),
                                     stat.S_IMODE(st.st_mode))
     containers = {}
+    answered = _read_answered(paths)
     for row in engine.list_managed(api, desired.mesh):
         containers[row.name] = ContainerFacts(
             row.name, row.labels.get(engine.LABEL_DIGEST, ""), row.state == "running",
             row.state, row.labels.get(engine.LABEL_RUN_ONCE) == "true",
-            pmap(engine.summary_of(row.labels)))
+            pmap(engine.summary_of(row.labels)), answered.get(row.name) == row.id)
     markers = {}
     if paths.steps_dir.is_dir():
         for entry in os.scandir(paths.steps_dir):
@@ -220,15 +228,31 @@ class _Executor:
         return "removed"
 
     # containers ----------------------------------------------------------
+    # answered.json names, per container, the container ID an apply saw answer its health
+    # check. The entry is dropped before a container is (re)created or started and written
+    # only once its check answered, so an apply killed in between leaves it unconfirmed and
+    # the next apply awaits it (await-health) rather than taking "running" for done.
+    def _set_answered(self, name: str, container_id: Optional[str]) -> None:
+        record = _read_answered(self.paths)
+        changed = dict(record)
+        if container_id is None:
+            changed.pop(name, None)
+        else:
+            changed[name] = container_id
+        if changed != record:
+            _write_json(self.paths.answered_record, changed)
+
     def _stop_and_remove(self, name: str, operation) -> None:
         self.report.progress(operation, f"stopping (grace period up to {self.stop_timeout}s)")
         engine.remove(self.api, name, self.rendered.desired.mesh, self.stop_timeout)
 
     def remove_container(self, op: Op, operation) -> str:
         self._stop_and_remove(op.subject, operation)
+        self._set_answered(op.subject, None)
         return "removed"
 
     def _create_and_start(self, op, operation) -> str:
+        self._set_answered(op.subject, None)
         spec = self.rendered.specs[op.subject]
         for path in spec.placeholders:  # empty until its provisioner fills it; never replaced
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -237,10 +261,10 @@ class _Executor:
                 self.report.progress(operation, f"created {path} empty (its provisioner fills it)")
             except FileExistsError:
                 pass
-        engine.create(self.api, spec, self.rendered.desired.mesh,
-                      lambda message: self.report.progress(operation, message))
+        container_id = engine.create(self.api, spec, self.rendered.desired.mesh,
+                                     lambda message: self.report.progress(operation, message))
         engine.start(self.api, op.subject)
-        return self._await_health(op.subject, operation)
+        return self._await_health(op.subject, operation, container_id)
 
     def create_container(self, op: Op, operation) -> str:
         return self._create_and_start(op, operation)
@@ -250,10 +274,16 @@ class _Executor:
         return self._create_and_start(op, operation)
 
     def start_container(self, op: Op, operation) -> str:
+        self._set_answered(op.subject, None)
         engine.start(self.api, op.subject)
-        return self._await_health(op.subject, operation)
+        return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
 
-    def _await_health(self, name: str, operation) -> str:
+    def await_health(self, op: Op, operation) -> str:
+        """A running container no apply has seen answer (the one that started it was killed
+        while waiting): wait for its check now, bounded as after a start."""
+        return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
+
+    def _await_health(self, name: str, operation, container_id: Optional[str]) -> str:
         if name not in self.rendered.health:
             self.health[name] = "running"
             return "running"
@@ -276,6 +306,8 @@ class _Executor:
             raise engine.EngineError(f"running, but its {check.kind} check did not answer "
                                      f"within {check.timeout}s")
         self.health[name] = "answering"
+        if container_id is not None:
+            self._set_answered(name, container_id)
         return f"running, answering ({check.kind} check, {took:.1f}s)"
 
     def run_step(self, op: Op, operation) -> str:
@@ -309,7 +341,7 @@ class _StepFailed(MeshError):
 
 
 CONTAINER_OPS = {"remove-container", "run-step", "create-container", "recreate-container",
-                 "start-container"}
+                 "start-container", "await-health"}
 RECORD_OP = "record-applied"  # written by the call once every phase has ended, not here
 
 

@@ -8,7 +8,8 @@ Invariants:
   last successful full apply, whose record (`<state root>/.mesh/noop.json`) says what that
   apply left (never written for a declaration that needs its provisioners or checks);
   it then observes the same facts the full path observes (one container list call, the state
-  directories, accessed paths, the files the mesh writes, run-once markers, applied.json).
+  directories, accessed paths, the files the mesh writes, run-once markers, applied.json, and
+  answered.json for the containers with a health check).
 - A firewall intent in force is checked as the firewall executor checks it: the recorded
   `<state root>/.mesh/firewall.digest` and one `list chains` of table inet mesh (the nftables
   binding, imported only then).
@@ -46,7 +47,8 @@ from executors.common.marks import (
 )
 from .node_paths import NodePaths
 
-RECORD_VERSION = 2  # noop.json; 2: the executor's files under <state root>/.mesh
+RECORD_VERSION = 3  # noop.json; 2: the executor's files under <state root>/.mesh;
+# 3: containers say whether they have a health check (answered.json must vouch for those)
 ENGINE_TIMEOUT = 10
 
 
@@ -211,8 +213,20 @@ def _check_markers(paths: NodePaths, record: dict) -> None:
         raise _Decline("run-once markers differ")
 
 
-def _check_containers(rows: list[dict], record: dict) -> None:
+def _answered(paths: NodePaths) -> dict:
+    try:
+        with open(paths.answered_record, encoding="utf-8") as handle:
+            answered = json.load(handle)
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        raise _Decline("answered.json is unreadable") from None
+    return answered if isinstance(answered, dict) else {}
+
+
+def _check_containers(rows: list[dict], record: dict, answered: dict) -> None:
     want = {c["name"]: c["digest"] for c in record["containers"] if not c["run_once"]}
+    checked = {c["name"] for c in record["containers"] if c["health"]}
     seen = set()
     for row in rows:
         names = [n.lstrip("/") for n in row.get("Names") or []]
@@ -222,6 +236,8 @@ def _check_containers(rows: list[dict], record: dict) -> None:
             raise _Decline(f"container {name} is not a declared service")
         if labels.get(LABEL_DIGEST, "") != want[name] or row.get("State", "") != "running":
             raise _Decline(f"container {name} differs or is not running")
+        if name in checked and answered.get(name) != row.get("Id"):
+            raise _Decline(f"no apply saw container {name} answer its health check")
         seen.add(name)
     if seen != set(want):
         raise _Decline("a declared container is missing")
@@ -326,7 +342,8 @@ def check(args) -> dict:
         _check_markers(paths, record)
         if firewall_digest:
             _check_firewall(paths, firewall_digest)
-        _check_containers(list_managed(args.docker_host, record["mesh"]), record)
+        _check_containers(list_managed(args.docker_host, record["mesh"]), record,
+                          _answered(paths))
     finally:
         os.close(lock)
     return _facts(record, str(Path(args.declarations[0])), args.dry_run)
@@ -369,8 +386,8 @@ def noop_record(declaration, desired, inputs: dict, firewall_digest: Optional[st
         "digest": desired.digest, "generations": dict(desired.generations),
         "held": held_facts(declaration),
         "firewall_intent": declaration.firewall is not None, "firewall_digest": firewall_digest,
-        "containers": [{"name": c.name, "digest": c.digest, "run_once": c.run_once}
-                       for c in desired.containers],
+        "containers": [{"name": c.name, "digest": c.digest, "run_once": c.run_once,
+                        "health": c.health} for c in desired.containers],
         "dirs": [{"path": d.path, "uid": d.uid, "gid": d.gid, "mode": d.mode}
                  for d in desired.dirs],
         "accesses": [{"path": a.path, "mode": a.mode} for a in desired.accesses],

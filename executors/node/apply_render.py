@@ -164,7 +164,9 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
         placeholders=placeholders)
     env_file = DesiredFile(str(paths.env_dir / f"{_safe_name(c.name)}.env"),
                            hashlib.sha256(env_text.encode()).hexdigest())
-    return DesiredContainer(c.name, c.run_once, digest, pmap(summary)), spec, env_file, env_text
+    desired = DesiredContainer(c.name, c.run_once, digest, pmap(summary),
+                               health=c.health is not None and not c.run_once)
+    return desired, spec, env_file, env_text
 
 
 def _declared_file(f, paths: NodePaths, secret_source: Optional[SecretSource],

@@ -215,6 +215,14 @@ def container_pid(api: docker.APIClient, name: str) -> tuple[Optional[int], str]
     return int(state["Pid"]), "running"
 
 
+def container_id(api: docker.APIClient, name: str) -> Optional[str]:
+    """The full ID of the container called `name`, None when there is none."""
+    try:
+        return api.inspect_container(name)["Id"]
+    except NotFound:
+        return None
+
+
 def container_ip(api: docker.APIClient, name: str) -> Optional[str]:
     try:
         networks = api.inspect_container(name)["NetworkSettings"].get("Networks") or {}

@@ -5,7 +5,8 @@ Invariants:
   `<state root>/<instance>/…` for instances' state directories (the resolver's relative state
   paths), and `<state root>/.mesh/` for the executor's own files: env/ and bindings/ (files the
   mesh writes, 0600), steps/ (run-once markers), dirs.json, applied.json, noop.json,
-  firewall.digest and the apply lock. An instance name never starts with a dot, and a declared
+  answered.json (which containers an apply saw answer their health check), firewall.digest
+  and the apply lock. An instance name never starts with a dot, and a declared
   state or accessed path inside `.mesh/` is refused at render, so neither can reach the other.
 - Where instances' state lives on a node is the resolver's rule (`resolver.STATE_ROOT`: the
   declarations name `<state root>/<instance>/<path>`), so the resolver owns the default; this
@@ -34,6 +35,7 @@ DEFAULT_FILE_ROOT = "/"
 FILES_RECORD = "files.json"  # the declared files the executor wrote (what it may remove)
 APPLIED_FILE, NOOP_FILE, DIRS_FILE = "applied.json", "noop.json", "dirs.json"
 FIREWALL_DIGEST_FILE = "firewall.digest"
+ANSWERED_FILE = "answered.json"  # container name → the container ID an apply saw answer
 LOCK_FILE = "lock"
 RECORDS = (APPLIED_FILE, NOOP_FILE, DIRS_FILE, FIREWALL_DIGEST_FILE)
 FILE_DIRS = {"env": ".env", "bindings": ".env", "steps": ".digest"}
@@ -107,6 +109,10 @@ class NodePaths:
     @property
     def applied(self) -> Path:
         return self.root / APPLIED_FILE
+
+    @property
+    def answered_record(self) -> Path:
+        return self.root / ANSWERED_FILE
 
     @property
     def noop_record(self) -> Path:
