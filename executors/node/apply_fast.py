@@ -215,8 +215,7 @@ def _check_markers(paths: NodePaths, record: dict) -> None:
 
 def _answered(paths: NodePaths) -> dict:
     try:
-        with open(paths.answered_record, encoding="utf-8") as handle:
-            answered = json.load(handle)
+        answered = _read_json(paths.answered_record)
     except FileNotFoundError:
         return {}
     except ValueError:
