@@ -25,11 +25,12 @@ _V = TypeVar("_V")
 
 
 def small_map(values: Mapping[_K, _V]) -> PMap[_K, _V]:
-    """`values` as a PMap whose entries share one hash bucket (a few entries each: an env, a
-    binding's values, labels). Equal to, and hashing as, the PMap of the same entries with the
+    """`values` as a PMap whose entries share one hash bucket (a few entries each: the ledger's
+    ports of one instance). Equal to, and hashing as, the PMap of the same entries with the
     default bucket count; looking a key up scans at most a few entries. One bucket is one
-    list, where the default layout makes one per entry: rendering a large mesh builds tens of
-    thousands of these, and each list is one more object for the garbage collector to walk."""
+    list, where the default layout makes one per entry: a large mesh's ledger holds thousands
+    of these, and each list is one more object for the garbage collector to walk. (What
+    rendering builds is a FrozenMap, one object each: resolver/_frozen.py.)"""
     if not values:
         return pmap()
     return pmap(values, pre_size=1 if len(values) <= _SMALL else 0)

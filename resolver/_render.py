@@ -219,10 +219,10 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             consumed_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
             if grants:
                 granted_of[b.consumer] = FrozenMap({node: pvector(sorted(g, key=_grant_order))
-                                                    for node, g in grants.items()})
+                                                   for node, g in grants.items()})
             if allows:
                 allowed_of[b.consumer] = FrozenMap({node: pvector(a)
-                                                    for node, a in allows.items()})
+                                                   for node, a in allows.items()})
             decls, grants, allows = [], {}, {}
 
     # --- what each instance provides, with its provisioner's admin credential
@@ -326,7 +326,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=_health(container.health, module, name, assigned),
                 labels=FrozenMap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
-                                  "mesh.container": container.name}),
+                                 "mesh.container": container.name}),
                 mac=mac_of.get(runtime_name)))
         if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
             containers = registry_containers(r, name, containers)
