@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import attrs
 from hypothesis import given, settings, strategies as st
 from pyrsistent import pmap
 
@@ -208,11 +209,18 @@ def test_latest_wins_and_nothing_is_silently_dropped(given_candidates, applied, 
     assert set(again.superseded) == set(choice.superseded)
 
 
-@given(desired_states(refusable=False), observed_states(refusable=False))
-def test_a_running_container_no_apply_saw_answer_is_awaited(desired, observed):
+@given(desired_states(refusable=False), observed_states(refusable=False), st.data())
+def test_a_running_container_no_apply_saw_answer_is_awaited(desired, observed, data):
     """Same digest and running is not done for a container with a health check that no apply
     saw answer (the apply that started it was killed while waiting): the plan awaits it, and
     only such a container."""
+    # independent draws rarely observe a declared container running with its declared digest
+    # (the derandomized `ci` profile drew none that was unanswered): some declared containers
+    # are observed that way here, answered or not
+    observed = attrs.evolve(observed, containers=observed.containers.update({
+        c.name: ContainerFacts(c.name, c.digest, True, "running", c.run_once, c.summary,
+                               answered=data.draw(st.booleans()))
+        for c in desired.containers if data.draw(st.booleans())}))
     ops = diff(desired, observed)
     if ops.refused:
         return
