@@ -1,8 +1,9 @@
 """FrozenMap, the mapping the resolution's outputs hold: a value like the PMap it replaced there.
 
 Each property is named for the bug it finds: a map that can be changed in place, one that is
-not equal to (or hashes apart from) the dict and PMap of its entries, a `set` that changes the
-original, a copy or a pickle that breaks it, a declaration read back with another map type.
+not equal to (or hashes apart from) the dict and PMap of its entries, a `set`, `discard` or
+`remove` that changes the original or answers otherwise than PMap's, a copy or a pickle that
+breaks it, a declaration or a ledger read back with another map type.
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ def test_set_returns_a_new_map_and_leaves_the_original(d, key, value):
     assert changed == {**d, key: value}
     assert frozen == d
     assert changed == pmap(d).set(key, value)
+
+
+@given(entries, st.text(max_size=8))
+def test_discard_and_remove_return_a_new_map_as_pmaps_do(d, key):
+    frozen = FrozenMap(d)
+    if d:  # half the time, a key the map holds
+        key = sorted(d)[len(key) % len(d)] if len(key) % 2 else key
+    dropped = frozen.discard(key)
+    assert type(dropped) is FrozenMap
+    assert dropped == pmap(d).discard(key)
+    if key in d:
+        assert frozen.remove(key) == pmap(d).remove(key)
+    else:
+        assert dropped is frozen
+        with pytest.raises(KeyError):
+            frozen.remove(key)
+    assert frozen == d
 
 
 @given(entries, st.text(max_size=8))
@@ -76,3 +94,20 @@ def test_a_container_read_back_from_its_document_holds_frozen_maps(env, labels):
     again = structure(unstructure(container), ContainerDecl)
     assert again == container
     assert type(again.env) is FrozenMap and type(again.labels) is FrozenMap
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8),
+                       st.dictionaries(st.text(min_size=1, max_size=8),
+                                       st.integers(1, 65535), min_size=1, max_size=3),
+                       max_size=5),
+       st.sets(st.text(min_size=1, max_size=8), max_size=5))
+def test_a_ledger_read_back_from_its_document_holds_frozen_maps(ports, credentials):
+    from resolver import Ledger, PortAssignment, dump_ledger, load_ledger
+    ledger = Ledger(ports=FrozenMap({i: FrozenMap({n: PortAssignment("node", p)
+                                                    for n, p in listens.items()})
+                                     for i, listens in ports.items()}),
+                    logins=FrozenMap({c: f"login-{c}" for c in credentials}))  # one each
+    again, _ = load_ledger(dump_ledger(ledger), "ledger.yaml")
+    assert again == ledger
+    assert type(again.ports) is FrozenMap and type(again.logins) is FrozenMap
+    assert all(type(listens) is FrozenMap for listens in again.ports.values())

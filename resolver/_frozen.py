@@ -1,9 +1,12 @@
 """FrozenMap: the immutable mapping the resolution's outputs hold (envs, labels, binding values,
-a rendering's grants, allows and local openings by node).
+a rendering's grants, allows and local openings by node; the ledger's ports, bindings and logins,
+which every resolve issues afresh for every instance).
 
 Invariants:
 - A FrozenMap never changes after it is built: every method that would change it in place
-  raises TypeError; `set` returns a new map, as PMap.set does.
+  raises TypeError; `set`, `discard` and `remove` return a new map, as PMap's do (each copies
+  the map: a program that changes one entry after another in a large map should build a dict
+  and make one FrozenMap of it).
 - It is equal to, and hashes as, the dict and the PMap of the same entries, so a declaration
   read back from JSON (or built by hand with pmaps) compares equal to the one resolved.
 - It is one object for the garbage collector to walk, where a PMap is three or more (the map,
@@ -38,6 +41,20 @@ class FrozenMap(dict[_K, _V]):
         changed = dict(self)
         changed[key] = value
         return FrozenMap(changed)
+
+    def discard(self, key: _K) -> "FrozenMap[_K, _V]":
+        """A new map without `key` (this one itself when it has no such key)."""
+        if key not in self:
+            return self
+        changed = dict(self)
+        del changed[key]
+        return FrozenMap(changed)
+
+    def remove(self, key: _K) -> "FrozenMap[_K, _V]":
+        """A new map without `key`; KeyError when it has no such key (as PMap.remove)."""
+        if key not in self:
+            raise KeyError(key)
+        return self.discard(key)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # copy and pickle rebuild it from its entries (a dict subclass's default fills the new

@@ -21,6 +21,7 @@ import attrs
 from pyrsistent.typing import PMap, PVector
 
 from ._declaration import InstanceRendering
+from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._model import EMPTY_MAP, EMPTY_VEC
 
 #: The ledger format this library reads and writes; another version is refused.
@@ -101,9 +102,11 @@ class Ledger:
     credential generations, certificates, pins, builds and declared renderings."""
 
     version: int = LEDGER_VERSION
-    ports: PMap[str, PMap[str, PortAssignment]] = EMPTY_MAP  # instance → listen → assignment
-    bindings: PMap[str, PMap[str, str]] = EMPTY_MAP  # consumer instance → requirement → provider
-    logins: PMap[str, str] = EMPTY_MAP  # credential id → login
+    # what every resolve issues afresh for every instance is kept in FrozenMaps (one object
+    # each for the collector, where a PMap is several per entry): ports, bindings, logins
+    ports: FrozenMap[str, FrozenMap[str, PortAssignment]] = EMPTY_FROZEN  # instance → listen → assignment
+    bindings: FrozenMap[str, FrozenMap[str, str]] = EMPTY_FROZEN  # consumer → requirement → provider
+    logins: FrozenMap[str, str] = EMPTY_FROZEN  # credential id → login
     credentials: PMap[str, Credential] = EMPTY_MAP  # credential id → rotation state
     certificates: PMap[str, Certificate] = EMPTY_MAP  # node → certificate
     # the mesh CA's own certificate (public), recorded by the issuer: what every node's

@@ -12,7 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, TypeVar
+from typing import Any, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -20,24 +20,6 @@ from pyrsistent.typing import PMap, PVector
 
 EMPTY_MAP: PMap[Any, Any] = pmap()
 EMPTY_VEC: PVector[Any] = pvector()
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-def small_map(values: Mapping[_K, _V]) -> PMap[_K, _V]:
-    """`values` as a PMap whose entries share one hash bucket (a few entries each: the ledger's
-    ports of one instance). Equal to, and hashing as, the PMap of the same entries with the
-    default bucket count; looking a key up scans at most a few entries. One bucket is one
-    list, where the default layout makes one per entry: a large mesh's ledger holds thousands
-    of these, and each list is one more object for the garbage collector to walk. (What
-    rendering builds is a FrozenMap, one object each: resolver/_frozen.py.)"""
-    if not values:
-        return pmap()
-    return pmap(values, pre_size=1 if len(values) <= _SMALL else 0)
-
-
-#: The most entries small_map keeps in one bucket (a lookup scans them).
-_SMALL = 32
 
 
 def _map(default: PMap[Any, Any] = EMPTY_MAP) -> Any:

@@ -15,16 +15,14 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from pyrsistent import pmap
+from typing import Optional
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem
 from ._issue import PortBook
 from ._ledger import PortAssignment
-from ._model import small_map
+from ._frozen import FrozenMap
 
 
 def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
@@ -95,7 +93,7 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
 
 
 def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
-              ) -> tuple[Any, list[Change]]:
+              ) -> tuple[FrozenMap[str, FrozenMap[str, PortAssignment]], list[Change]]:
     """(the ledger's ports after this resolution, a `port-released` change per port of an
     instance gone from mesh.yaml); a refused instance's (in `blocked`) entries are kept
     unchanged."""
@@ -114,4 +112,4 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
                                           f"{entry.port} ({listen_name}) is released"))
         elif name not in ports or name in blocked:
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return pmap({k: small_map(v) for k, v in ports.items()}), changes
+    return FrozenMap({k: FrozenMap(v) for k, v in ports.items()}), changes

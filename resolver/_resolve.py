@@ -123,8 +123,8 @@ def resolution(r: Context) -> Resolution:
     ledger = attrs.evolve(
         r.ledger,
         ports=ports,
-        bindings=pmap({k: pmap(v) for k, v in new_bindings.items()}),
-        logins=pmap({**kept_logins, **logins}),
+        bindings=FrozenMap({k: FrozenMap(v) for k, v in new_bindings.items()}),
+        logins=FrozenMap({**kept_logins, **logins}),
         declared=pmap({k: v for k, v in r.ledger.declared.items()
                        if k in r.mesh.instances}),
     )
