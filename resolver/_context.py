@@ -18,15 +18,19 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Container, Iterable, Mapping, Optional
+from typing import Container, Iterable, Mapping, Optional, TypeVar
 
 import attrs
 from pyrsistent import pvector
 
 from ._declaration import Problem
+from ._frozen import FrozenMap
 from ._inputs import Catalogue, Sources
 from ._ledger import Credential, Ledger, PortAssignment
 from ._model import Instance, Mesh, Module
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 Findings = tuple[Problem, ...]
 """What a stage found: its problems, in the order it states them (each names what it blocks)."""
@@ -88,14 +92,14 @@ class Context:
         """The context of resolving `mesh` with `catalogue` and `ledger`."""
         instances = dict(mesh.instances)
         modules = dict(catalogue.modules)
-        recorded_bindings = {k: dict(v) for k, v in ledger.bindings.items()}
+        recorded_bindings = {k: _plain(v) for k, v in ledger.bindings.items()}
         return cls(
             catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources, now=now,
             names=tuple(sorted(instances)), nodes=frozenset(mesh.nodes), instances=instances,
             modules_of={n: modules.get(i.module) for n, i in instances.items()},
             recorded_bindings=recorded_bindings,
-            recorded_ports={k: dict(v) for k, v in ledger.ports.items()},
-            recorded_logins=dict(ledger.logins), credentials=dict(ledger.credentials),
+            recorded_ports={k: _plain(v) for k, v in ledger.ports.items()},
+            recorded_logins=_plain(ledger.logins), credentials=_plain(ledger.credentials),
             recorded_providers=frozenset(p for v in recorded_bindings.values()
                                          for p in v.values()))
 
@@ -153,3 +157,9 @@ class Context:
         ports.update((f.port, f.protocol) for i, f in enumerate(self.mesh.floors)
                      if i not in refusals.floors)
         return ports
+
+
+def _plain(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
+    """`mapping` for fast lookups: a FrozenMap (what the resolver puts in a ledger) as it is,
+    any other mapping (a PMap a program built) copied into a dict."""
+    return mapping if isinstance(mapping, FrozenMap) else dict(mapping)

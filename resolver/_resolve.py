@@ -190,9 +190,12 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound]
             local_index.setdefault((wanted, instance_nodes[n]), []).append(n)
     sets: dict[_Wanted, set[str]] = {p: set(v) for p, v in by_provision.items()}
     sets.update({("module", m): set(v) for m, v in by_module.items()})
-    provisions = r.catalogue.provisions
+    provisions = dict(r.catalogue.provisions)
+    defaults = dict(r.mesh.defaults)  # (plain dicts: a miss in a PMap costs a raised KeyError)
     for name in r.placed(blocked):
         inst, module = r.instances[name], r.placed_module(name)
+        overrides = dict(inst.bind) if inst.bind else None
+        recorded = r.recorded_bindings.get(name)
         for index, req in enumerate(module.requires):
             if req.part is not None and req.part not in inst.parts:
                 continue
@@ -218,10 +221,11 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound]
                 local = [c for c in local if c != name]
             what = req.provision or f"module {req.module}"
             selection = select_provider(
-                consumer_node=inst.node, override=inst.bind.get(req.as_),
+                consumer_node=inst.node,
+                override=overrides.get(req.as_) if overrides is not None else None,
                 manifest=req.provider,
-                recorded=r.recorded_bindings.get(name, {}).get(req.as_),
-                default=r.mesh.defaults.get(req.provision) if req.provision else None,
+                recorded=recorded.get(req.as_) if recorded is not None else None,
+                default=defaults.get(req.provision) if req.provision else None,
                 candidates=candidates, instance_nodes=instance_nodes, known_nodes=r.nodes,
                 local=local)
             if selection.provider is None:
