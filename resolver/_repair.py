@@ -40,8 +40,9 @@ def _failures(exc: BaseException,
             sub_path, kind = path, "value"
             for note in getattr(sub, "__notes__", ()):
                 if isinstance(note, AttributeValidationNote):
-                    sub_path = path + (document_key(note.type, note.name) if attrs.has(note.type)
-                                       else note.name,)
+                    # the attribute's name: document_path spells it as documents write it
+                    # (note.type is the attribute's type, not the class that holds it)
+                    sub_path = path + (note.name,)
                 elif isinstance(note, IterableValidationNote):
                     sub_path = path + (note.index,)
                     if str(note).startswith("Structuring mapping key"):
