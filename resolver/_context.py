@@ -23,7 +23,7 @@ from typing import Container, Iterable, Mapping, Optional, TypeVar
 import attrs
 from pyrsistent import pvector
 
-from ._declaration import Problem
+from ._declaration import InstanceRendering, Problem
 from ._frozen import FrozenMap
 from ._inputs import Catalogue, Sources
 from ._ledger import Credential, Ledger, PortAssignment
@@ -85,6 +85,8 @@ class Context:
     credentials: Mapping[str, Credential]
     recorded_providers: frozenset[str]
     """Every instance the ledger records as some consumer's provider."""
+    declared: Mapping[str, InstanceRendering]
+    """Instance → the rendering last written for it (the ledger's `declared`)."""
 
     @classmethod
     def of(cls, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
@@ -101,7 +103,8 @@ class Context:
             recorded_ports={k: _plain(v) for k, v in ledger.ports.items()},
             recorded_logins=_plain(ledger.logins), credentials=_plain(ledger.credentials),
             recorded_providers=frozenset(p for v in recorded_bindings.values()
-                                         for p in v.values()))
+                                         for p in v.values()),
+            declared=_plain(ledger.declared))
 
     def problem(self, code: str, message: str, *, doc: str = "mesh",
                 path: tuple[str | int, ...] = (), instance: Optional[str] = None,
@@ -146,7 +149,7 @@ class Context:
         """The instance that keeps a singular thing: a held one, else one already recorded,
         else the first."""
         recorded = [n for n in names if n in self.recorded_ports or n in self.recorded_bindings
-                    or n in self.recorded_providers or n in self.ledger.declared]
+                    or n in self.recorded_providers or n in self.declared]
         return sorted([n for n in names if n in held] or recorded or names)[0]
 
     def floor_ports(self, refusals: FloorRefusals, node: str) -> set[tuple[int, str]]:

@@ -33,9 +33,9 @@ from ._select import Selection
 def held_candidates(r: Context, blocked: Blocked) -> dict[str, InstanceRendering]:
     """Instances refused so far (`blocked`) that were declared before: instance → last
     rendering."""
-    return {n: r.ledger.declared[n] for n in r.names
-            if n in blocked and n in r.ledger.declared
-            and r.ledger.declared[n].node in r.nodes}
+    return {n: r.declared[n] for n in r.names
+            if n in blocked and n in r.declared
+            and r.declared[n].node in r.nodes}
 
 
 def kept_ports(r: Context) -> dict[str, dict[int, str]]:
@@ -47,7 +47,7 @@ def kept_ports(r: Context) -> dict[str, dict[int, str]]:
             for listen_name, entry in sorted(entries.items()):
                 kept.setdefault(entry.node, {}).setdefault(entry.port,
                                                            f"{name}/{listen_name}")
-    for name, rendering in sorted(r.ledger.declared.items()):
+    for name, rendering in sorted(r.declared.items()):
         if name in r.instances:
             for container in rendering.containers:
                 for p in container.ports:
@@ -59,7 +59,7 @@ def kept_ports(r: Context) -> dict[str, dict[int, str]]:
 def was_bound(r: Context, consumer: str, as_: str, provider: str) -> bool:
     """Whether the consumer was declared bound to `provider` for `as_` (an optional
     requirement it then loses would change a running service: it is held instead)."""
-    return (consumer in r.ledger.declared
+    return (consumer in r.declared
             and r.recorded_bindings.get(consumer, {}).get(as_) == provider)
 
 
@@ -68,7 +68,7 @@ def keeps_optional(r: Context, name: str, req: Require, selection: Selection) ->
     instead of leaving it unbound: when the consumer was declared and the provider was
     named explicitly, or its recorded provider is still in mesh.yaml (refused). Unbinding
     it would change a running service because of a mistake; holding it does not."""
-    if name not in r.ledger.declared:
+    if name not in r.declared:
         return False
     if selection.rule in ("instance override", "manifest"):
         return True
@@ -84,7 +84,7 @@ def held_instances(r: Context, blocked: Blocked, problems: Iterable[Problem]
     found: list[Problem] = []
     problems = tuple(problems)
     for name in r.names:
-        rendering = r.ledger.declared.get(name)
+        rendering = r.declared.get(name)
         if name not in blocked or rendering is None or rendering.node not in r.nodes:
             continue
         refusals = sorted((p for p in problems

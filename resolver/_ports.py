@@ -22,6 +22,7 @@ from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem
 from ._issue import PortBook
 from ._ledger import PortAssignment
+from ._model import Listen
 from ._frozen import FrozenMap
 
 
@@ -38,20 +39,29 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
                                (p for p, _proto in r.floor_ports(floor_refusals, node)))
     assigned: dict[tuple[str, str], int] = {}
     live = r.placed(blocked)
+    listens_of: dict[str, list[tuple[str, Listen]]] = {}  # module → its listens, sorted
+
+    def listens(name: str) -> list[tuple[str, Listen]]:
+        module_name = r.instances[name].module
+        found = listens_of.get(module_name)
+        if found is None:
+            found = listens_of[module_name] = sorted(r.placed_module(name).listens.items())
+        return found
+
     for name in r.names:  # a refused instance keeps its ports (held, or until fixed)
         if name not in blocked:
             continue
         for kept in r.recorded_ports.get(name, {}).values():
             if kept.node in books:
                 books[kept.node].reserve(kept.port)
-        rendering = r.ledger.declared.get(name)
+        rendering = r.declared.get(name)
         if rendering is not None and rendering.node in books:
             for container in rendering.containers:
                 for p in container.ports:
                     books[rendering.node].reserve(p.host_port)
     for name in live:  # fixed ports first: they are claims (conflicts refused already)
         node = r.instances[name].node
-        for listen_name, listen in sorted(r.placed_module(name).listens.items()):
+        for listen_name, listen in listens(name):
             if listen.fixed is not None:
                 books[node].reserve(listen.fixed)
                 assigned[(name, listen_name)] = listen.fixed
@@ -59,7 +69,7 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
     for name in live:  # recorded ports next, so a newcomer never takes them
         node = r.instances[name].node
         recorded = r.recorded_ports.get(name, {})
-        for listen_name, listen in sorted(r.placed_module(name).listens.items()):
+        for listen_name, listen in listens(name):
             if listen.fixed is not None:
                 continue
             entry = recorded.get(listen_name)

@@ -246,7 +246,7 @@ def check_floors(r: Context) -> tuple[Findings, FloorRefusals]:
 
 def previous_node(r: Context, name: str) -> Optional[str]:
     """The node an instance was last declared on (its rendering, else its recorded ports)."""
-    rendering = r.ledger.declared.get(name)
+    rendering = r.declared.get(name)
     if rendering is not None:
         return rendering.node
     nodes = {entry.node for entry in r.ledger.ports.get(name, {}).values()}
