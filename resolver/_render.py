@@ -356,7 +356,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             containers.append(ContainerDecl(
                 name=runtime_name, instance=name,
                 container=container.name, image=each.image,
-                command=container.command, env=FrozenMap(env),
+                command=container.command, env=FrozenMap(env) if env else EMPTY_FROZEN,
                 secrets=pvector(sorted(refs, key=_ref_order)) if refs else _EMPTY,
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=each.health(name, assigned),
