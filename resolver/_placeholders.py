@@ -8,6 +8,8 @@ Invariants:
   validates is exactly what renders.
 - A template is read once per distinct text and rendered once per instance: a tuple of
   literal strings and placeholder bodies split on `.` (a body is a tuple, a literal a str).
+- One place says what a placeholder names (`meaning`): rendering compiles each module's env
+  with it once, and fills the compiled form per instance.
 - A secret token is the only thing a resolved value holds in place of a secret; executors
   replace it with `fill_secret_tokens` and nothing else reads one.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Union
+from typing import Callable, Collection, Union
 
 from ._errors import PlaceholderSyntaxError
 
@@ -24,6 +26,30 @@ Body = tuple[str, ...]
 """A placeholder's body split on dots: `${db.host}` is ("db", "host")."""
 Template = tuple[Union[str, Body], ...]
 """An env value read: literal strings and placeholder bodies, in order."""
+
+ADDRESS = "address"
+"""`${self.address}`: the address of the instance's node."""
+INSTANCE = "instance"
+"""`${self.instance}`: the instance's name."""
+NODE = "node"
+"""`${self.node}`: the name of the instance's node."""
+OWN_SECRET = "own-secret"
+"""`${self.<secret>.password}` of a secret the module declares: the token of the instance's own
+secret, which the container then refers to."""
+OWN_PORT = "own-port"
+"""`${self.<listen>.port}`: the host port assigned to the instance's listen; as written when the
+listen has none."""
+BINDING = "binding"
+"""`${<as>.<key>}`: value `key` of the instance's binding for requirement `as` ("" when the
+binding has no such value, or the requirement is optional and unbound); `<as>.password` also
+makes the container refer to the binding's credential, when it carries one."""
+LITERAL = "literal"
+"""Text: any other `${self…}` is kept as written; any other `${<as>…}` (no key, or more than
+one) says nothing and is ""."""
+Meaning = tuple[str, str, str]
+"""What a placeholder names: (kind, name, key): (ADDRESS | INSTANCE | NODE, "", ""),
+(OWN_SECRET, secret, ""), (OWN_PORT, listen, the placeholder as written), (BINDING, as, key),
+(LITERAL, text, "")."""
 
 SECRET_TOKEN = "${{secret:{}}}"  # format with a credential id
 _SECRET = re.compile(r"\$\{secret:([^}]*)\}")
@@ -75,6 +101,28 @@ def template(value: str) -> Template:
     """parse_template(value, strict=False), read once per distinct value: a module's env is
     rendered once per instance of it, and the same text need not be read again each time."""
     return parse_template(value, strict=False)
+
+
+def meaning(body: Body, secrets: Collection[str]) -> Meaning:
+    """What placeholder `body` names in an env value of a module declaring `secrets` (the
+    validator refuses every body that is neither of the documented forms; these are what
+    rendering makes of any body, validated or not)."""
+    if body[0] == "self":
+        if len(body) == 2 and body[1] in (ADDRESS, INSTANCE, NODE):
+            return (body[1], "", "")
+        if len(body) == 3 and body[2] == "password" and body[1] in secrets:
+            return (OWN_SECRET, body[1], "")
+        if len(body) == 3 and body[2] == "port":
+            return (OWN_PORT, body[1], written(body))
+        return (LITERAL, written(body), "")
+    if len(body) == 2:
+        return (BINDING, body[0], body[1])
+    return (LITERAL, "", "")
+
+
+def written(body: Body) -> str:
+    """A placeholder as it is written: `${` + its body + `}`."""
+    return "${" + ".".join(body) + "}"
 
 
 def placeholders(value: str) -> list[str]:

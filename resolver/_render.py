@@ -12,18 +12,34 @@ Invariants:
   held instance's rendering (the one last written) fits in exactly where a live one would.
 - A node's declaration digest is sha256 over the canonical JSON of the declaration without
   serial and digest (declaration_digest).
+- What depends on a module alone is read once per module (_ModuleShape): each env value is
+  compiled there, every placeholder's meaning decided by _placeholders.meaning, so filling it
+  per instance only looks up what varies by instance (its binding values, its node, its own
+  secrets and ports).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Optional
 
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id
-from ._placeholders import Body, Template, secret_token, template
+from ._placeholders import (
+    ADDRESS,
+    BINDING,
+    INSTANCE,
+    LITERAL,
+    NODE,
+    OWN_PORT,
+    OWN_SECRET,
+    Meaning,
+    meaning,
+    secret_token,
+    template,
+)
 from ._declaration import (
     AccessDecl,
     Binding,
@@ -44,7 +60,7 @@ from ._declaration import (
 from ._artifacts import artifact_key, image_reference
 from ._firewall import consumer_container_macs, exposures_of
 from ._frozen import EMPTY_FROZEN, FrozenMap
-from ._model import Health, Module
+from ._model import Container, Health, Module
 from ._registry_access import MeshRegistry
 from ._rotation import grant_view
 from ._secrets import secret_ref
@@ -55,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Where a facility a node offers without saying `name=path` is found on it.
 DEFAULT_FACILITY_PATHS = {"docker-socket": "/var/run/docker.sock"}
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+_EMPTY: PVector[Any] = pvector()
 
 #: The directory under which each instance's relative state directories live on its node.
 STATE_ROOT = "/var/lib/mesh"
@@ -143,8 +160,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
 
     # --- binding values, grants and firewall allows: the consumer's, by provider node; the
     # bindings come sorted by (consumer, requirement), so each consumer's are consecutive
-    values_of: dict[tuple[str, str], dict[str, str]] = {}
-    env_refs: dict[str, SecretRef] = {}  # credential → what a holder's env refers to
+    # consumer → requirement → (binding values, the credential a `password` refers to)
+    told_of: dict[str, dict[str, _Told]] = {}
     bindings: list[Binding] = []
     # a consumer's bindings, grants and allows, frozen (kept apart: a tuple of the three would
     # be one more object per consumer for the collector)
@@ -155,6 +172,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     admin_of: dict[tuple[str, str], Optional[str]] = {}  # (module, provision) → admin secret
     ordered = sorted(bound)
     decls: list[BindingDecl] = []
+    told: dict[str, _Told] = {}
     grants: dict[str, list[GrantDecl]] = {}
     allows: dict[str, list[FirewallAllow]] = {}
     for index, key in enumerate(ordered):
@@ -163,7 +181,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         provider_node = node_of[b.provider]
         consumer_node = node_of[b.consumer]
         port = assigned[(b.provider, b.listen)]
-        values = {"host": address[provider_node], "port": str(port)}
+        values = _Missing(host=address[provider_node], port=str(port))
         secret: Optional[SecretRef] = None
         if b.credential is not None:
             login = logins[b.credential]
@@ -190,7 +208,10 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                     (p.admin for p in r.placed_module(b.provider).provides
                      if p.provision == req.provision), None)
             admin_name = admin_of[(provider_module, req.provision)]
-            grants.setdefault(provider_node, []).append(GrantDecl(
+            granted = grants.get(provider_node)
+            if granted is None:
+                granted = grants[provider_node] = []
+            granted.append(GrantDecl(
                 provision=req.provision, kind=b.kind, provider=b.provider,
                 consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
                 credential=grant_secret, slot=grant_slot,
@@ -204,31 +225,38 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         else:
             template = "http://{host}:{port}"
         if template:
-            values["url"] = template.format_map(_Missing(values))
-        values_of[key] = values
-        bindings.append(binding_record(instances, b, values, secret))
+            values["url"] = template.format_map(values)
+        frozen = FrozenMap(values)
+        told[req.as_] = (frozen, secret)
+        bindings.append(binding_record(instances, b, frozen, secret))
         decls.append(BindingDecl(
             consumer=b.consumer, requirement=req.as_, provider=b.provider,
-            provision=req.provision, values=FrozenMap(values), secret=secret, kind=b.kind))
+            provision=req.provision, values=frozen, secret=secret, kind=b.kind))
         if provider_node != consumer_node:
             listen = listens_of[instances[b.provider].module][b.listen]
-            allows.setdefault(provider_node, []).append(FirewallAllow(
+            allowed = allows.get(provider_node)
+            if allowed is None:
+                allowed = allows[provider_node] = []
+            allowed.append(FirewallAllow(
                 port, listen.protocol, _one_source(sources_of, address[consumer_node]),
                 f"{b.provider}/{b.listen}"))
         if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
             consumed_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
+            told_of[b.consumer] = told
             if grants:
                 granted_of[b.consumer] = FrozenMap({node: pvector(sorted(g, key=_grant_order))
                                                    for node, g in grants.items()})
             if allows:
                 allowed_of[b.consumer] = FrozenMap({node: pvector(a)
                                                    for node, a in allows.items()})
-            decls, grants, allows = [], {}, {}
+            decls, told, grants, allows = [], {}, {}, {}
 
     # --- what each instance provides, with its provisioner's admin credential
     providers_of: dict[str, PVector[ProviderDecl]] = {}
     for name in live:
         module = r.placed_module(name)
+        if not module.provides:
+            continue
         provided: list[ProviderDecl] = []
         for provide in module.provides:
             if (name, provide.listen) not in assigned:
@@ -246,7 +274,16 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             providers_of[name] = pvector(sorted(provided, key=_provider_order))
 
     # --- consumers bound on their own node are let in by their containers' MAC addresses
-    mac_of, consumer_macs = consumer_container_macs(r, bound, container_name)
+    runtime_names: dict[tuple[str, str], str] = {}  # (instance, container) → its name
+
+    def name_of(mesh_name: str, instance: str, container: str) -> str:
+        found = runtime_names.get((instance, container))
+        if found is None:
+            found = runtime_names[(instance, container)] = container_name(
+                mesh_name, instance, container)
+        return found
+
+    mac_of, consumer_macs = consumer_container_macs(r, bound, name_of)
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
     locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
     openings: dict[str, list[FirewallLocal]] = {}
@@ -255,7 +292,10 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         provider_node = node_of[b.provider]
         if provider_node == node_of[b.consumer] and b.consumer in macs_of:
             listen = listens_of[instances[b.provider].module][b.listen]
-            openings.setdefault(provider_node, []).append(FirewallLocal(
+            opened = openings.get(provider_node)
+            if opened is None:
+                opened = openings[provider_node] = []
+            opened.append(FirewallLocal(
                 assigned[(b.provider, b.listen)], listen.protocol,
                 macs_of[b.consumer], f"{b.provider}/{b.listen}"))
         # (a consumer with no container has nothing to let in)
@@ -269,79 +309,77 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     shapes: dict[str, _ModuleShape] = {}
     store = registry.instance if registry is not None else None
     renderings: dict[str, InstanceRendering] = {}
+    mesh_name = mesh.mesh
     for name in live:
-        inst, module = instances[name], r.placed_module(name)
+        inst = instances[name]
         node = inst.node
         shape = shapes.get(inst.module)
         if shape is None:
-            shape = shapes[inst.module] = _ModuleShape(module)
+            shape = shapes[inst.module] = _ModuleShape(r.placed_module(name), image_of)
         facilities = facilities_of.get(node)
         if facilities is None:
             facilities = facilities_of[node] = _facility_paths(mesh.nodes[node].facilities)
-        serving = shape.serving(inst.parts)
-        state_dirs: list[StateDirDecl] = []
-        for dir_name, state in shape.state:
-            uid, _, gid = state.owner.partition(":")
-            state_dirs.append(StateDirDecl(
-                path=state_host_path(name, state.path), uid=int(uid), gid=int(gid or uid),
-                mode=state.mode, instance=name, name=dir_name))
-        accesses: dict[str, str] = {}  # path → mode
-        for access in module.accesses.values():
-            if accesses.get(access.path) != "rw":
-                accesses[access.path] = access.mode
-        fill = _filler(r, name, node, bound, values_of, own_secrets, assigned, env_refs,
-                       intern)
+        at = address[node]
+        tells: Mapping[str, _Told] = told_of.get(name, _TOLD_NOTHING)
         containers: list[ContainerDecl] = []
-        for container, env_templates in shape.containers:
-            if container.part is not None and container.part not in inst.parts:
-                continue
+        for each, publishes in shape.layout(inst.parts):
+            container = each.container
             env: dict[str, str] = {}
             refs: set[SecretRef] = set()
-            for env_key, raw, parsed in env_templates:
-                env[env_key] = raw if parsed is None else fill(parsed, refs)
-            ports: list[PublishedPort] = []
-            for listen_name, listen in shape.listens:
-                if serving.get(listen_name) == container.name \
-                        and (name, listen_name) in assigned:
-                    ports.append(PublishedPort(address[node], assigned[(name, listen_name)],
-                                               listen.port, listen.protocol, listen_name))
-            mounts: list[MountDecl] = []
-            for m in container.mounts:
-                if m.state is not None:
-                    mounts.append(MountDecl("state", state_host_path(name, module.state[m.state].path), m.target,
-                                            m.read_only))
-                elif m.access is not None:
-                    acc = module.accesses[m.access]
-                    mounts.append(MountDecl("access", acc.path, m.target,
-                                            m.read_only or acc.mode == "ro"))
+            for env_key, kind, what, value_key, pieces in each.env:
+                if kind == LITERAL:
+                    env[env_key] = what
+                elif kind == BINDING:
+                    env[env_key] = _told(tells, what, value_key, refs)
                 else:
-                    assert m.facility is not None, m  # validated: a mount names one source
-                    mounts.append(MountDecl("facility", facilities.get(m.facility, m.facility),
-                                            m.target, m.read_only))
-            runtime_name = container_name(mesh.mesh, name, container.name)
+                    env[env_key] = _fill(pieces, name, node, at, tells, own_secrets, assigned,
+                                         refs)
+            ports: list[PublishedPort] = []
+            for listen_name, container_port, protocol in publishes:
+                host_port = assigned.get((name, listen_name))
+                if host_port is not None:
+                    ports.append(PublishedPort(at, host_port, container_port, protocol,
+                                               listen_name))
+            mounts: list[MountDecl] = []
+            for mount_kind, source, target, read_only, fixed in each.mounts:
+                if fixed is not None:  # an access: the same for every instance
+                    mounts.append(fixed)
+                elif mount_kind == "state":
+                    mounts.append(MountDecl("state", state_host_path(name, source), target,
+                                            read_only))
+                else:
+                    mounts.append(MountDecl("facility", facilities.get(source, source),
+                                            target, read_only))
+            runtime_name = runtime_names.get((name, container.name))
+            if runtime_name is None:
+                runtime_name = container_name(mesh_name, name, container.name)
             containers.append(ContainerDecl(
                 name=runtime_name, instance=name,
-                container=container.name, image=image_of(module, container.artifact),
-                command=container.command, env=FrozenMap(env), secrets=pvector(sorted(refs)),
+                container=container.name, image=each.image,
+                command=container.command, env=FrozenMap(env) if env else EMPTY_FROZEN,
+                secrets=pvector(sorted(refs, key=_ref_order)) if refs else _EMPTY,
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
-                health=_health(container.health, module, name, assigned),
-                labels=FrozenMap({"mesh.mesh": mesh.mesh, "mesh.instance": name,
-                                 "mesh.container": container.name}),
+                health=each.health(name, assigned),
+                labels=FrozenMap({"mesh.mesh": mesh_name, "mesh.instance": name,
+                                  "mesh.container": container.name}),
                 mac=mac_of.get(runtime_name)))
         if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
             containers = registry_containers(r, name, containers)
+        state_dirs = [StateDirDecl(path=state_host_path(name, path), uid=uid, gid=gid,
+                                   mode=mode, instance=name, name=dir_name)
+                      for dir_name, path, uid, gid, mode in shape.state]
         renderings[name] = InstanceRendering(
             node=node,
             containers=pvector(containers),
             state_dirs=pvector(sorted(state_dirs)),
             accesses=pvector(AccessDecl(path, mode, pvector([name]))
-                             for path, mode in sorted(accesses.items())),
-            providers=providers_of.get(name, pvector()),
-            bindings=consumed_of.get(name, pvector()),
+                             for path, mode in shape.accesses),
+            providers=providers_of.get(name, _EMPTY),
+            bindings=consumed_of.get(name, _EMPTY),
             grants=granted_of.get(name, EMPTY_FROZEN),
             allows=allowed_of.get(name, EMPTY_FROZEN),
             locals=locals_of.get(name, EMPTY_FROZEN),
-            exposures=exposures_of(r, name, assigned) if inst.expose else pvector(),
+            exposures=exposures_of(r, name, assigned) if inst.expose else _EMPTY,
             claims=shape.claims)
     return renderings, bindings, requests
 
@@ -362,38 +400,179 @@ def _binding_order(b: BindingDecl) -> tuple[str, str]:
     return (b.consumer, b.requirement)
 
 
+def _ref_order(s: SecretRef) -> tuple[str, Optional[int]]:
+    return (s.credential, s.generation)  # SecretRef's own order, without building its tuple
+
+
 def _grant_order(g: GrantDecl) -> tuple[str, str, str]:
     return (g.provider, g.consumer, g.provision)
 
 
 class _ModuleShape:
-    """What rendering reads of a module that is the same for each of its instances: its
-    state directories and listens in order, each container with its env read (key, text, and
-    the placeholders parsed, None when the text has none), and its claims."""
+    """What rendering reads of a module that is the same for each of its instances: its state
+    directories (owner read), accessed paths (modes merged), claims, and by the parts an
+    instance switches on, the containers it installs with the listens each publishes. A
+    container is read (_ContainerShape) the first time an instance installs it."""
 
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, image_of: Callable[[Module, str], str]) -> None:
         self.module = module
-        self.state = sorted(module.state.items())
+        self.image_of = image_of
+        self.state: list[tuple[str, str, int, int, str]] = []  # (name, path, uid, gid, mode)
+        for dir_name, state in sorted(module.state.items()):
+            uid, _, gid = state.owner.partition(":")
+            self.state.append((dir_name, state.path, int(uid), int(gid or uid), state.mode))
+        modes: dict[str, str] = {}  # path → mode (rw if any access of it is)
+        for access in module.accesses.values():
+            if modes.get(access.path) != "rw":
+                modes[access.path] = access.mode
+        self.accesses = sorted(modes.items())
         self.listens = sorted(module.listens.items())
-        self.containers = [
-            (container, [(key, raw, template(raw) if "$" in raw else None)
-                         for key, raw in sorted(container.env.items())])
-            for container in module.containers]
         self.claims: PVector[str] = pvector(sorted(set(module.claims)))
-        self._serving: dict[frozenset[str], dict[str, Optional[str]]] = {}
+        self._containers: dict[int, _ContainerShape] = {}
+        self._layouts: dict[frozenset[str], list[tuple[_ContainerShape, list[_Publish]]]] = {}
 
-    def serving(self, parts: Iterable[str]) -> dict[str, Optional[str]]:
-        """listen → the container that publishes it, for an instance with `parts` switched on:
-        the listen's own `container`, else the first long-running container."""
+    def layout(self, parts: Iterable[str]) -> list[tuple["_ContainerShape", list["_Publish"]]]:
+        """The containers an instance with `parts` switched on installs, in the module's order,
+        each with the listens it publishes (listen, container port, protocol), in name order:
+        a listen is published by its own `container`, else by the first long-running one."""
         key = frozenset(parts)
-        found = self._serving.get(key)
+        found = self._layouts.get(key)
         if found is None:
-            long_running = [c.name for c in self.module.containers if not c.run_once
-                            and (c.part is None or c.part in key)]
-            found = self._serving[key] = {
-                name: listen.container or (long_running[0] if long_running else None)
-                for name, listen in self.listens}
+            installed = [(i, c) for i, c in enumerate(self.module.containers)
+                         if c.part is None or c.part in key]
+            long_running = [c.name for _, c in installed if not c.run_once]
+            serving = {name: listen.container or (long_running[0] if long_running else None)
+                       for name, listen in self.listens}
+            found = self._layouts[key] = [
+                (self._container(i, c), [(name, listen.port, listen.protocol)
+                                         for name, listen in self.listens
+                                         if serving[name] == c.name])
+                for i, c in installed]
         return found
+
+    def _container(self, index: int, container: Container) -> "_ContainerShape":
+        found = self._containers.get(index)
+        if found is None:
+            found = self._containers[index] = _ContainerShape(
+                self.module, container, self.image_of(self.module, container.artifact))
+        return found
+
+
+_Publish = tuple[str, int, str]
+"""A listen a container publishes: (listen, container port, protocol)."""
+_Told = tuple[FrozenMap[str, str], Optional[SecretRef]]
+"""What a consumer is told for one requirement: the binding's values, and the credential its
+`password` refers to (None: the binding carries none)."""
+_TOLD_NOTHING: Mapping[str, _Told] = FrozenMap()
+_PIECES = "pieces"  # an env value of several pieces, or of one that is not a binding value
+_EnvEntry = tuple[str, str, str, str, tuple[Meaning, ...]]
+"""One env value compiled: (key, kind, name, key of the binding, pieces). kind LITERAL: the
+value is `name`; BINDING: the value is binding `name`'s value `key`; _PIECES: the value is
+`pieces` filled in order (each a Meaning)."""
+_Mount = tuple[str, str, str, bool, Optional[MountDecl]]
+"""A mount compiled: (kind, state path or facility name, target, read-only, the MountDecl
+itself when it is the same for every instance: an access)."""
+
+
+class _ContainerShape:
+    """One container of a module as every instance renders it: its env compiled (each
+    placeholder's meaning decided once, by _placeholders.meaning; literal text joined), its
+    mounts and health check read, and its image."""
+
+    __slots__ = ("container", "image", "env", "mounts", "_health", "_health_listen")
+
+    def __init__(self, module: Module, container: Container, image: str) -> None:
+        self.container = container
+        self.image = image
+        self.env = [_compile(key, raw, module.secrets)
+                    for key, raw in sorted(container.env.items())]
+        self.mounts: list[_Mount] = []
+        for m in container.mounts:
+            if m.state is not None:
+                self.mounts.append(("state", module.state[m.state].path, m.target, m.read_only,
+                                    None))
+            elif m.access is not None:
+                acc = module.accesses[m.access]
+                self.mounts.append(("access", acc.path, m.target, m.read_only, MountDecl(
+                    "access", acc.path, m.target, m.read_only or acc.mode == "ro")))
+            else:
+                assert m.facility is not None, m  # validated: a mount names one source
+                self.mounts.append(("facility", m.facility, m.target, m.read_only, None))
+        self._health, self._health_listen = _health(container.health, module)
+
+    def health(self, instance: str, assigned: Mapping[tuple[str, str], int]
+               ) -> Optional[HealthDecl]:
+        """The container's health check for `instance` (a tcp or http check is told the host
+        port of its listen, when it has one)."""
+        decl, listen = self._health, self._health_listen
+        if decl is None or listen is None:
+            return decl
+        return HealthDecl(decl.kind, port=decl.port, host_port=assigned.get((instance, listen)),
+                          path=decl.path, timeout=decl.timeout)
+
+
+def _compile(key: str, raw: str, secrets: Collection[str]) -> _EnvEntry:
+    """Env value `raw` of a module declaring `secrets`, compiled: each placeholder read for what
+    it names (literal text as such, adjacent texts joined), so that filling it per instance
+    only looks up what varies."""
+    if "$" not in raw:
+        return (key, LITERAL, raw, "", ())
+    pieces: list[Meaning] = []
+    for part in template(raw):
+        piece = (LITERAL, part, "") if isinstance(part, str) else meaning(part, secrets)
+        if piece[0] == LITERAL:
+            if not piece[1]:
+                continue
+            if pieces and pieces[-1][0] == LITERAL:
+                piece = (LITERAL, pieces.pop()[1] + piece[1], "")
+        pieces.append(piece)
+    if not pieces:
+        return (key, LITERAL, "", "", ())
+    if len(pieces) == 1 and pieces[0][0] in (LITERAL, BINDING):
+        kind, name, binding_key = pieces[0]
+        return (key, kind, name, binding_key, ())
+    return (key, _PIECES, "", "", tuple(pieces))
+
+
+def _told(told: Mapping[str, _Told], as_: str, key: str, refs: set[SecretRef]) -> str:
+    """Value `key` of the binding of requirement `as_` (BINDING); "" when the requirement is
+    optional and left unbound, or the binding has no such value. A `password` adds the
+    binding's credential to `refs`."""
+    found = told.get(as_)
+    if found is None:  # an optional requirement left unbound: told nothing
+        return ""
+    values, secret = found
+    if secret is not None and key == "password":
+        refs.add(secret)
+    return values.get(key, "")
+
+
+def _fill(pieces: tuple[Meaning, ...], instance: str, node: str, address: str,
+          told: Mapping[str, _Told], own_secrets: Mapping[tuple[str, str], SecretRef],
+          assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]) -> str:
+    """A compiled env value filled for `instance` on `node` (at `address`), every credential
+    it refers to added to `refs`."""
+    out: list[str] = []
+    for kind, name, key in pieces:
+        if kind == LITERAL:
+            out.append(name)
+        elif kind == BINDING:
+            out.append(_told(told, name, key, refs))
+        elif kind == ADDRESS:
+            out.append(address)
+        elif kind == INSTANCE:
+            out.append(instance)
+        elif kind == NODE:
+            out.append(node)
+        elif kind == OWN_SECRET:
+            ref = own_secrets[(instance, name)]
+            refs.add(ref)
+            out.append(secret_token(ref.credential))
+        else:
+            assert kind == OWN_PORT, kind
+            port = assigned.get((instance, name))
+            out.append(key if port is None else str(port))
+    return "".join(out)
 
 
 class _Missing(dict[str, str]):
@@ -412,12 +591,14 @@ def _facility_paths(entries: Iterable[str]) -> dict[str, str]:
     return paths
 
 
-def _health(health: Optional[Health], module: Module, instance: str,
-            assigned: Mapping[tuple[str, str], int]) -> Optional[HealthDecl]:
+def _health(health: Optional[Health], module: Module
+            ) -> tuple[Optional[HealthDecl], Optional[str]]:
+    """A container's health check as its instances share it, and the listen whose host port
+    each instance's check is told (None: a command, or no check)."""
     if health is None:
-        return None
+        return None, None
     if health.command is not None:
-        return HealthDecl("command", command=health.command, timeout=health.timeout)
+        return HealthDecl("command", command=health.command, timeout=health.timeout), None
     if health.tcp is not None:
         listen_name = health.tcp
     else:
@@ -425,51 +606,8 @@ def _health(health: Optional[Health], module: Module, instance: str,
         listen_name = health.http.listen
     listen = module.listens[listen_name]
     return HealthDecl("tcp" if health.tcp is not None else "http", port=listen.port,
-                      host_port=assigned.get((instance, listen_name)),
                       path=health.http.path if health.http is not None else "/",
-                      timeout=health.timeout)
-
-
-def _filler(r: "Context", name: str, node: str, bound: Mapping[tuple[str, str], Bound],
-            values_of: Mapping[tuple[str, str], Mapping[str, str]],
-            own_secrets: Mapping[tuple[str, str], SecretRef],
-            assigned: Mapping[tuple[str, str], int],
-            env_refs: dict[str, SecretRef],
-            intern: Callable[[SecretRef], SecretRef]) -> Callable[[Template, set[SecretRef]], str]:
-    """How instance `name` (on `node`) fills a parsed env value: each placeholder replaced by
-    what it names, every credential the value refers to added to `refs`."""
-
-    def one(parts: Body, refs: set[SecretRef]) -> str:
-        if parts[0] == "self":
-            if parts[1:] == ("address",):
-                return r.mesh.nodes[node].address
-            if parts[1:] == ("instance",):
-                return name
-            if parts[1:] == ("node",):
-                return node
-            if len(parts) == 3 and parts[2] == "password" and (name, parts[1]) in own_secrets:
-                ref = own_secrets[(name, parts[1])]
-                refs.add(ref)
-                return secret_token(ref.credential)
-            if len(parts) == 3 and parts[2] == "port" and (name, parts[1]) in assigned:
-                return str(assigned[(name, parts[1])])
-            return "${" + ".".join(parts) + "}"
-        key = (name, parts[0])
-        if key not in values_of:  # an optional requirement left unbound: told nothing
-            return ""
-        value = values_of[key].get(parts[1], "") if len(parts) == 2 else ""
-        cred = bound[key].credential
-        if parts[1] == "password" and cred is not None:
-            held = env_refs.get(cred)
-            if held is None:
-                held = env_refs[cred] = intern(_ref_for(r, cred))
-            refs.add(held)
-        return value
-
-    def fill(parsed: Template, refs: set[SecretRef]) -> str:
-        return "".join(part if isinstance(part, str) else one(part, refs) for part in parsed)
-
-    return fill
+                      timeout=health.timeout), listen_name
 
 
 def _pending_ref(r: "Context", cred_id: str) -> Optional[SecretRef]:
@@ -477,10 +615,3 @@ def _pending_ref(r: "Context", cred_id: str) -> Optional[SecretRef]:
     cred = r.credentials.get(cred_id)
     pending = cred.pending if cred is not None else None
     return SecretRef(cred_id, pending.generation) if pending is not None else None
-
-
-def _ref_for(r: "Context", cred_id: str) -> SecretRef:
-    """The reference holders of `cred_id` are given: its active generation (None: pending)."""
-    cred = r.credentials.get(cred_id)
-    active = cred.active if cred is not None else None
-    return SecretRef(cred_id, active.generation if active is not None else None)
