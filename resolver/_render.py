@@ -12,34 +12,20 @@ Invariants:
   held instance's rendering (the one last written) fits in exactly where a live one would.
 - A node's declaration digest is sha256 over the canonical JSON of the declaration without
   serial and digest (declaration_digest).
-- What depends on a module alone is read once per module (_ModuleShape): each env value is
-  compiled there, every placeholder's meaning decided by _placeholders.meaning, so filling it
-  per instance only looks up what varies by instance (its binding values, its node, its own
-  secrets and ports).
+- What depends on a module alone is read once per module (resolver/_shape.py): each env value
+  is compiled there, so filling it per instance only looks up what varies by instance.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id
-from ._placeholders import (
-    ADDRESS,
-    BINDING,
-    INSTANCE,
-    LITERAL,
-    NODE,
-    OWN_PORT,
-    OWN_SECRET,
-    Meaning,
-    meaning,
-    secret_token,
-    template,
-)
+from ._placeholders import BINDING, LITERAL, secret_token
 from ._declaration import (
     AccessDecl,
     Binding,
@@ -48,7 +34,6 @@ from ._declaration import (
     FirewallAllow,
     FirewallLocal,
     GrantDecl,
-    HealthDecl,
     InstanceRendering,
     MountDecl,
     ProviderDecl,
@@ -60,9 +45,10 @@ from ._declaration import (
 from ._artifacts import artifact_key, image_reference
 from ._firewall import consumer_container_macs, exposures_of
 from ._frozen import EMPTY_FROZEN, FrozenMap
-from ._model import Container, Health, Module
+from ._model import Module
 from ._registry_access import MeshRegistry
 from ._rotation import grant_view
+from ._shape import TOLD_NOTHING, ModuleShape, Told, fill_env, told_value
 from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -161,7 +147,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     # --- binding values, grants and firewall allows: the consumer's, by provider node; the
     # bindings come sorted by (consumer, requirement), so each consumer's are consecutive
     # consumer → requirement → (binding values, the credential a `password` refers to)
-    told_of: dict[str, dict[str, _Told]] = {}
+    told_of: dict[str, dict[str, Told]] = {}
     bindings: list[Binding] = []
     # a consumer's bindings, grants and allows, frozen (kept apart: a tuple of the three would
     # be one more object per consumer for the collector)
@@ -172,7 +158,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     admin_of: dict[tuple[str, str], Optional[str]] = {}  # (module, provision) → admin secret
     ordered = sorted(bound)
     decls: list[BindingDecl] = []
-    told: dict[str, _Told] = {}
+    told: dict[str, Told] = {}
     grants: dict[str, list[GrantDecl]] = {}
     allows: dict[str, list[FirewallAllow]] = {}
     for index, key in enumerate(ordered):
@@ -306,7 +292,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     # --- containers, state, accesses, and with them the rendering (what depends on the
     # module alone is read once per module, what depends on the node once per node)
     facilities_of: dict[str, dict[str, str]] = {}
-    shapes: dict[str, _ModuleShape] = {}
+    shapes: dict[str, ModuleShape] = {}
     store = registry.instance if registry is not None else None
     renderings: dict[str, InstanceRendering] = {}
     mesh_name = mesh.mesh
@@ -315,12 +301,12 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         node = inst.node
         shape = shapes.get(inst.module)
         if shape is None:
-            shape = shapes[inst.module] = _ModuleShape(r.placed_module(name), image_of)
+            shape = shapes[inst.module] = ModuleShape(r.placed_module(name), image_of)
         facilities = facilities_of.get(node)
         if facilities is None:
             facilities = facilities_of[node] = _facility_paths(mesh.nodes[node].facilities)
         at = address[node]
-        tells: Mapping[str, _Told] = told_of.get(name, _TOLD_NOTHING)
+        tells: Mapping[str, Told] = told_of.get(name, TOLD_NOTHING)
         containers: list[ContainerDecl] = []
         for each, publishes in shape.layout(inst.parts):
             container = each.container
@@ -330,9 +316,9 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                 if kind == LITERAL:
                     env[env_key] = what
                 elif kind == BINDING:
-                    env[env_key] = _told(tells, what, value_key, refs)
+                    env[env_key] = told_value(tells, what, value_key, refs)
                 else:
-                    env[env_key] = _fill(pieces, name, node, at, tells, own_secrets, assigned,
+                    env[env_key] = fill_env(pieces, name, node, at, tells, own_secrets, assigned,
                                          refs)
             ports: list[PublishedPort] = []
             for listen_name, container_port, protocol in publishes:
@@ -408,173 +394,6 @@ def _grant_order(g: GrantDecl) -> tuple[str, str, str]:
     return (g.provider, g.consumer, g.provision)
 
 
-class _ModuleShape:
-    """What rendering reads of a module that is the same for each of its instances: its state
-    directories (owner read), accessed paths (modes merged), claims, and by the parts an
-    instance switches on, the containers it installs with the listens each publishes. A
-    container is read (_ContainerShape) the first time an instance installs it."""
-
-    def __init__(self, module: Module, image_of: Callable[[Module, str], str]) -> None:
-        self.module = module
-        self.image_of = image_of
-        self.state: list[tuple[str, str, int, int, str]] = []  # (name, path, uid, gid, mode)
-        for dir_name, state in sorted(module.state.items()):
-            uid, _, gid = state.owner.partition(":")
-            self.state.append((dir_name, state.path, int(uid), int(gid or uid), state.mode))
-        modes: dict[str, str] = {}  # path → mode (rw if any access of it is)
-        for access in module.accesses.values():
-            if modes.get(access.path) != "rw":
-                modes[access.path] = access.mode
-        self.accesses = sorted(modes.items())
-        self.listens = sorted(module.listens.items())
-        self.claims: PVector[str] = pvector(sorted(set(module.claims)))
-        self._containers: dict[int, _ContainerShape] = {}
-        self._layouts: dict[frozenset[str], list[tuple[_ContainerShape, list[_Publish]]]] = {}
-
-    def layout(self, parts: Iterable[str]) -> list[tuple["_ContainerShape", list["_Publish"]]]:
-        """The containers an instance with `parts` switched on installs, in the module's order,
-        each with the listens it publishes (listen, container port, protocol), in name order:
-        a listen is published by its own `container`, else by the first long-running one."""
-        key = frozenset(parts)
-        found = self._layouts.get(key)
-        if found is None:
-            installed = [(i, c) for i, c in enumerate(self.module.containers)
-                         if c.part is None or c.part in key]
-            long_running = [c.name for _, c in installed if not c.run_once]
-            serving = {name: listen.container or (long_running[0] if long_running else None)
-                       for name, listen in self.listens}
-            found = self._layouts[key] = [
-                (self._container(i, c), [(name, listen.port, listen.protocol)
-                                         for name, listen in self.listens
-                                         if serving[name] == c.name])
-                for i, c in installed]
-        return found
-
-    def _container(self, index: int, container: Container) -> "_ContainerShape":
-        found = self._containers.get(index)
-        if found is None:
-            found = self._containers[index] = _ContainerShape(
-                self.module, container, self.image_of(self.module, container.artifact))
-        return found
-
-
-_Publish = tuple[str, int, str]
-"""A listen a container publishes: (listen, container port, protocol)."""
-_Told = tuple[FrozenMap[str, str], Optional[SecretRef]]
-"""What a consumer is told for one requirement: the binding's values, and the credential its
-`password` refers to (None: the binding carries none)."""
-_TOLD_NOTHING: Mapping[str, _Told] = FrozenMap()
-_PIECES = "pieces"  # an env value of several pieces, or of one that is not a binding value
-_EnvEntry = tuple[str, str, str, str, tuple[Meaning, ...]]
-"""One env value compiled: (key, kind, name, key of the binding, pieces). kind LITERAL: the
-value is `name`; BINDING: the value is binding `name`'s value `key`; _PIECES: the value is
-`pieces` filled in order (each a Meaning)."""
-_Mount = tuple[str, str, str, bool, Optional[MountDecl]]
-"""A mount compiled: (kind, state path or facility name, target, read-only, the MountDecl
-itself when it is the same for every instance: an access)."""
-
-
-class _ContainerShape:
-    """One container of a module as every instance renders it: its env compiled (each
-    placeholder's meaning decided once, by _placeholders.meaning; literal text joined), its
-    mounts and health check read, and its image."""
-
-    __slots__ = ("container", "image", "env", "mounts", "_health", "_health_listen")
-
-    def __init__(self, module: Module, container: Container, image: str) -> None:
-        self.container = container
-        self.image = image
-        self.env = [_compile(key, raw, module.secrets)
-                    for key, raw in sorted(container.env.items())]
-        self.mounts: list[_Mount] = []
-        for m in container.mounts:
-            if m.state is not None:
-                self.mounts.append(("state", module.state[m.state].path, m.target, m.read_only,
-                                    None))
-            elif m.access is not None:
-                acc = module.accesses[m.access]
-                self.mounts.append(("access", acc.path, m.target, m.read_only, MountDecl(
-                    "access", acc.path, m.target, m.read_only or acc.mode == "ro")))
-            else:
-                assert m.facility is not None, m  # validated: a mount names one source
-                self.mounts.append(("facility", m.facility, m.target, m.read_only, None))
-        self._health, self._health_listen = _health(container.health, module)
-
-    def health(self, instance: str, assigned: Mapping[tuple[str, str], int]
-               ) -> Optional[HealthDecl]:
-        """The container's health check for `instance` (a tcp or http check is told the host
-        port of its listen, when it has one)."""
-        decl, listen = self._health, self._health_listen
-        if decl is None or listen is None:
-            return decl
-        return HealthDecl(decl.kind, port=decl.port, host_port=assigned.get((instance, listen)),
-                          path=decl.path, timeout=decl.timeout)
-
-
-def _compile(key: str, raw: str, secrets: Collection[str]) -> _EnvEntry:
-    """Env value `raw` of a module declaring `secrets`, compiled: each placeholder read for what
-    it names (literal text as such, adjacent texts joined), so that filling it per instance
-    only looks up what varies."""
-    if "$" not in raw:
-        return (key, LITERAL, raw, "", ())
-    pieces: list[Meaning] = []
-    for part in template(raw):
-        piece = (LITERAL, part, "") if isinstance(part, str) else meaning(part, secrets)
-        if piece[0] == LITERAL:
-            if not piece[1]:
-                continue
-            if pieces and pieces[-1][0] == LITERAL:
-                piece = (LITERAL, pieces.pop()[1] + piece[1], "")
-        pieces.append(piece)
-    if not pieces:
-        return (key, LITERAL, "", "", ())
-    if len(pieces) == 1 and pieces[0][0] in (LITERAL, BINDING):
-        kind, name, binding_key = pieces[0]
-        return (key, kind, name, binding_key, ())
-    return (key, _PIECES, "", "", tuple(pieces))
-
-
-def _told(told: Mapping[str, _Told], as_: str, key: str, refs: set[SecretRef]) -> str:
-    """Value `key` of the binding of requirement `as_` (BINDING); "" when the requirement is
-    optional and left unbound, or the binding has no such value. A `password` adds the
-    binding's credential to `refs`."""
-    found = told.get(as_)
-    if found is None:  # an optional requirement left unbound: told nothing
-        return ""
-    values, secret = found
-    if secret is not None and key == "password":
-        refs.add(secret)
-    return values.get(key, "")
-
-
-def _fill(pieces: tuple[Meaning, ...], instance: str, node: str, address: str,
-          told: Mapping[str, _Told], own_secrets: Mapping[tuple[str, str], SecretRef],
-          assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]) -> str:
-    """A compiled env value filled for `instance` on `node` (at `address`), every credential
-    it refers to added to `refs`."""
-    out: list[str] = []
-    for kind, name, key in pieces:
-        if kind == LITERAL:
-            out.append(name)
-        elif kind == BINDING:
-            out.append(_told(told, name, key, refs))
-        elif kind == ADDRESS:
-            out.append(address)
-        elif kind == INSTANCE:
-            out.append(instance)
-        elif kind == NODE:
-            out.append(node)
-        elif kind == OWN_SECRET:
-            ref = own_secrets[(instance, name)]
-            refs.add(ref)
-            out.append(secret_token(ref.credential))
-        else:
-            assert kind == OWN_PORT, kind
-            port = assigned.get((instance, name))
-            out.append(key if port is None else str(port))
-    return "".join(out)
-
-
 class _Missing(dict[str, str]):
     """Binding values for a url template: a key it does not hold stays as `{key}`."""
 
@@ -589,25 +408,6 @@ def _facility_paths(entries: Iterable[str]) -> dict[str, str]:
         if path:
             paths[name] = path
     return paths
-
-
-def _health(health: Optional[Health], module: Module
-            ) -> tuple[Optional[HealthDecl], Optional[str]]:
-    """A container's health check as its instances share it, and the listen whose host port
-    each instance's check is told (None: a command, or no check)."""
-    if health is None:
-        return None, None
-    if health.command is not None:
-        return HealthDecl("command", command=health.command, timeout=health.timeout), None
-    if health.tcp is not None:
-        listen_name = health.tcp
-    else:
-        assert health.http is not None, health  # validated: exactly one check
-        listen_name = health.http.listen
-    listen = module.listens[listen_name]
-    return HealthDecl("tcp" if health.tcp is not None else "http", port=listen.port,
-                      path=health.http.path if health.http is not None else "/",
-                      timeout=health.timeout), listen_name
 
 
 def _pending_ref(r: "Context", cred_id: str) -> Optional[SecretRef]:
