@@ -68,7 +68,7 @@ def derive_mac(mesh: str, container: str, attempt: int = 0) -> str:
     """The MAC of a container, from the mesh and its name (and the attempt, after a collision)."""
     seed = f"{mesh}\0{container}" + (f"\0{attempt}" if attempt else "")
     tail = hashlib.sha256(seed.encode()).digest()[:5]
-    return ":".join([MAC_PREFIX] + [f"{b:02x}" for b in tail])
+    return f"{MAC_PREFIX}:{tail.hex(':')}"
 
 
 def assign_macs(mesh: str, containers: list[str],
