@@ -4,7 +4,8 @@ Invariants:
 - The digest covers everything in a declaration except `serial` and `digest` themselves: sha256
   of its canonical JSON, which is json.dumps(unstructure(body), sort_keys=True,
   separators=(",", ":"), ensure_ascii=False) encoded as UTF-8, byte for byte.
-- orjson writes that text (keys sorted, no spaces, UTF-8, the standard library's escapes);
+- orjson writes that text (keys sorted, no spaces, UTF-8, the standard library's escapes) from
+  the shallow converter's parts, without first copying the declaration into dicts and lists;
   what orjson refuses (an integer beyond 64 bits, a key that is not exactly a str, a string
   UTF-8 cannot hold) goes to the standard library's encoder, so those fail or pass as before.
   Declarations hold no floats (every number is an int, and the strict converter refuses a float
@@ -21,7 +22,7 @@ import json
 import attrs
 import orjson
 
-from ._convert import unstructure
+from ._convert import shallow_part, unstructure
 from ._declaration import Declaration
 
 # The canonical form, as the standard library writes it: the definition, and the encoder for
@@ -34,11 +35,11 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 def canonical_bytes(declaration: Declaration) -> bytes:
     """The canonical JSON of the declaration's contents (everything but `serial` and
     `digest`), UTF-8: what its digest is the sha256 of."""
-    body = unstructure(attrs.evolve(declaration, serial=0, digest=""))
+    body = attrs.evolve(declaration, serial=0, digest="")
     try:
-        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(body, default=shallow_part, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
-        return _CANONICAL.encode(body).encode()
+        return _CANONICAL.encode(unstructure(body)).encode()
 
 
 def declaration_digest(declaration: Declaration) -> str:
