@@ -8,6 +8,9 @@ Invariants:
   back out as dicts and lists;
   `structure(unstructure(x)) == x` for every document type.
 - Unstructuring omits attributes equal to their default, so written documents stay short.
+- The shallow converter (the declaration digest's) decides keys and omissions in the same
+  generated functions and only leaves each attribute's value as it is: an encoder given
+  `shallow_part` as its fallback writes the same document without the copies.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Callable
 
 import attrs
 import cattrs
+from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from pyrsistent import PMap as RuntimePMap
 from pyrsistent import PVector as RuntimePVector
@@ -79,7 +83,10 @@ def _entries(mapping: Any) -> Any:
     return mapping.iteritems() if type(mapping) is RuntimePMap else mapping.items()
 
 
-def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
+def make_converter(omit_defaults: bool = True, shallow: bool = False) -> cattrs.Converter:
+    """The converter; `shallow`: a model unstructures to a dict of its document keys (renamed,
+    defaults omitted, exactly as here) whose values are the attributes themselves, unconverted
+    (for an encoder that reaches them through `shallow_part`)."""
     conv = cattrs.Converter(forbid_extra_keys=True, omit_if_default=omit_defaults)
 
     conv.register_structure_hook(str, _strict(str, "a string"))
@@ -174,8 +181,10 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
         return structure
 
     def attrs_unstructure(cls: type) -> Callable[[Any], Any]:
-        renames: dict[str, Any] = {a.name: override(rename=document_key(cls, a.name))
-                                   for a in attrs.fields(cls)}
+        leave = identity if shallow else None  # None: the hook of the attribute's type
+        renames: dict[str, Any] = {
+            a.name: override(rename=document_key(cls, a.name), unstruct_hook=leave)
+            for a in attrs.fields(cls)}
         return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=omit_defaults,
                                         **renames)
 
@@ -186,6 +195,7 @@ def make_converter(omit_defaults: bool = True) -> cattrs.Converter:
 
 CONVERTER = make_converter()
 FULL_CONVERTER = make_converter(omit_defaults=False)  # every field, for programs reading plans
+SHALLOW_CONVERTER = make_converter(shallow=True)  # CONVERTER's documents, one level at a time
 
 
 def unstructure(obj: Any) -> Any:
@@ -197,3 +207,33 @@ def unstructure(obj: Any) -> Any:
 def unstructure_full(obj: Any) -> Any:
     """Like unstructure, but every attribute is present (defaults too): plans for programs."""
     return FULL_CONVERTER.unstructure(obj)
+
+
+def _part_for(cls: type) -> Callable[[Any], Any]:
+    """How shallow_part writes one level of a `cls` (decided once per class)."""
+    if issubclass(cls, RuntimePVector):
+        return cls.tolist
+    if issubclass(cls, RuntimePMap):
+        return lambda m: dict(_entries(m))
+    if attrs.has(cls):
+        return SHALLOW_CONVERTER.get_unstructure_hook(cls)
+
+    def refuse(value: Any) -> Any:
+        raise TypeError(f"{cls.__name__} has no document form")
+
+    return refuse
+
+
+_PARTS: dict[type, Callable[[Any], Any]] = {}  # memo of _part_for, by exact class
+
+
+def shallow_part(value: Any) -> Any:
+    """One level of `value` as unstructure would write it, for an encoder's fallback (orjson's
+    `default=`) when it meets what it does not write itself: a model → the dict of its document
+    keys (SHALLOW_CONVERTER: values left for the encoder), a vector → a list, a PMap → a dict.
+    The encoder writes str, int, bool, None, dicts (FrozenMap included), lists and enums (by
+    value) as unstructure leaves them; anything else is refused (TypeError), as JSON would."""
+    part = _PARTS.get(type(value))
+    if part is None:
+        part = _PARTS[type(value)] = _part_for(type(value))
+    return part(value)

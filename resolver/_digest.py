@@ -2,7 +2,14 @@
 
 Invariants:
 - The digest covers everything in a declaration except `serial` and `digest` themselves: sha256
-  of its canonical JSON (keys sorted, no spaces, UTF-8), so it is byte-stable.
+  of its canonical JSON, which is json.dumps(unstructure(body), sort_keys=True,
+  separators=(",", ":"), ensure_ascii=False) encoded as UTF-8, byte for byte.
+- orjson writes that text (keys sorted, no spaces, UTF-8, the standard library's escapes) from
+  the shallow converter's parts, without first copying the declaration into dicts and lists;
+  what orjson refuses (an integer beyond 64 bits, a key that is not exactly a str, a string
+  UTF-8 cannot hold) goes to the standard library's encoder, so those fail or pass as before.
+  Declarations hold no floats (every number is an int, and the strict converter refuses a float
+  for one), the one type the two encoders write differently without refusing.
 - The resolver stamps declarations with it; a node recomputes it over what it was handed and
   never trusts the `digest` field a file claims. No other code computes one.
 """
@@ -13,20 +20,28 @@ import hashlib
 import json
 
 import attrs
+import orjson
 
-from ._convert import unstructure
+from ._convert import shallow_part, unstructure
 from ._declaration import Declaration
 
-
-# The canonical form is json.dumps(body, sort_keys=True, separators=(",", ":"),
-# ensure_ascii=False), byte for byte. Unstructured data holds no cycle, so the encoder is
-# spared keeping the set of containers it is inside (a declaration holds hundreds of thousands).
+# The canonical form, as the standard library writes it: the definition, and the encoder for
+# what orjson refuses. Unstructured data holds no cycle, so the encoder is spared keeping the
+# set of containers it is inside (a declaration holds hundreds of thousands).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                               check_circular=False)
 
 
+def canonical_bytes(declaration: Declaration) -> bytes:
+    """The canonical JSON of the declaration's contents (everything but `serial` and
+    `digest`), UTF-8: what its digest is the sha256 of."""
+    body = attrs.evolve(declaration, serial=0, digest="")
+    try:
+        return orjson.dumps(body, default=shallow_part, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return _CANONICAL.encode(unstructure(body)).encode()
+
+
 def declaration_digest(declaration: Declaration) -> str:
     """"sha256:<hex>" of the declaration's contents (everything but `serial` and `digest`)."""
-    body = unstructure(attrs.evolve(declaration, serial=0, digest=""))
-    canonical = _CANONICAL.encode(body)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_bytes(declaration)).hexdigest()

@@ -1,8 +1,8 @@
 """Which optional dependencies each `mesh` verb needs, and what to say when one is missing.
 
 Invariants:
-- `pip install mesh-resolver` brings only what resolver/ imports (attrs, cattrs, pyrsistent,
-  ruamel.yaml): enough to embed the library and to run `mesh check`, `schema`, `plan` (without
+- `pip install mesh-resolver` brings only what resolver/ imports (attrs, cattrs, orjson,
+  pyrsistent, ruamel.yaml): enough to embed the library and to run `mesh check`, `schema`, `plan` (without
   --issue), `stale` and `graph` (DOT). What runs on a node comes with the `node` extra, what
   runs on the control node with the `control` extra (pyproject.toml declares both; a test
   holds these tables to it).
