@@ -52,9 +52,29 @@ def _strict(expected: type, name: str) -> Callable[[Any, Any], Any]:
     def structure(value: Any, _type: Any) -> Any:
         if type(value) is not expected:  # bool is not int, int is not str
             raise TypeError(f"expected {name}, got {_describe(value)}")
+        if isinstance(value, str) and not is_text(value):
+            raise TypeError(f"expected {name} of text, got {_describe(value)}, which holds a "
+                            f"lone surrogate (an escape such as \\ud800 with no pair): no "
+                            f"UTF-8 file, digest or container can hold it")
         return value
 
     return structure
+
+
+def is_text(value: str) -> bool:
+    """Whether UTF-8 can hold `value`: a JSON or YAML escape can make a lone surrogate, which
+    no file, digest or environment can carry (str.isascii answers most strings at once)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _all_text(values: Any) -> bool:
+    return all(map(is_text, values))
 
 
 def _describe(value: Any) -> str:
@@ -108,7 +128,9 @@ def make_converter(omit_defaults: bool = True, shallow: bool = False) -> cattrs.
             raise TypeError(f"expected a mapping, got {_describe(value)}")
         key_t, val_t = typing.get_args(t) or (str, Any)
         if (key_t in PLAIN and val_t in PLAIN and {*map(type, value)} <= {key_t}
-                and {*map(type, value.values())} <= {val_t}):
+                and {*map(type, value.values())} <= {val_t}
+                and (key_t is not str or _all_text(value))
+                and (val_t is not str or _all_text(value.values()))):
             return value  # every key and value already what its strict hook accepts
         return conv.structure(value, dict[key_t, val_t])  # type: ignore[valid-type]
 
@@ -122,7 +144,8 @@ def make_converter(omit_defaults: bool = True, shallow: bool = False) -> cattrs.
         if not isinstance(value, list):
             raise TypeError(f"expected a list, got {_describe(value)}")
         (item_t,) = typing.get_args(t) or (Any,)
-        if item_t in PLAIN and {*map(type, value)} <= {item_t}:
+        if item_t in PLAIN and {*map(type, value)} <= {item_t} \
+                and (item_t is not str or _all_text(value)):
             return pvector(value)  # every element already what its strict hook accepts
         return pvector(conv.structure(value, list[item_t]))  # type: ignore[valid-type]
 

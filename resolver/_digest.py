@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 import attrs
 import orjson
 
-from ._convert import shallow_part, unstructure
+from ._convert import is_text, shallow_part, unstructure
 from ._declaration import Declaration
+from ._errors import Fault, InputError
+from ._load import positionless
 
 # The canonical form, as the standard library writes it: the definition, and the encoder for
 # what orjson refuses. Unstructured data holds no cycle, so the encoder is spared keeping the
@@ -39,7 +42,34 @@ def canonical_bytes(declaration: Declaration) -> bytes:
     try:
         return orjson.dumps(body, default=shallow_part, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
-        return _CANONICAL.encode(unstructure(body)).encode()
+        data = unstructure(body)
+    try:
+        return _CANONICAL.encode(data).encode()
+    except UnicodeEncodeError:  # a string no UTF-8 can hold: said where, not a traceback
+        raise InputError([_not_text(declaration.node, data)]) from None
+
+
+def _not_text(node: str, data: Any) -> Fault:
+    """The fault of the first string in a declaration's data that UTF-8 cannot hold (a lone
+    surrogate: documents read from files are refused on reading, so a model built in code
+    carried it here), named by its key path in the declaration."""
+    pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while pending:
+        path, value = pending.pop(0)
+        if isinstance(value, str) and not is_text(value):
+            return positionless(f"declaration of node {node}").fault(
+                path, f"holds {value!r}, a lone surrogate (an escape such as \\ud800 with no "
+                f"pair), which no file, digest or container can carry", "text")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and not is_text(key):
+                    return positionless(f"declaration of node {node}").fault(
+                        path, f"has the key {key!r}, a lone surrogate", "text")
+                pending.append((path + (key,), item))
+        elif isinstance(value, list):
+            pending.extend((path + (index,), item) for index, item in enumerate(value))
+    return positionless(f"declaration of node {node}").fault((), "cannot be encoded as UTF-8",
+                                                             "text")
 
 
 def declaration_digest(declaration: Declaration) -> str:

@@ -517,3 +517,33 @@ def test_limits_are_checked_on_bytes_the_executor_reads_no_more_than_needed(tmp_
     assert fault.group("file").endswith("ledger.yaml")
     assert fault.group("what") == "the document goes on past 2,097,152 bytes here"
     assert stat.S_ISREG(big.stat().st_mode)
+
+
+# --------------------------------------------------------------------------- lone surrogates
+
+def test_a_lone_surrogate_escape_in_a_module_is_a_located_fault(tmp_path):
+    """An escape such as \\ud800 with no pair makes a string no UTF-8 file, digest or container
+    environment can carry: it was read without complaint and crashed the digest with a
+    UnicodeEncodeError. It is refused where it is written."""
+    web = WEB + '    env: {NAME: "web\\ud800"}\n'
+    fault = one_fault(meshdir(tmp_path, catalogue__web__module_yaml=web))
+    assert at(fault) == locate(web, '"web\\ud800"')
+    assert "lone surrogate" in fault.group("what")
+
+
+def test_a_declaration_with_a_lone_surrogate_is_refused_by_apply_without_a_traceback(tmp_path):
+    """The node side reads declarations as JSON: the same escape there is a located fault and
+    exit 2, not a traceback from the digest it recomputes."""
+    declaration = tmp_path / "node.json"
+    text = '{"mesh": "home", "node": "anchor\\ud800", "address": "10.0.0.1"}\n'
+    declaration.write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "executors.cli", "apply", "--dry-run",
+                             "--no-firewall", "--state-root", str(tmp_path / "state"),
+                             str(declaration)],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    fault = next(FAULT_LINE.match(line) for line in result.stderr.splitlines()
+                 if FAULT_LINE.match(line))
+    assert fault.group("file") == str(declaration) and at(fault) == locate(text, '"anchor')
+    assert "lone surrogate" in fault.group("what")

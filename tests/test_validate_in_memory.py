@@ -101,3 +101,18 @@ def test_checked_inputs_skip_validation_knowingly():
     mesh = attrs.evolve(mesh, nodes=pmap({"a": Node(address="not-an-ip")}))
     resolution = resolver.resolve(catalogue, mesh, resolver.EMPTY_LEDGER, checked=True)
     assert [p.code for p in resolution.problems] == [resolver.UNPINNED_ARTIFACT]  # resolved
+
+
+def test_a_lone_surrogate_built_in_code_is_an_input_error_naming_where_it_was_rendered():
+    """A string UTF-8 cannot hold (a lone surrogate) cannot be digested: resolve() says which
+    declaration holds it and where, instead of raising UnicodeEncodeError from the digest."""
+    catalogue, mesh = inputs()
+    module = catalogue.modules["app"]
+    container = attrs.evolve(module.containers[0], env=pmap({"NAME": "app\ud800"}))
+    catalogue = attrs.evolve(catalogue, modules=pmap({"app": attrs.evolve(
+        module, containers=pvector([container]))}))
+    pinned = resolver.Ledger(pins=pmap({"example.org/app:1": "sha256:" + "ab" * 32}))
+    with pytest.raises(resolver.InputError) as caught:
+        resolver.resolve(catalogue, mesh, pinned)
+    assert any("declaration of node a: containers[0].env.NAME" in m and "lone surrogate" in m
+               for m in messages(caught.value.faults)), messages(caught.value.faults)
