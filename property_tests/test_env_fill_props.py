@@ -51,12 +51,11 @@ from resolver import (
     secret_id,
 )
 
+from .strategies import PROVISIONS as SHARED_PROVISIONS
 from .strategies import digest_of
 
 PROVISIONS = {
-    "sql": Provision(scope="node", grant="database+login",
-                     keys=pvector(["host", "port", "database", "user", "password", "url"]),
-                     url="postgres://{user}@{host}:{port}/{database}"),
+    "sql": SHARED_PROVISIONS["sql"],  # a login, with a url
     "events": Provision(scope="node", grant="none", keys=pvector(["host", "port", "url"]),
                         url="mqtt://{host}:{port}"),
     "files": Provision(scope="node", grant="bucket+key",
