@@ -25,7 +25,7 @@ from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id
-from ._placeholders import BINDING, LITERAL, secret_token
+from ._placeholders import secret_token
 from ._declaration import (
     AccessDecl,
     Binding,
@@ -48,7 +48,7 @@ from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._model import Module
 from ._registry_access import MeshRegistry
 from ._rotation import grant_view
-from ._shape import TOLD_NOTHING, ModuleShape, Told, fill_env, told_value
+from ._shape import TOLD_NOTHING, ModuleShape, Told
 from ._secrets import secret_ref
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -310,16 +310,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         containers: list[ContainerDecl] = []
         for each, publishes in shape.layout(inst.parts):
             container = each.container
-            env: dict[str, str] = {}
             refs: set[SecretRef] = set()
-            for env_key, kind, what, value_key, pieces in each.env:
-                if kind == LITERAL:
-                    env[env_key] = what
-                elif kind == BINDING:
-                    env[env_key] = told_value(tells, what, value_key, refs)
-                else:
-                    env[env_key] = fill_env(pieces, name, node, at, tells, own_secrets, assigned,
-                                         refs)
+            env = each.env_for(name, node, at, tells, own_secrets, assigned, refs)
             ports: list[PublishedPort] = []
             for listen_name, container_port, protocol in publishes:
                 host_port = assigned.get((name, listen_name))
@@ -336,9 +328,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                 else:
                     mounts.append(MountDecl("facility", facilities.get(source, source),
                                             target, read_only))
-            runtime_name = runtime_names.get((name, container.name))
-            if runtime_name is None:
-                runtime_name = container_name(mesh_name, name, container.name)
+            runtime_name = name_of(mesh_name, name, container.name)
             containers.append(ContainerDecl(
                 name=runtime_name, instance=name,
                 container=container.name, image=each.image,

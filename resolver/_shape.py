@@ -6,7 +6,7 @@ Invariants:
   module (ModuleShape); each container once, the first time an instance installs it
   (ContainerShape).
 - Each env value is compiled once (compile_env): every placeholder's meaning is decided by
-  _placeholders.meaning, literal text joined, so filling it per instance (fill_env, told_value)
+  _placeholders.meaning, literal text joined, so filling it per instance (ContainerShape.env_for)
   only looks up what varies by instance: its binding values, its node, its own secrets and
   ports. Nothing here decides what a placeholder means.
 """
@@ -127,6 +127,22 @@ class ContainerShape:
                 assert m.facility is not None, m  # validated: a mount names one source
                 self.mounts.append(("facility", m.facility, m.target, m.read_only, None))
         self.shared_health, self._health_listen = shared_health(container.health, module)
+
+    def env_for(self, instance: str, node: str, address: str, told: Mapping[str, Told],
+                own_secrets: Mapping[tuple[str, str], SecretRef],
+                assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]) -> dict[str, str]:
+        """The container's env as `instance` (on `node`, at `address`) is told it, every
+        credential a value refers to added to `refs`."""
+        env: dict[str, str] = {}
+        for key, kind, name, binding_key, pieces in self.env:
+            if kind == LITERAL:
+                env[key] = name
+            elif kind == BINDING:
+                env[key] = told_value(told, name, binding_key, refs)
+            else:
+                env[key] = fill_env(pieces, instance, node, address, told, own_secrets,
+                                    assigned, refs)
+        return env
 
     def health(self, instance: str, assigned: Mapping[tuple[str, str], int]
                ) -> Optional[HealthDecl]:
