@@ -53,12 +53,15 @@ def _strict(expected: type, name: str) -> Callable[[Any, Any], Any]:
         if type(value) is not expected:  # bool is not int, int is not str
             raise TypeError(f"expected {name}, got {_describe(value)}")
         if isinstance(value, str) and not is_text(value):
-            raise TypeError(f"expected {name} of text, got {_describe(value)}, which holds a "
-                            f"lone surrogate (an escape such as \\ud800 with no pair): no "
-                            f"UTF-8 file, digest or container can hold it")
+            raise TypeError(f"expected {name} of text, got {_describe(value)} holding {NOT_TEXT}")
         return value
 
     return structure
+
+
+#: What a string that is not text holds, as faults say it.
+NOT_TEXT = ("a lone surrogate (an escape such as \\ud800 with no pair), which no file, digest "
+            "or container can carry")
 
 
 def is_text(value: str) -> bool:

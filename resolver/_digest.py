@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import orjson
 
-from ._convert import is_text, shallow_part, unstructure
+from ._convert import NOT_TEXT, is_text, shallow_part, unstructure
 from ._declaration import Declaration
 from ._errors import Fault, InputError
 from ._load import positionless
@@ -53,23 +53,20 @@ def _not_text(node: str, data: Any) -> Fault:
     """The fault of the first string in a declaration's data that UTF-8 cannot hold (a lone
     surrogate: documents read from files are refused on reading, so a model built in code
     carried it here), named by its key path in the declaration."""
+    where = positionless(f"declaration of node {node}")
     pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
     while pending:
         path, value = pending.pop(0)
         if isinstance(value, str) and not is_text(value):
-            return positionless(f"declaration of node {node}").fault(
-                path, f"holds {value!r}, a lone surrogate (an escape such as \\ud800 with no "
-                f"pair), which no file, digest or container can carry", "text")
+            return where.fault(path, f"holds {value!r}, {NOT_TEXT}", "text")
         if isinstance(value, dict):
             for key, item in value.items():
                 if isinstance(key, str) and not is_text(key):
-                    return positionless(f"declaration of node {node}").fault(
-                        path, f"has the key {key!r}, a lone surrogate", "text")
+                    return where.fault(path, f"has the key {key!r}, {NOT_TEXT}", "text")
                 pending.append((path + (key,), item))
         elif isinstance(value, list):
             pending.extend((path + (index,), item) for index, item in enumerate(value))
-    return positionless(f"declaration of node {node}").fault((), "cannot be encoded as UTF-8",
-                                                             "text")
+    return where.fault((), "cannot be encoded as UTF-8", "text")
 
 
 def declaration_digest(declaration: Declaration) -> str:
