@@ -11,7 +11,7 @@ from hypothesis import assume, given, note
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import Instance, Node, resolve, unstructure
+from resolver import Instance, Node, first_generation, resolve, unstructure
 from resolver import ProblemCode as codes
 
 from .oracle_mesh import expect
@@ -79,6 +79,31 @@ def test_fixed_point(world):
     assert second.ledger == first.ledger
     third = run(world, second.ledger)
     assert canonical(third) == canonical(second)
+
+
+@given(worlds(min_nodes=2, with_binding=True), st.data())
+def test_the_plans_lists_come_in_their_stated_order(world, data):
+    """Bindings by (consumer, requirement); requests by kind, id, reason, holders, slot (none
+    first). Also after every credential is issued and an instance then moves, so requests
+    to issue and to re-seal, with their holders and slots, are ordered together."""
+    def request_key(q):
+        return (q.kind, q.id, q.reason, tuple(q.holders), q.slot or "")
+
+    first = run(world)
+    credentials = {q.id: first_generation({n: f"sealed-{n}" for n in q.holders}, slot=q.slot)
+                   for q in first.requests if q.kind == "credential"}
+    ledger = attrs.evolve(first.ledger, credentials=pmap(credentials))
+    name = data.draw(st.sampled_from(sorted(world.mesh.instances)))
+    elsewhere = data.draw(st.sampled_from(sorted(set(world.mesh.nodes) - {
+        world.mesh.instances[name].node})))
+    moved = attrs.evolve(world.mesh, instances=world.mesh.instances.set(
+        name, attrs.evolve(world.mesh.instances[name], node=elsewhere)))
+    for resolution in (first, resolve(world.catalogue, moved, ledger)):
+        bindings = list(resolution.bindings)
+        assert bindings == sorted(bindings, key=lambda b: (b.consumer, b.requirement))
+        requests = list(resolution.requests)
+        assert requests == sorted(requests, key=request_key)
+        assert len(set(requests)) == len(requests)
 
 
 # 4 ---------------------------------------------------------------------------------------

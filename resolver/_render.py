@@ -95,7 +95,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                      assigned: dict[tuple[str, str], int], logins: dict[str, str],
                      registry: Optional[MeshRegistry]
                      ) -> tuple[dict[str, InstanceRendering], list[Binding], list[Request]]:
-    """Every live instance's rendering, the bindings (as the plan lists them) and the
+    """Every live instance's rendering, the bindings (as the plan lists them, in (consumer,
+    requirement) order: the order of `bound`'s keys, which they are rendered in) and the
     credential requests the rendered references need (live: not in `blocked`).
     `registry` is the mesh's own artifact store, when one serves (images come from it).
 

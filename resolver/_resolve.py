@@ -24,7 +24,8 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from operator import attrgetter
+from typing import Iterable, Optional, Union
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -128,11 +129,10 @@ def resolution(r: Context) -> Resolution:
         declared=pmap({k: v for k, v in r.ledger.declared.items()
                        if k in r.mesh.instances}),
     )
-    requests = sorted(set(all_requests), key=lambda q: (q.kind, q.id, q.reason, tuple(q.holders),
-                                                         q.slot or ""))
+    requests = _request_order(set(all_requests))
     return Resolution(
         declarations=declarations,
-        bindings=pvector(sorted(bindings, key=lambda b: (b.consumer, b.requirement))),
+        bindings=pvector(bindings),  # (rendered in (consumer, requirement) order)
         problems=pvector(sorted(set(problems), key=_problem_order)),
         requests=pvector(requests),
         changes=pvector(sorted(set(changes + moved + released))),
@@ -143,6 +143,21 @@ def resolution(r: Context) -> Resolution:
         registry_instance=registry.instance if registry is not None else None,
         renderings=FrozenMap(renderings),
     )
+
+
+def _request_order(requests: Iterable[Request]) -> list[Request]:
+    """`requests` ordered by kind, id, reason, holders, slot (none first). One stable sort per
+    field, the last field first: the same order as one sort by a tuple of them, without a key
+    tuple alive for every request while the sort runs (on a large mesh, tens of thousands of
+    objects for the collector)."""
+    ordered = sorted(requests, key=_slot_text)
+    for field in ("holders", "reason", "id", "kind"):  # PVectors compare as tuples do
+        ordered.sort(key=attrgetter(field))
+    return ordered
+
+
+def _slot_text(request: Request) -> str:
+    return request.slot or ""
 
 
 def _stated(stated: Findings, blocked: Blocked, found: Findings) -> tuple[Findings, Blocked]:
@@ -314,7 +329,9 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], 
     changed = True
     while changed:
         changed = False
-        for (consumer, as_), b in sorted(bound.items()):
+        for key in sorted(bound):  # (the keys sorted: no (key, value) pair made for each)
+            b = bound[key]
+            consumer, as_ = key
             if consumer not in now and b.provider in now:
                 if b.requirement.optional and not was_bound(r, consumer, as_, b.provider):
                     continue
@@ -330,6 +347,8 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], 
                 found.append(problem)
                 now[consumer] = now.get(consumer, ()) + (problem.code,)
                 changed = True
+    if not any(b.consumer in now or b.provider in now for b in bound.values()):
+        return bound, tuple(found)  # (nothing to drop: the same bindings, not a copy)
     kept = {k: b for k, b in bound.items() if b.consumer not in now and b.provider not in now}
     return kept, tuple(found)
 
@@ -341,7 +360,8 @@ def assign_logins(r: Context, bound: dict[tuple[str, str], Bound]) -> dict[str, 
     ledger records, else a new one derived (unique among the logins recorded and given)."""
     logins: dict[str, str] = {}
     used = set(r.ledger.logins.values())
-    for b in sorted(bound.values(), key=lambda b: (b.consumer, b.requirement.as_)):
+    for key in sorted(bound):  # (consumer, as): the keys are that order, made once
+        b = bound[key]
         if b.credential is None or b.credential in logins:
             continue
         recorded = r.recorded_logins.get(b.credential)
