@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 import attrs
 
 from ._declaration import Binding
-from ._model import Instance, Require
+from ._model import Require
 
 DUAL_LOGIN_KINDS = ("database+login",)
 """Grant kinds whose provider keeps two login slots for a credential (rotation without a gap)."""
@@ -49,13 +49,12 @@ class Bound:
     credential: Optional[str] = None
 
 
-def binding_record(instances: Mapping[str, Instance], b: Bound, values: Mapping[str, Any],
-                   secret: Any) -> Binding:
-    """The plan's Binding of `b`, with the values rendered for its consumer."""
+def binding_record(b: Bound, consumer_node: str, provider_node: str, port: int,
+                   values: Mapping[str, Any], secret: Any) -> Binding:
+    """The plan's Binding of `b` (its consumer on `consumer_node`, its provider on
+    `provider_node`, dialled at `port`), with the values rendered for its consumer."""
     return Binding(
-        consumer=b.consumer, requirement=b.requirement.as_, provider=b.provider,
-        provision=b.requirement.provision, module=b.requirement.module,
-        consumer_node=instances[b.consumer].node, provider_node=instances[b.provider].node,
-        chosen_by=b.chosen_by, host=values["host"], port=int(values["port"]),
-        login=values.get("user"), resource=values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
-        url=values.get("url"), secret=secret)
+        b.consumer, b.requirement.as_, b.provider, b.requirement.provision,
+        b.requirement.module, consumer_node, provider_node, b.chosen_by, values["host"], port,
+        values.get("user"), values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
+        values.get("url"), secret)

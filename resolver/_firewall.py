@@ -88,11 +88,11 @@ def assign_macs(mesh: str, containers: list[str],
 
 
 def consumer_container_macs(r: Context, bound: Mapping[tuple[str, str], Bound],
-                            name_of: Callable[[str, str, str], str]
-                            ) -> tuple[dict[str, str], dict[str, list[str]]]:
+                            name_of: Callable[[str, str, str], str],
+                            node: Mapping[str, str]) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(container name → MAC, instance → its containers' MACs) for every instance bound to a
-    provider on its own node; `name_of(mesh, instance, container)` names a container."""
-    node = {n: r.instances[n].node for n in r.instances}
+    provider on its own node; `name_of(mesh, instance, container)` names a container, `node`
+    maps every instance to its node."""
     local = sorted({b.consumer for b in bound.values() if node[b.consumer] == node[b.provider]})
     names: dict[str, list[str]] = {}  # instance → its container names (parts switched on)
     for name in local:

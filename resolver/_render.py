@@ -215,7 +215,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             values["url"] = template.format_map(values)
         frozen = FrozenMap(values)
         told[req.as_] = (frozen, secret)
-        bindings.append(binding_record(instances, b, frozen, secret))
+        bindings.append(binding_record(b, consumer_node, provider_node, port, frozen, secret))
         decls.append(BindingDecl(
             consumer=b.consumer, requirement=req.as_, provider=b.provider,
             provision=req.provision, values=frozen, secret=secret, kind=b.kind))
@@ -270,7 +270,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                 mesh_name, instance, container)
         return found
 
-    mac_of, consumer_macs = consumer_container_macs(r, bound, name_of)
+    mac_of, consumer_macs = consumer_container_macs(r, bound, name_of, node_of)
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
     locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
     openings: dict[str, list[FirewallLocal]] = {}

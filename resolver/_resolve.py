@@ -207,6 +207,8 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound]
     sets.update({("module", m): set(v) for m, v in by_module.items()})
     provisions = dict(r.catalogue.provisions)
     defaults = dict(r.mesh.defaults)  # (plain dicts: a miss in a PMap costs a raised KeyError)
+    # (provider's module, provision, listen asked) → the listen serving it
+    listens: dict[tuple[str, Optional[str], Optional[str]], str] = {}
     for name in r.placed(blocked):
         inst, module = r.instances[name], r.placed_module(name)
         overrides = dict(inst.bind) if inst.bind else None
@@ -261,7 +263,10 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound]
                     severity="warning" if optional else "error",
                     blocks=[] if optional else [name]))
                 continue
-            listen = serving_listen(r, selection.provider, req)
+            served = (r.placed_module(selection.provider).name, req.provision, req.listen)
+            listen = listens.get(served)
+            if listen is None:  # the same for every provider of the module: found once
+                listen = listens[served] = serving_listen(r, selection.provider, req)
             assert selection.chosen_by is not None  # a chosen provider names its rule
             kind, credential = "none", None
             if req.provision is not None:
