@@ -10,8 +10,14 @@ import uuid
 
 import pytest
 
-from executors.common.amqp import FleetNames
+from _meshdir import FIXTURES, prepare
+from executors.common.amqp import BrokerAddress, FleetNames
 from executors.common.broker_api import Api, hash_matches, path
+from executors.common.keys import create_node_key
+from executors.control.broker_settings import BrokerSettings
+from executors.control.control_state import ControlState
+from executors.control.enrolment import make_node_account
+from executors.control.fleet import Fleet
 from executors.control.fleet_broker import FleetError, WantedAccount, ensure, observe
 
 ROUNDS = 40  # fresh meshes tried until two PUTs of the new control account collide
@@ -165,3 +171,35 @@ def test_losing_every_round_is_a_plain_error_without_the_password(broker):
     message = str(raised.value)
     assert "3 rounds" in message and "answered 404" in message
     assert "pw-" not in message
+
+
+@pytest.mark.integration
+def test_a_node_account_made_while_the_control_loop_ensures_is_kept(broker, tmp_path):
+    """`mesh enrol accept` makes the node's account while the control loop's own ensure runs
+    right after it: the loop reads the accounts wanted after it looks, and the node's record
+    is already there, so the new account is kept (not deleted as one no longer wanted)."""
+    base, user, password, prefix = broker
+    mesh_dir, _, _ = prepare(FIXTURES / "homelab", tmp_path)
+    settings = BrokerSettings(BrokerAddress("127.0.0.1"), base, user, password,
+                              BrokerAddress("127.0.0.1"))
+    said: list[str] = []
+    accepting = Fleet(prefix, settings, ControlState(mesh_dir).ensure(), lambda line: None)
+    loop = Fleet(prefix, settings, ControlState(mesh_dir).ensure(), said.append)
+    loop.ensure_accounts()  # the loop started: the vhost and the control account
+    made = accepting.ensure_accounts
+
+    def and_then_the_loop(*args, **kwargs) -> None:
+        made(*args, **kwargs)
+        loop.ensure_accounts()
+
+    accepting.ensure_accounts = and_then_the_loop
+    node_user, _ = make_node_account(mesh_dir, accepting, "attic",
+                                     create_node_key(tmp_path / "attic.key"), "t1")
+    client = Api(base, user, password)
+    try:
+        observed = observe(client, FleetNames(prefix))
+    finally:
+        client.close()
+    kept = node_user in observed.users
+    assert kept, said  # the loop's lines: what it sent
+    assert observed.permissions[node_user] == FleetNames(prefix).node_permissions("attic")
