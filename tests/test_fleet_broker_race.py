@@ -203,3 +203,34 @@ def test_a_node_account_made_while_the_control_loop_ensures_is_kept(broker, tmp_
     kept = node_user in observed.users
     assert kept, said  # the loop's lines: what it sent
     assert observed.permissions[node_user] == FleetNames(prefix).node_permissions("attic")
+
+
+def test_two_processes_making_the_control_password_at_once_get_the_same_one(tmp_path):
+    """Both callers set the control account's password from the control state: on a fresh
+    mesh they must read one password, or the later PUT locks the earlier process out."""
+    for attempt in range(20):
+        state = ControlState(tmp_path, tmp_path / f"state{attempt}")
+        start = threading.Barrier(8)
+        got: list[str] = []
+
+        def make() -> None:
+            start.wait(timeout=60)
+            got.append(state.control_password())
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        different = len(set(got))  # counted, never shown: they are secrets
+        assert different == 1, f"attempt {attempt}: {different} different passwords"
+        kept = state.control_password() == got[0]
+        assert kept, "the password read afterwards is not the one handed out"
+
+
+def test_an_empty_control_password_file_is_replaced(tmp_path):
+    state = ControlState(tmp_path, tmp_path / "state").ensure()
+    state.control_secret.write_text("")
+    made = state.control_password()
+    kept = bool(made) and state.control_secret.read_text().strip() == made
+    assert kept and state.control_password() == made
