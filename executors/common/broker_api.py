@@ -12,6 +12,8 @@ Invariants:
   error message or a log line.
 - One HTTP session per Api; a non-2xx answer is an ApiError carrying the status and the
   broker's reason.
+- `lost_race` is the one place that says a refused request lost to another writer since the
+  broker was observed (the object it makes was made meanwhile, the object it deletes is gone).
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ HTTP_TIMEOUT = 10
 
 
 class ApiError(MeshError):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, reason: str = ""):
         super().__init__(message)
         self.status = status
+        self.reason = reason
 
 
 class Api:
@@ -81,10 +84,27 @@ def _raise_for(response: requests.Response, method: str, api_path: str) -> None:
         return
     try:
         reason = response.json().get("reason", "")
-    except ValueError:
+    except (ValueError, AttributeError):
         reason = response.text[:200]
+    if isinstance(reason, list):  # RabbitMQ: ["user_already_exists", "<name>"]
+        reason = " ".join(str(part) for part in reason)
+    reason = str(reason)
     raise ApiError(response.status_code,
-                   f"{method} {api_path} answered {response.status_code}: {reason}".strip())
+                   f"{method} {api_path} answered {response.status_code}: {reason}".strip(),
+                   reason)
+
+
+def lost_race(method: str, error: Exception) -> bool:
+    """Whether `error`, the answer to a `method` request planned from an observation, means
+    another writer changed that object since: the object the request makes was made meanwhile
+    (RabbitMQ answers two PUTs of the same new user at once with `400 user_already_exists` for
+    the later one; 409 is HTTP's own word for it), or the object it deletes is gone already (a
+    DELETE answered 404). Anything else is a plain failure."""
+    if not isinstance(error, ApiError):
+        return False
+    return (error.status == 409
+            or (error.status == 400 and "already_exists" in error.reason)
+            or (error.status == 404 and method == "DELETE"))
 
 
 def read_marks(api: Api) -> dict[tuple[str, str], str]:

@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Optional
 
-from executors.common.atomic import write_atomic
+from executors.common.atomic import write_atomic, write_exclusive
 
 DEFAULT_DIRNAME = ".control"
 
@@ -140,14 +140,27 @@ class ControlState:
         self._write(self.accounts_dir / f"{node}.json", document)
 
     def control_password(self) -> str:
-        """The control account's broker password: made once from the OS CSPRNG, kept 0600."""
+        """The control account's broker password: made once from the OS CSPRNG, kept 0600.
+        Two processes making it at once (`mesh control` starting beside `mesh enrol`) both get
+        the one that was created first: a second, different password set on the broker by the
+        loser would lock the winner out."""
+        value = self._read_control_secret()
+        if value:
+            return value
+        self.ensure()
+        made = secrets.token_urlsafe(32)
         try:
-            value = self.control_secret.read_text(encoding="ascii").strip()
+            write_exclusive(self.control_secret, made + "\n", mode=0o600)
+            return made
+        except FileExistsError:  # made meanwhile by another process, or unreadable/empty
+            value = self._read_control_secret()
             if value:
                 return value
+        write_atomic(self.control_secret, made + "\n", mode=0o600)  # a broken file: replaced
+        return made
+
+    def _read_control_secret(self) -> Optional[str]:
+        try:
+            return self.control_secret.read_text(encoding="ascii").strip() or None
         except (OSError, UnicodeDecodeError):
-            pass
-        self.ensure()
-        value = secrets.token_urlsafe(32)
-        write_atomic(self.control_secret, value + "\n", mode=0o600)
-        return value
+            return None

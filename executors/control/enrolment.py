@@ -14,6 +14,9 @@ Invariants:
   Rejecting answers `rejected` with the reason. Both close the token to further requests.
 - The enrolment account lives until the node has taken its answer (the answer queue is empty
   and unconsumed), then it and the answer queue are removed (`close_answered`).
+- A token's or an accepted node's record is written before its broker account is made: the
+  accounts wanted are read from these records after each look at the broker
+  (control/fleet_broker.ensure), so an ensure of another process never deletes a new account.
 """
 
 from __future__ import annotations
@@ -151,16 +154,7 @@ def accept(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str,
         for line in write_node_into_mesh(mesh_dir, node, request["public_key"],
                                          request["address"]):
             say(line)
-    password = secrets.token_urlsafe(32)
-    user = fleet.names.node_user(node)
-    sealed = seal(request["public_key"], password, node)
-    fleet.ensure_accounts(extra=[WantedAccount(user, fleet.names.node_permissions(node),
-                                               password)])
-    with mesh_lock(mesh_dir):
-        fleet.state.write_account(node, {"user": user, "password_sealed": sealed,
-                                         "public_key": request["public_key"],
-                                         "accepted": _iso(datetime.datetime.now(
-                                             datetime.timezone.utc)), "token": token["id"]})
+    user, sealed = make_node_account(mesh_dir, fleet, node, request["public_key"], token["id"])
     amqp.declare_node_queue(channel, node)
     _answer(channel, key, token, {
         "mesh": fleet.names.mesh, "node": node, "token": token["id"], "result": "accepted",
@@ -173,6 +167,26 @@ def accept(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str,
     say(f"{node} accepted: account {user} made, its password sealed to its key and sent; "
         f"its queue {fleet.names.node_queue(node)} holds its declarations")
     return token
+
+
+def make_node_account(mesh_dir, fleet: Fleet, node: str, public_key: str,
+                      token_id: str) -> tuple[str, str]:
+    """`node`'s broker account with a new password: (its user, the password sealed to its key).
+    Recorded before it is made, as a token is: an ensure running meanwhile in another process
+    (the control loop) reads the record after it looks at the broker, so it never takes the
+    new account for one no longer wanted and deletes it. A failure to make it leaves the record
+    (its account refused as gone until `mesh enrol accept` is run again, which replaces it)."""
+    password = secrets.token_urlsafe(32)
+    user = fleet.names.node_user(node)
+    sealed = seal(public_key, password, node)
+    with mesh_lock(mesh_dir):
+        fleet.state.write_account(node, {"user": user, "password_sealed": sealed,
+                                         "public_key": public_key,
+                                         "accepted": _iso(datetime.datetime.now(
+                                             datetime.timezone.utc)), "token": token_id})
+    fleet.ensure_accounts(extra=[WantedAccount(user, fleet.names.node_permissions(node),
+                                               password)])
+    return user, sealed
 
 
 def reject(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, reason: str,

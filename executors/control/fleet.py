@@ -72,7 +72,9 @@ class Fleet:
                         drop: Iterable[str] = ()) -> None:
         api = Api(self.settings.api, self.settings.admin, self.settings.admin_password)
         try:
-            ensure(api, self.names, self.wanted_accounts(extra, drop), say=self.say)
+            # the control state is read after each look at the broker (fleet_broker.ensure): an
+            # account `mesh enrol` made for a token it recorded first is then always wanted
+            ensure(api, self.names, lambda: self.wanted_accounts(extra, drop), say=self.say)
         finally:
             api.close()
 

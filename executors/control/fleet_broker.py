@@ -7,7 +7,12 @@ Invariants:
   objects), the mark put before the object is made. An object marked by another owner (another
   mesh, a grant) is refused by name and left alone; the admin account, unmarked administrators
   and the `/` vhost are never managed.
-- observe (GET) → diff (pure, `fleet_diff`) → apply: a second run issues no request.
+- observe (GET) → diff (pure, `fleet_diff`) → apply: a second run issues no request. Two
+  runs at once (the control loop starting while `mesh enrol` runs) converge: a request that
+  lost to the other writer (`400 user_already_exists`, a DELETE answered 404) ends the round,
+  and the next round diffs against the broker as it is now (bounded: ROUNDS, then a
+  FleetError). The wanted accounts are read after each observation, never before it, so an
+  account another process made for a state it wrote first is never taken for a stale one.
 - Accounts: the control account (all rights in the mesh's vhost), one account per enrolled
   node and one per open enrolment token, each with exactly the permissions
   common/amqp.FleetNames states. A password is given only when an account is made or reset
@@ -20,7 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import attrs
 
@@ -33,6 +38,7 @@ from executors.common.broker_api import (
     ApiError,
     Call,
     hash_matches,
+    lost_race,
     mark_call,
     marker,
     path,
@@ -43,6 +49,7 @@ from executors.common.broker_api import (
 from resolver import MeshError
 
 FLEET_OWNER = ".fleet"
+ROUNDS = 3  # observe → diff → apply rounds when a concurrent writer wins a request
 
 
 class FleetError(MeshError):
@@ -54,6 +61,9 @@ class WantedAccount:
     user: str
     permissions: Permissions
     password: Optional[str] = attrs.field(default=None, repr=False)  # None: keep its own
+
+
+Wanted = Union[Sequence[WantedAccount], Callable[[], Sequence[WantedAccount]]]
 
 
 @attrs.frozen
@@ -185,25 +195,56 @@ def observe(api: Api, names: FleetNames) -> FleetObserved:
     return FleetObserved(api.user, users, vhosts, permissions, read_marks(api))
 
 
-def ensure(api: Api, names: FleetNames, wanted: Sequence[WantedAccount],
-           say=lambda line: None) -> FleetPlan:
-    """Make the broker match (observe → diff → apply); every request said as it is sent."""
+def ensure(api: Api, names: FleetNames, wanted: Wanted,
+           say=lambda line: None, rounds: int = ROUNDS) -> FleetPlan:
+    """Make the broker match (observe → diff → apply); every request said as it is sent.
+
+    `wanted` is the list, or a function read again after each observation (the accounts wanted
+    follow a state another process may be changing). A request that loses to a concurrent
+    writer (broker_api.lost_race) ends its round: the broker is observed again and the diff
+    made against what is there now, at most `rounds` rounds in all; losing the last round too is
+    a FleetError. What is returned is every request sent, with the last round's refusals."""
+    want = wanted if callable(wanted) else (lambda: wanted)
+    sent: list[Call] = []
+    for round_ in range(1, rounds + 1):
+        plan = _plan(api, names, want)
+        lost = _apply(api, plan, say, sent)
+        if lost is None:
+            break
+        call, error = lost
+        if round_ == rounds:
+            raise FleetError(f"broker: {call.op} {call.subject}: {error}; another writer kept "
+                             f"changing the mesh's objects ({rounds} rounds), try again")
+        detail = f"answered {error.status}: {error.reason}".rstrip(": ")
+        say(f"broker: {call.op} {call.subject}: lost to another writer ({detail}); "
+            f"observing the broker again")
+    for subject, why in plan.refusals:
+        say(f"broker: {subject}: {why}")
+    if any(subject == f"vhost {names.vhost}" for subject, _ in plan.refusals):
+        raise FleetError(f"the vhost {names.vhost} belongs to another owner on this broker")
+    return FleetPlan(tuple(sent), plan.refusals)
+
+
+def _plan(api: Api, names: FleetNames, want) -> FleetPlan:
     try:
-        plan = fleet_diff(names, wanted, observe(api, names))
+        observed = observe(api, names)
     except (ApiError, OSError) as error:
         raise FleetError(f"the broker's management API: {error}") from None
     except Exception as error:  # requests' connection errors
         raise FleetError(f"the broker's management API is not reachable: {error}") from None
-    for subject, why in plan.refusals:
-        say(f"broker: {subject}: {why}")
+    return fleet_diff(names, want(), observed)  # read after observing: see ensure
+
+
+def _apply(api: Api, plan: FleetPlan, say, sent: list) -> Optional[tuple[Call, ApiError]]:
+    """Send the plan's requests in order: None when all were done, (the call, its error) for
+    the first that lost to another writer; any other failure is a FleetError."""
     for call in plan.calls:
         try:
             api.send(call.method, call.path, call.body)
-        except ApiError as error:
+        except Exception as error:  # noqa: BLE001 - connection errors too, said in one line
+            if lost_race(call.method, error):
+                return call, error
             raise FleetError(f"broker: {call.op} {call.subject}: {error}") from None
-        except Exception as error:  # noqa: BLE001 - connection errors, said in one line
-            raise FleetError(f"broker: {call.op} {call.subject}: {error}") from None
+        sent.append(call)
         say(f"broker: {call.op} {call.subject} ({call.cause})")
-    if any(subject == f"vhost {names.vhost}" for subject, _ in plan.refusals):
-        raise FleetError(f"the vhost {names.vhost} belongs to another owner on this broker")
-    return plan
+    return None
