@@ -111,11 +111,11 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     # SecretRef per (credential, generation): references are values, so sharing is invisible
     provisions = dict(r.catalogue.provisions)
     listens_of = {name: dict(module.listens) for name, module in r.catalogue.modules.items()}
-    interned: dict[tuple[str, Optional[int]], SecretRef] = {}
+    interned: dict[SecretRef, SecretRef] = {}  # (keyed by itself: no key tuple kept for each)
     holder_vectors: dict[tuple[str, ...], PVector[str]] = {}
 
     def intern(secret: SecretRef) -> SecretRef:
-        return interned.setdefault((secret.credential, secret.generation), secret)
+        return interned.setdefault(secret, secret)
 
     def ref(cred_id: str, holders: set[str], reason: str,
             slot: Optional[str] = None) -> SecretRef:
@@ -214,11 +214,11 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         if template:
             values["url"] = template.format_map(values)
         frozen = FrozenMap(values)
-        told[req.as_] = (frozen, secret)
         bindings.append(binding_record(b, consumer_node, provider_node, port, frozen, secret))
-        decls.append(BindingDecl(
-            consumer=b.consumer, requirement=req.as_, provider=b.provider,
-            provision=req.provision, values=frozen, secret=secret, kind=b.kind))
+        decl = BindingDecl(b.consumer, req.as_, b.provider, req.provision, frozen, secret,
+                           b.kind)
+        decls.append(decl)
+        told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
         if provider_node != consumer_node:
             listen = listens_of[instances[b.provider].module][b.listen]
             allowed = allows.get(provider_node)

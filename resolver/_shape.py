@@ -18,7 +18,7 @@ from typing import Callable, Collection, Iterable, Mapping, Optional
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
-from ._declaration import HealthDecl, MountDecl, SecretRef
+from ._declaration import BindingDecl, HealthDecl, MountDecl, SecretRef
 from ._frozen import FrozenMap
 from ._model import Container, Health, Module
 from ._placeholders import (
@@ -88,9 +88,9 @@ class ModuleShape:
 
 Publish = tuple[str, int, str]
 """A listen a container publishes: (listen, container port, protocol)."""
-Told = tuple[FrozenMap[str, str], Optional[SecretRef]]
-"""What a consumer is told for one requirement: the binding's values, and the credential its
-`password` refers to (None: the binding carries none)."""
+Told = BindingDecl
+"""What a consumer is told for one requirement: its binding as its declaration holds it, whose
+`values` it is told and whose `secret` its `password` refers to (None: it carries none)."""
 TOLD_NOTHING: Mapping[str, Told] = FrozenMap()
 PIECES = "pieces"  # an env value of several pieces, or of one that is not a binding value
 EnvEntry = tuple[str, str, str, str, tuple[Meaning, ...]]
@@ -185,10 +185,9 @@ def told_value(told: Mapping[str, Told], as_: str, key: str, refs: set[SecretRef
     found = told.get(as_)
     if found is None:  # an optional requirement left unbound: told nothing
         return ""
-    values, secret = found
-    if secret is not None and key == "password":
-        refs.add(secret)
-    return values.get(key, "")
+    if key == "password" and found.secret is not None:
+        refs.add(found.secret)
+    return found.values.get(key, "")
 
 
 def fill_env(pieces: tuple[Meaning, ...], instance: str, node: str, address: str,
