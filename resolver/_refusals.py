@@ -310,10 +310,11 @@ def check_public_keys(r: Context, requests: list[Request]) -> Findings:
     in the plan, before the issuer has to refuse."""
     waiting: dict[str, int] = {}
     found: list[Problem] = []
+    keyless = {n for n, node in r.mesh.nodes.items() if node.public_key is None}
     for request in requests:
         if request.kind in ("credential", "tls-certificate"):
             for node in request.holders:
-                if r.mesh.nodes[node].public_key is None:
+                if node in keyless:
                     waiting[node] = waiting.get(node, 0) + 1
     for node, count in sorted(waiting.items()):
         found.append(r.problem(
