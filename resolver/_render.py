@@ -19,7 +19,8 @@ Invariants:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from collections import defaultdict
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
@@ -45,7 +46,7 @@ from ._declaration import (
 from ._artifacts import artifact_key, image_reference
 from ._firewall import consumer_container_macs, exposures_of
 from ._frozen import EMPTY_FROZEN, FrozenMap
-from ._model import Module
+from ._model import EMPTY_VEC, Module
 from ._registry_access import MeshRegistry
 from ._rotation import grant_view
 from ._shape import TOLD_NOTHING, ModuleShape, Told
@@ -57,7 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Where a facility a node offers without saying `name=path` is found on it.
 DEFAULT_FACILITY_PATHS = {"docker-socket": "/var/run/docker.sock"}
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
-_EMPTY: PVector[Any] = pvector()
 
 #: The directory under which each instance's relative state directories live on its node.
 STATE_ROOT = "/var/lib/mesh"
@@ -147,7 +147,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
 
     # --- binding values, grants and firewall allows: the consumer's, by provider node; the
     # bindings come sorted by (consumer, requirement), so each consumer's are consecutive
-    # consumer → requirement → (binding values, the credential a `password` refers to)
+    # consumer → requirement → its BindingDecl: the values it is told, the credential its
+    # `password` refers to
     told_of: dict[str, dict[str, Told]] = {}
     bindings: list[Binding] = []
     # a consumer's bindings, grants and allows, frozen (kept apart: a tuple of the three would
@@ -160,8 +161,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     ordered = sorted(bound)
     decls: list[BindingDecl] = []
     told: dict[str, Told] = {}
-    grants: dict[str, list[GrantDecl]] = {}
-    allows: dict[str, list[FirewallAllow]] = {}
+    grants: defaultdict[str, list[GrantDecl]] = defaultdict(list)
+    allows: defaultdict[str, list[FirewallAllow]] = defaultdict(list)
     for index, key in enumerate(ordered):
         b = bound[key]
         req = b.requirement
@@ -195,10 +196,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                     (p.admin for p in r.placed_module(b.provider).provides
                      if p.provision == req.provision), None)
             admin_name = admin_of[(provider_module, req.provision)]
-            granted = grants.get(provider_node)
-            if granted is None:
-                granted = grants[provider_node] = []
-            granted.append(GrantDecl(
+            grants[provider_node].append(GrantDecl(
                 provision=req.provision, kind=b.kind, provider=b.provider,
                 consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
                 credential=grant_secret, slot=grant_slot,
@@ -221,10 +219,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
         told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
         if provider_node != consumer_node:
             listen = listens_of[instances[b.provider].module][b.listen]
-            allowed = allows.get(provider_node)
-            if allowed is None:
-                allowed = allows[provider_node] = []
-            allowed.append(FirewallAllow(
+            allows[provider_node].append(FirewallAllow(
                 port, listen.protocol, _one_source(sources_of, address[consumer_node]),
                 f"{b.provider}/{b.listen}"))
         if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
@@ -236,7 +231,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             if allows:
                 allowed_of[b.consumer] = FrozenMap({node: pvector(a)
                                                    for node, a in allows.items()})
-            decls, told, grants, allows = [], {}, {}, {}
+            decls, told, grants, allows = [], {}, defaultdict(list), defaultdict(list)
 
     # --- what each instance provides, with its provisioner's admin credential
     providers_of: dict[str, PVector[ProviderDecl]] = {}
@@ -273,22 +268,19 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
     mac_of, consumer_macs = consumer_container_macs(r, bound, name_of, node_of)
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
     locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
-    openings: dict[str, list[FirewallLocal]] = {}
+    openings: defaultdict[str, list[FirewallLocal]] = defaultdict(list)
     for index, key in enumerate(ordered):
         b = bound[key]
         provider_node = node_of[b.provider]
         if provider_node == node_of[b.consumer] and b.consumer in macs_of:
             listen = listens_of[instances[b.provider].module][b.listen]
-            opened = openings.get(provider_node)
-            if opened is None:
-                opened = openings[provider_node] = []
-            opened.append(FirewallLocal(
+            openings[provider_node].append(FirewallLocal(
                 assigned[(b.provider, b.listen)], listen.protocol,
                 macs_of[b.consumer], f"{b.provider}/{b.listen}"))
         # (a consumer with no container has nothing to let in)
         if openings and (index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer):
             locals_of[b.consumer] = FrozenMap({node: pvector(o) for node, o in openings.items()})
-            openings = {}
+            openings = defaultdict(list)
 
     # --- containers, state, accesses, and with them the rendering (what depends on the
     # module alone is read once per module, what depends on the node once per node)
@@ -334,7 +326,7 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
                 name=runtime_name, instance=name,
                 container=container.name, image=each.image,
                 command=container.command, env=FrozenMap(env) if env else EMPTY_FROZEN,
-                secrets=pvector(sorted(refs, key=_ref_order)) if refs else _EMPTY,
+                secrets=pvector(sorted(refs, key=_ref_order)) if refs else EMPTY_VEC,
                 ports=pvector(ports), mounts=pvector(mounts), run_once=container.run_once,
                 health=each.health(name, assigned),
                 labels=FrozenMap({"mesh.mesh": mesh_name, "mesh.instance": name,
@@ -351,12 +343,12 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             state_dirs=pvector(sorted(state_dirs)),
             accesses=pvector(AccessDecl(path, mode, pvector([name]))
                              for path, mode in shape.accesses),
-            providers=providers_of.get(name, _EMPTY),
-            bindings=consumed_of.get(name, _EMPTY),
+            providers=providers_of.get(name, EMPTY_VEC),
+            bindings=consumed_of.get(name, EMPTY_VEC),
             grants=granted_of.get(name, EMPTY_FROZEN),
             allows=allowed_of.get(name, EMPTY_FROZEN),
             locals=locals_of.get(name, EMPTY_FROZEN),
-            exposures=exposures_of(r, name, assigned) if inst.expose else _EMPTY,
+            exposures=exposures_of(r, name, assigned) if inst.expose else EMPTY_VEC,
             claims=shape.claims)
     return renderings, bindings, requests
 

@@ -19,7 +19,7 @@ from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from ._declaration import BindingDecl, HealthDecl, MountDecl, SecretRef
-from ._frozen import FrozenMap
+from ._frozen import EMPTY_FROZEN
 from ._model import Container, Health, Module
 from ._placeholders import (
     ADDRESS,
@@ -91,7 +91,7 @@ Publish = tuple[str, int, str]
 Told = BindingDecl
 """What a consumer is told for one requirement: its binding as its declaration holds it, whose
 `values` it is told and whose `secret` its `password` refers to (None: it carries none)."""
-TOLD_NOTHING: Mapping[str, Told] = FrozenMap()
+TOLD_NOTHING: Mapping[str, Told] = EMPTY_FROZEN
 PIECES = "pieces"  # an env value of several pieces, or of one that is not a binding value
 EnvEntry = tuple[str, str, str, str, tuple[Meaning, ...]]
 """One env value compiled: (key, kind, name, key of the binding, pieces). kind LITERAL: the
