@@ -46,10 +46,30 @@ def available() -> Optional[str]:
     return None
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
+    """A free port below the kernel's ephemeral range. A port the kernel handed out by
+    binding port 0 lies inside that range: while the broker is stopped, the agent's own
+    reconnect attempts (or any outbound connection on the machine) may be given it as their
+    local port, and the broker then cannot listen on it again after the restart."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = secrets.randbelow(max(low - 20000, 1000)) + 20000
+        if port >= low:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low} on {address}")
 
 
 class PrivateRabbit:
@@ -115,7 +135,9 @@ class PrivateRabbit:
             start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
-        while not self.answers():
+        # The management API answers before the AMQP listener is up (RabbitMQ starts client
+        # listeners last): ready means both, and the server still running.
+        while not (self.answers() and self.listens()):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 tail = (self.dir / "server.out").read_text()[-3000:]
                 self.stop()
@@ -130,6 +152,13 @@ class PrivateRabbit:
         except requests.RequestException:
             return False
 
+    def listens(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2):
+                return True
+        except OSError:
+            return False
+
     def stop(self) -> None:
         if self.process is None:
             return
@@ -142,6 +171,16 @@ class PrivateRabbit:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.process = None
+
+    def log_tail(self, size: int = 3000) -> str:
+        """The end of the server's output and of its own log, for a failing test to show."""
+        parts = []
+        for path in [self.dir / "server.out", *sorted((self.dir / "log").glob("*.log"))]:
+            try:
+                parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-size:]}")
+            except OSError:
+                pass
+        return "\n".join(parts)
 
     def restart(self) -> None:
         self.stop()

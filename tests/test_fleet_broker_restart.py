@@ -51,6 +51,18 @@ def greet(fleet, text):
     fleet.write_module("app", APP.replace("GREETING: hello", f"GREETING: {text}"))
 
 
+def wait_applied(fleet, size: int) -> str:
+    """The agent's log once it reports the current serial applied; on a timeout the
+    private broker's own log goes with the agent's, to tell a broker that did not come back
+    from an agent that did not reconnect."""
+    try:
+        return fleet.wait_log("solo", f"reported applied for serial {serial(fleet)}",
+                              timeout=120, after=size)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nthe private broker:\n{fleet.rabbit.log_tail()}") \
+            from None
+
+
 def serial(fleet) -> int:
     return json.loads((fleet.dir / ".control" / "out" / "solo.declaration.json")
                       .read_text())["serial"]
@@ -68,8 +80,7 @@ def test_a_broker_restarted_between_publish_and_consume_delivers_it_afterwards(f
     os.kill(agent.pid, signal.SIGCONT)
     fleet.wait_log("solo", "not reachable (attempt 3)", timeout=90, after=size)
     fleet.rabbit.start()
-    log = fleet.wait_log("solo", f"reported applied for serial {serial(fleet)}", timeout=120,
-                         after=size)[size:]
+    log = wait_applied(fleet, size)[size:]
     assert "broker connection lost" in log
     delays = [int(d) for d in re.findall(r"retrying in (\d+)s", log)]
     assert delays[:3] == [1, 2, 4] and max(delays) <= 30, delays
@@ -89,7 +100,6 @@ def test_a_broker_not_there_at_agent_start_is_waited_for_and_nothing_is_applied_
     assert not (fleet.state("solo") / ".mesh" / "applied.json").exists()
     assert not fleet.api.containers(all=True, filters={"label": f"mesh.mesh={fleet.name}"})
     fleet.rabbit.start()
-    fleet.wait_log("solo", f"reported applied for serial {serial(fleet)}", timeout=120,
-                   after=size)
+    wait_applied(fleet, size)
     assert fleet.collect().returncode == 0
     assert fleet.env_of("app@solo")["GREETING"] == "hello"

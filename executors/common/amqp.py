@@ -160,9 +160,28 @@ def connect(params):
 
 
 def describe(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    name = type(exc).__name__
-    return f"{name}: {text}" if text and text != name else name
+    """One line naming the error and, through pika's wrappers, the cause underneath.
+
+    pika wraps a refused or reset socket twice (AMQPConnectionError holding an
+    AMQPConnectorSocketConnectError holding the OSError) and the wrappers' own text is
+    empty, so the innermost cause is the part worth printing."""
+    names, text, seen = [], "", 0
+    current: Optional[BaseException] = exc
+    while current is not None and seen < 5:
+        seen += 1
+        names.append(type(current).__name__)
+        text = " ".join(str(current).split())
+        if text and text != names[-1]:
+            break
+        inner = getattr(current, "exception", None)
+        if not isinstance(inner, BaseException) and current.args \
+                and isinstance(current.args[0], BaseException):
+            inner = current.args[0]
+        current = inner if isinstance(inner, BaseException) else None
+    else:
+        text = ""
+    chain = " < ".join(names)
+    return f"{chain}: {text}" if text and text != names[-1] else chain
 
 
 def connect_retrying(params, say: Callable[[str], None], *, deadline: Optional[float] = None,
