@@ -54,13 +54,15 @@ def _ephemeral_low() -> int:
 
 
 def free_port(address: str = "127.0.0.1") -> int:
-    """A free port below the kernel's ephemeral range. A port the kernel handed out by
-    binding port 0 lies inside that range: while the broker is stopped, the agent's own
-    reconnect attempts (or any outbound connection on the machine) may be given it as their
-    local port, and the broker then cannot listen on it again after the restart."""
+    """A free port in 10000–19999: below the kernel's ephemeral range and apart from the
+    host-port ranges the fleet tests give their meshes (21000–29007, tests/_meshop.py). A port
+    the kernel handed out by binding port 0 lies inside the ephemeral range: while the broker
+    is stopped, the agent's own reconnect attempts (or any outbound connection on the
+    machine) may be given it as their local port, and the broker then cannot listen on it
+    again after the restart."""
     low = _ephemeral_low()
     for _ in range(200):
-        port = secrets.randbelow(max(low - 20000, 1000)) + 20000
+        port = 10000 + secrets.randbelow(10000)
         if port >= low:
             continue
         with socket.socket() as sock:
