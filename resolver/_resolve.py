@@ -331,10 +331,11 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], 
     and so, in turn, are its own consumers. `bound` is not changed."""
     now: dict[str, tuple[str, ...]] = dict(blocked)  # blocked so far, within this stage
     found: list[Problem] = []
+    ordered = sorted(bound)  # (the keys sorted once: no (key, value) pair made for each)
     changed = True
     while changed:
         changed = False
-        for key in sorted(bound):  # (the keys sorted: no (key, value) pair made for each)
+        for key in ordered:
             b = bound[key]
             consumer, as_ = key
             if consumer not in now and b.provider in now:
@@ -352,10 +353,12 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], 
                 found.append(problem)
                 now[consumer] = now.get(consumer, ()) + (problem.code,)
                 changed = True
-    if not any(b.consumer in now or b.provider in now for b in bound.values()):
+    def live(b: Bound) -> bool:
+        return b.consumer not in now and b.provider not in now
+
+    if all(live(b) for b in bound.values()):
         return bound, tuple(found)  # (nothing to drop: the same bindings, not a copy)
-    kept = {k: b for k, b in bound.items() if b.consumer not in now and b.provider not in now}
-    return kept, tuple(found)
+    return {k: b for k, b in bound.items() if live(b)}, tuple(found)
 
 
 # ---------------------------------------------------------------------- logins
