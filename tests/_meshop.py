@@ -42,10 +42,12 @@ def bridge_address(api) -> str:
     return out.split(" inet ")[1].split("/")[0]
 
 
-def free_range(count: int, address: str = "127.0.0.1") -> int:
-    """The first of `count` consecutive ports free on `address` (the mesh's host-ports)."""
+def free_range(count: int, address: str = "127.0.0.1", within: tuple[int, int] = (21000, 29000)
+               ) -> int:
+    """The first of `count` consecutive ports free on `address`, the first drawn from
+    `within` (start inclusive, end exclusive; by default the meshes' host-ports)."""
     for _ in range(200):
-        first = random.randrange(21000, 29000)
+        first = random.randrange(*within)
         sockets = []
         try:
             for port in range(first, first + count):

@@ -30,6 +30,8 @@ from typing import Optional, Sequence
 
 import requests
 
+from _meshop import free_range
+
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 
 
@@ -54,24 +56,13 @@ def _ephemeral_low() -> int:
 
 
 def free_port(address: str = "127.0.0.1") -> int:
-    """A free port in 10000–19999: below the kernel's ephemeral range and apart from the
+    """A free port in 10000–19999 (and below the kernel's ephemeral range): apart from the
     host-port ranges the fleet tests give their meshes (21000–29007, tests/_meshop.py). A port
     the kernel handed out by binding port 0 lies inside the ephemeral range: while the broker
     is stopped, the agent's own reconnect attempts (or any outbound connection on the
     machine) may be given it as their local port, and the broker then cannot listen on it
     again after the restart."""
-    low = _ephemeral_low()
-    for _ in range(200):
-        port = 10000 + secrets.randbelow(10000)
-        if port >= low:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind((address, port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port below {low} on {address}")
+    return free_range(1, address, within=(10000, min(20000, _ephemeral_low())))
 
 
 class PrivateRabbit:

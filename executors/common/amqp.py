@@ -165,23 +165,20 @@ def describe(exc: BaseException) -> str:
     pika wraps a refused or reset socket twice (AMQPConnectionError holding an
     AMQPConnectorSocketConnectError holding the OSError) and the wrappers' own text is
     empty, so the innermost cause is the part worth printing."""
-    names, text, seen = [], "", 0
-    current: Optional[BaseException] = exc
-    while current is not None and seen < 5:
-        seen += 1
+    names: list[str] = []
+    current = exc
+    for _ in range(5):  # (pika wraps twice; a cycle of causes cannot keep this going)
         names.append(type(current).__name__)
         text = " ".join(str(current).split())
         if text and text != names[-1]:
-            break
+            return f"{' < '.join(names)}: {text}"
         inner = getattr(current, "exception", None)
-        if not isinstance(inner, BaseException) and current.args \
-                and isinstance(current.args[0], BaseException):
-            inner = current.args[0]
-        current = inner if isinstance(inner, BaseException) else None
-    else:
-        text = ""
-    chain = " < ".join(names)
-    return f"{chain}: {text}" if text and text != names[-1] else chain
+        if not isinstance(inner, BaseException):
+            inner = current.args[0] if current.args else None
+        if not isinstance(inner, BaseException):
+            break
+        current = inner
+    return " < ".join(names)
 
 
 def connect_retrying(params, say: Callable[[str], None], *, deadline: Optional[float] = None,
