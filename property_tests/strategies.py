@@ -43,6 +43,9 @@ PROVISIONS = {
     "ca": Provision(scope="mesh", grant="none", keys=pvector(["host", "port"])),
 }
 NODE_NAMES = ["n0", "n1", "n2", "n3", "n4"]
+#: Node names that sort among the credential ids ("queue/…", "secret/…", "sql/…") instead of
+#: before them all, so an order that compares ids first and kinds second shows.
+SPREAD_NODE_NAMES = ["b0", "r1", "sz2", "z3", "zz4"]
 
 
 def digest_of(text: str) -> str:
@@ -101,9 +104,9 @@ class World:
 
 @st.composite
 def worlds(draw, *, min_instances=1, max_instances=10, min_nodes=1, max_nodes=4, with_ca=True,
-           with_overrides=True, with_claims=True, with_binding=False):
+           with_overrides=True, with_claims=True, with_binding=False, names=NODE_NAMES):
     node_count = draw(st.integers(min_nodes, max_nodes))
-    nodes = {NODE_NAMES[i]: Node(address=f"10.0.0.{i + 1}") for i in range(node_count)}
+    nodes = {names[i]: Node(address=f"10.0.0.{i + 1}") for i in range(node_count)}
     node_names = sorted(nodes)
 
     provider_modules = []
