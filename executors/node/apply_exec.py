@@ -31,6 +31,7 @@ from resolver import MeshError
 
 from executors.common import applied_record
 from . import docker_engine as engine
+from . import neighbours
 from .apply_diff import (
     AccessFacts,
     Applied,
@@ -166,6 +167,8 @@ class _Executor:
     report: Report
     stop_timeout: int
     health: dict = attrs.field(factory=dict)  # container → running | answering | not answering
+    # why the Engine's bridges are not this process's to fix ("" when they are), asked once
+    neighbour_problem: Optional[str] = None
 
     # directories ---------------------------------------------------------
     def _record_dir(self, path: str) -> None:
@@ -264,7 +267,8 @@ class _Executor:
         container_id = engine.create(self.api, spec, self.rendered.desired.mesh,
                                      lambda message: self.report.progress(operation, message))
         engine.start(self.api, op.subject)
-        return self._await_health(op.subject, operation, container_id)
+        aligned = self._align_neighbours(op.subject, operation)
+        return self._await_health(op.subject, operation, container_id) + aligned
 
     def create_container(self, op: Op, operation) -> str:
         return self._create_and_start(op, operation)
@@ -276,12 +280,35 @@ class _Executor:
     def start_container(self, op: Op, operation) -> str:
         self._set_answered(op.subject, None)
         engine.start(self.api, op.subject)
-        return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
+        aligned = self._align_neighbours(op.subject, operation)
+        return self._await_health(op.subject, operation,
+                                  engine.container_id(self.api, op.subject)) + aligned
 
     def await_health(self, op: Op, operation) -> str:
         """A running container no apply has seen answer (the one that started it was killed
         while waiting): wait for its check now, bounded as after a start."""
         return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
+
+    def _align_neighbours(self, name: str, operation) -> str:
+        """A container may take an address the host still maps to the MAC of a container
+        removed before (fixed MACs, neighbours.py): make the host's neighbour entries name this
+        container's MAC. What cannot be done is said, never silent, and fails nothing: a
+        notice when the declaration gives containers fixed MACs (the case that makes entries
+        stale), a progress line otherwise. The Engine's namespace is asked once per apply.
+        Returns what to add to the operation's result: the entries replaced, if any."""
+        if self.neighbour_problem is None:
+            self.neighbour_problem = neighbours.engine_namespace_problem(self.api) or ""
+        if self.neighbour_problem:
+            fixed, problems = [], [f"neighbour entries not checked: {self.neighbour_problem}"]
+        else:
+            fixed, problems = neighbours.align(self.api, name)
+        for fix in fixed:
+            self.report.progress(operation, neighbours.describe(fix))
+        if problems and any(spec.mac for spec in self.rendered.specs.values()):
+            self.report.notice(name, neighbours.consequence(problems))
+        elif problems:
+            self.report.progress(operation, "; ".join(problems))
+        return neighbours.summary(fixed)
 
     def _await_health(self, name: str, operation, container_id: Optional[str]) -> str:
         if name not in self.rendered.health:
