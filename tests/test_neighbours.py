@@ -23,6 +23,7 @@ from executors.node.neighbours import (
     container_addresses,
     engine_namespace_problem,
     fixes,
+    leftovers,
     parse_entries,
     summary,
 )
@@ -80,6 +81,16 @@ def test_only_an_entry_naming_another_mac_is_fixed():
     v6 = Address("fd00::3", "0a:6e:00:00:00:02", "docker0")
     assert fixes([v6], {"docker0": {"fd00::3": "0a:6e:00:00:00:01"}}) == [
         Fix("fd00::3", "docker0", "0a:6e:00:00:00:01", "0a:6e:00:00:00:02")]
+
+
+def test_a_removed_container_leaves_only_the_entries_that_still_name_its_mac():
+    gone = [Address("172.17.0.3", "0a:6e:00:00:00:01", "docker0"),
+            Address("fd00::3", "0a:6e:00:00:00:01", "docker0")]
+    assert leftovers(gone, {"docker0": {"172.17.0.3": "0a:6e:00:00:00:01",
+                                        "fd00::3": "0a:6e:00:00:00:01"}}) == gone
+    # another container answers for the address already: its entry is right, kept
+    assert leftovers(gone, {"docker0": {"172.17.0.3": "02:42:ac:11:00:03"}}) == []
+    assert leftovers(gone, {"docker0": {}}) == [] and leftovers(gone, {}) == []
 
 
 def test_summary_names_each_entry_replaced():

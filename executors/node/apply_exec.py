@@ -245,14 +245,28 @@ class _Executor:
         if changed != record:
             _write_json(self.paths.answered_record, changed)
 
-    def _stop_and_remove(self, name: str, operation) -> None:
+    def _stop_and_remove(self, name: str, operation) -> str:
+        """Returns what to add to the operation's result: the host neighbour entries that
+        named the removed container's MAC and were deleted (see _align_neighbours)."""
+        addresses, problems = [], []
+        if self._neighbours_visible(operation, name):
+            addresses, problems = neighbours.addresses_of(self.api, name)
         self.report.progress(operation, f"stopping (grace period up to {self.stop_timeout}s)")
         engine.remove(self.api, name, self.rendered.desired.mesh, self.stop_timeout)
+        forgotten = []
+        if addresses:
+            forgotten, problems = neighbours.forget(addresses)
+        for address in forgotten:
+            self.report.progress(operation, f"host neighbour entry for {address.ip} on "
+                                 f"{address.bridge} named the removed {address.mac}; deleted")
+        self._neighbour_problems(name, operation, problems)
+        return "".join(f"; host neighbour entry {a.ip} on {a.bridge} {a.mac} deleted"
+                       for a in forgotten)
 
     def remove_container(self, op: Op, operation) -> str:
-        self._stop_and_remove(op.subject, operation)
+        forgotten = self._stop_and_remove(op.subject, operation)
         self._set_answered(op.subject, None)
-        return "removed"
+        return "removed" + forgotten
 
     def _create_and_start(self, op, operation) -> str:
         self._set_answered(op.subject, None)
@@ -274,8 +288,8 @@ class _Executor:
         return self._create_and_start(op, operation)
 
     def recreate_container(self, op: Op, operation) -> str:
-        self._stop_and_remove(op.subject, operation)
-        return self._create_and_start(op, operation)
+        forgotten = self._stop_and_remove(op.subject, operation)
+        return self._create_and_start(op, operation) + forgotten
 
     def start_container(self, op: Op, operation) -> str:
         self._set_answered(op.subject, None)
@@ -289,25 +303,35 @@ class _Executor:
         while waiting): wait for its check now, bounded as after a start."""
         return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
 
-    def _align_neighbours(self, name: str, operation) -> str:
-        """A container may take an address the host still maps to the MAC of a container
-        removed before (fixed MACs, neighbours.py): make the host's neighbour entries name this
-        container's MAC. What cannot be done is said, never silent, and fails nothing: a
-        notice when the declaration gives containers fixed MACs (the case that makes entries
-        stale), a progress line otherwise. The Engine's namespace is asked once per apply.
-        Returns what to add to the operation's result: the entries replaced, if any."""
-        if self.neighbour_problem is None:
+    # A container may take an address the host still maps to the MAC of a container removed
+    # before (fixed MACs: neighbours.py). After a start, the host's entries for the container's
+    # addresses are made to name its MAC; after a removal, those still naming the removed
+    # container's MAC are deleted. What cannot be done is said, never silent, and fails
+    # nothing: a notice when the declaration gives containers fixed MACs (the case that makes
+    # entries stale), a progress line otherwise. The Engine's namespace is asked once per apply.
+    def _neighbours_visible(self, operation, name: str) -> bool:
+        if self.neighbour_problem is None:  # said once, at the first container that needs it
             self.neighbour_problem = neighbours.engine_namespace_problem(self.api) or ""
-        if self.neighbour_problem:
-            fixed, problems = [], [f"neighbour entries not checked: {self.neighbour_problem}"]
-        else:
-            fixed, problems = neighbours.align(self.api, name)
-        for fix in fixed:
-            self.report.progress(operation, neighbours.describe(fix))
+            if self.neighbour_problem:
+                self._neighbour_problems(
+                    name, operation, [f"neighbour entries not checked for any container of "
+                                      f"this apply: {self.neighbour_problem}"])
+        return not self.neighbour_problem
+
+    def _neighbour_problems(self, name: str, operation, problems: list[str]) -> None:
         if problems and any(spec.mac for spec in self.rendered.specs.values()):
             self.report.notice(name, neighbours.consequence(problems))
         elif problems:
             self.report.progress(operation, "; ".join(problems))
+
+    def _align_neighbours(self, name: str, operation) -> str:
+        """After a start: what to add to the operation's result (the entries replaced)."""
+        if not self._neighbours_visible(operation, name):
+            return ""
+        fixed, problems = neighbours.align(self.api, name)
+        for fix in fixed:
+            self.report.progress(operation, neighbours.describe(fix))
+        self._neighbour_problems(name, operation, problems)
         return neighbours.summary(fixed)
 
     def _await_health(self, name: str, operation, container_id: Optional[str]) -> str:

@@ -9,9 +9,11 @@ the old MAC for that address until the entry ages out (10–45 s), so connection
 published port (docker-proxy or DNAT on the host) go nowhere meanwhile.
 
 Invariants:
-- Deciding is pure (`bridge_of`, `container_addresses`, `parse_entries`, `fixes`), tested
-  with data; the impure part is `align`: one inspect per network, one `ip -j neigh show`
-  per bridge and one `ip neigh replace` per stale entry.
+- Deciding is pure (`bridge_of`, `container_addresses`, `parse_entries`, `fixes`,
+  `leftovers`), tested with data; the impure part is `align` (after a start: one inspect per
+  network, one `ip -j neigh show` per bridge and one `ip neigh replace` per stale entry) and
+  `forget` (after a removal: the entries still naming the removed container's MAC are
+  deleted, so a container created later by anyone, the mesh or not, is asked for).
 - Only an entry that exists and names another MAC is changed, and it is replaced by the
   container's own MAC in state `reachable` (never `permanent`: the kernel ages it out as
   usual). No entry, or the right one: nothing is done.
@@ -34,6 +36,7 @@ import subprocess
 from typing import Iterable, Mapping, Optional, Sequence
 
 import attrs
+from docker.errors import NotFound
 
 IP_COMMAND = "ip"  # iproute2
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
@@ -117,6 +120,14 @@ def fixes(addresses: Iterable[Address], entries: Mapping[str, Mapping[str, str]]
     return wanted
 
 
+def leftovers(addresses: Iterable[Address],
+              entries: Mapping[str, Mapping[str, str]]) -> list[Address]:
+    """The entries a removed container leaves: those on its bridges that still name its MAC
+    for its addresses (whoever is given the address next must be asked for, not assumed)."""
+    return [a for a in addresses
+            if entries.get(a.bridge, {}).get(_canonical(a.ip)) == a.mac]
+
+
 def describe(fix: Fix) -> str:
     return (f"host neighbour entry for {fix.ip} on {fix.bridge} named {fix.was} (a container "
             f"that had this address); replaced with the container's {fix.mac}")
@@ -165,10 +176,9 @@ def _ip(*arguments: str) -> str:
     return done.stdout
 
 
-def align(api, name: str) -> tuple[list[Fix], list[str]]:
-    """Make the host's neighbour entries for container `name`'s addresses name its MAC:
-    (the entries replaced, the problems met). Call it only when `engine_namespace_problem`
-    found none. Never raises."""
+def addresses_of(api, name: str) -> tuple[list[Address], list[str]]:
+    """Container `name`'s addresses on bridges (one inspect, one per network), or the problem.
+    Never raises; no container is no addresses."""
     try:
         inspect = api.inspect_container(name)
         networks = (inspect.get("NetworkSettings") or {}).get("Networks") or {}
@@ -177,10 +187,15 @@ def align(api, name: str) -> tuple[list[Fix], list[str]]:
             identifier = (network or {}).get("NetworkID")
             if identifier and identifier not in bridges:
                 bridges[identifier] = bridge_of(api.inspect_network(identifier))
+    except NotFound:
+        return [], []
     except Exception as exc:  # noqa: BLE001 - the Engine's fault is reported, never raised
         return [], [f"neighbour entries not checked: cannot inspect {name} or its networks: "
                     f"{exc}"]
-    addresses = container_addresses(inspect, bridges)
+    return container_addresses(inspect, bridges), []
+
+
+def _entries(addresses: Sequence[Address]) -> tuple[dict[str, dict[str, str]], list[str]]:
     entries: dict[str, dict[str, str]] = {}
     problems: list[str] = []
     for bridge in sorted({a.bridge for a in addresses}):
@@ -188,6 +203,33 @@ def align(api, name: str) -> tuple[list[Fix], list[str]]:
             entries[bridge] = parse_entries(_ip("-j", "neigh", "show", "dev", bridge))
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             problems.append(f"neighbour entries on {bridge} not checked: {_reason(exc)}")
+    return entries, problems
+
+
+def forget(addresses: Sequence[Address]) -> tuple[list[Address], list[str]]:
+    """After a container is removed: delete the host's entries that still name its MAC for
+    the `addresses` it had (taken before removal): (the entries deleted, the problems met).
+    Call it only when `engine_namespace_problem` found none. Never raises."""
+    entries, problems = _entries(addresses)
+    done = []
+    for address in leftovers(addresses, entries):
+        try:
+            _ip("neigh", "del", address.ip, "dev", address.bridge)
+            done.append(address)
+        except (OSError, subprocess.SubprocessError) as exc:
+            problems.append(f"host neighbour entry for {address.ip} on {address.bridge} still "
+                            f"names the removed container's {address.mac}: {_reason(exc)}")
+    return done, problems
+
+
+def align(api, name: str) -> tuple[list[Fix], list[str]]:
+    """Make the host's neighbour entries for container `name`'s addresses name its MAC:
+    (the entries replaced, the problems met). Call it only when `engine_namespace_problem`
+    found none. Never raises."""
+    addresses, problems = addresses_of(api, name)
+    if problems:
+        return [], problems
+    entries, problems = _entries(addresses)
     done = []
     for fix in fixes(addresses, entries):
         try:
