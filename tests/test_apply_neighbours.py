@@ -31,7 +31,9 @@ hide the defect. Touches neighbour entries on the Engine's bridge only, never nf
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -186,3 +188,67 @@ def test_a_fixed_mac_container_given_the_address_of_a_removed_container_answers_
     answers_at_once(api, bridge, b.name, b_port, x_ip)
     assert results[("create-container", b.name)] == \
         f"running; host neighbour entry {x_ip} on {bridge} {x_mac} → {A_MAC}"
+
+
+RELAY = """
+import os, socket, sys, threading
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen(16)
+
+def pipe(source, sink):
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+while True:
+    client, _ = listener.accept()
+    engine = socket.socket(socket.AF_UNIX)
+    engine.connect(sys.argv[2])
+    threading.Thread(target=pipe, args=(client, engine), daemon=True).start()
+    threading.Thread(target=pipe, args=(engine, client), daemon=True).start()
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) (util-linux)")
+def test_an_engine_served_from_another_network_namespace_is_a_notice_and_nothing_is_touched(
+        api, mesh, tmp_path):
+    """The same Engine, reached through a relay listening in a network namespace of its own
+    (`unshare -n`): to the apply, the Engine's bridges are not its own to see. It says so, once,
+    as a notice naming the reason; the apply succeeds; the host's entries are left as they are
+    (here: the entry naming the removed A's MAC stays)."""
+    image, bridge, state = env_image(api), docker_engine.default_bridge(api), tmp_path / "state"
+    relay = tmp_path / "engine.sock"
+    server = subprocess.Popen(["unshare", "-n", sys.executable, "-c", RELAY, str(relay),
+                               api.get_adapter(api.base_url).socket_path])
+    try:
+        deadline = time.monotonic() + 10
+        while not relay.exists():
+            assert server.poll() is None and time.monotonic() < deadline, "relay did not start"
+            time.sleep(0.05)
+        elsewhere = docker_engine.connect(f"unix://{relay}")
+        a_port = free_port()
+        a = attrs.evolve(container(mesh, "a", image, port=a_port), mac=A_MAC)
+        first = apply_declaration(declaration(mesh, containers=[a]), api=elsewhere,
+                                  state_root=state, stop_timeout=1)
+        a_ip, _ = learnt(api, bridge, a.name, a_port)
+        second = apply_declaration(declaration(mesh, serial=2), api=elsewhere,
+                                   state_root=state, stop_timeout=1)
+    finally:
+        server.kill()
+        server.wait()
+    for report in (first, second):
+        assert report.facts["result"] == "applied", report.to_json()
+        assert len(report.notices) == 1, report.notices
+        assert "another network namespace" in report.notices[0]["message"]
+    assert [(o.op, o.result) for o in second.ops if o.op.endswith("-container")] == [
+        ("remove-container", "removed")]
+    assert entries(bridge).get(a_ip) == A_MAC  # not the apply's to touch: left as it was

@@ -169,6 +169,7 @@ class _Executor:
     health: dict = attrs.field(factory=dict)  # container → running | answering | not answering
     # why the Engine's bridges are not this process's to fix ("" when they are), asked once
     neighbour_problem: Optional[str] = None
+    neighbour_said: str = ""  # how that was said: "" (not yet), "progress" or "notice"
 
     # directories ---------------------------------------------------------
     def _record_dir(self, path: str) -> None:
@@ -249,7 +250,8 @@ class _Executor:
         """Returns what to add to the operation's result: the host neighbour entries that
         named the removed container's MAC and were deleted (see _align_neighbours)."""
         addresses, problems = [], []
-        if self._neighbours_visible(operation, name):
+        fixed = engine.fixed_mac(self.api, name) is not None  # the case that leaves entries
+        if self._neighbours_visible(operation, name, fixed):
             addresses, problems = neighbours.addresses_of(self.api, name)
         self.report.progress(operation, f"stopping (grace period up to {self.stop_timeout}s)")
         engine.remove(self.api, name, self.rendered.desired.mesh, self.stop_timeout)
@@ -259,7 +261,7 @@ class _Executor:
         for address in forgotten:
             self.report.progress(operation, f"host neighbour entry for {address.ip} on "
                                  f"{address.bridge} named the removed {address.mac}; deleted")
-        self._neighbour_problems(name, operation, problems)
+        self._neighbour_problems(name, operation, problems, fixed)
         return "".join(f"; host neighbour entry {a.ip} on {a.bridge} {a.mac} deleted"
                        for a in forgotten)
 
@@ -307,19 +309,27 @@ class _Executor:
     # before (fixed MACs: neighbours.py). After a start, the host's entries for the container's
     # addresses are made to name its MAC; after a removal, those still naming the removed
     # container's MAC are deleted. What cannot be done is said, never silent, and fails
-    # nothing: a notice when the declaration gives containers fixed MACs (the case that makes
-    # entries stale), a progress line otherwise. The Engine's namespace is asked once per apply.
-    def _neighbours_visible(self, operation, name: str) -> bool:
-        if self.neighbour_problem is None:  # said once, at the first container that needs it
+    # nothing: a notice when a fixed MAC is involved (the declaration gives containers one, or
+    # the container removed had one: the case that makes entries stale), a progress line
+    # otherwise. The Engine's namespace is asked once per apply.
+    def _neighbours_visible(self, operation, name: str, fixed: bool = False) -> bool:
+        if self.neighbour_problem is None:
             self.neighbour_problem = neighbours.engine_namespace_problem(self.api) or ""
-            if self.neighbour_problem:
-                self._neighbour_problems(
-                    name, operation, [f"neighbour entries not checked for any container of "
-                                      f"this apply: {self.neighbour_problem}"])
-        return not self.neighbour_problem
+        if not self.neighbour_problem:
+            return True
+        said = [f"neighbour entries not checked for any container of this apply: "
+                f"{self.neighbour_problem}"]
+        notice = fixed or any(spec.mac for spec in self.rendered.specs.values())
+        if not self.neighbour_said or (notice and self.neighbour_said != "notice"):
+            self._neighbour_problems(name, operation, said, fixed)  # once, a notice if it matters
+            self.neighbour_said = "notice" if notice else "progress"
+        return False
 
-    def _neighbour_problems(self, name: str, operation, problems: list[str]) -> None:
-        if problems and any(spec.mac for spec in self.rendered.specs.values()):
+    def _neighbour_problems(self, name: str, operation, problems: list[str],
+                            fixed: bool = False) -> None:
+        """A notice when a fixed MAC is involved (`fixed`: the container removed had one) or
+        declared; a progress line otherwise."""
+        if problems and (fixed or any(spec.mac for spec in self.rendered.specs.values())):
             self.report.notice(name, neighbours.consequence(problems))
         elif problems:
             self.report.progress(operation, "; ".join(problems))
