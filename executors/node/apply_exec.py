@@ -31,7 +31,7 @@ from resolver import MeshError
 
 from executors.common import applied_record
 from . import docker_engine as engine
-from . import neighbours
+from .neighbours import HostNeighbours
 from .apply_diff import (
     AccessFacts,
     Applied,
@@ -167,9 +167,12 @@ class _Executor:
     report: Report
     stop_timeout: int
     health: dict = attrs.field(factory=dict)  # container → running | answering | not answering
-    # why the Engine's bridges are not this process's to fix ("" when they are), asked once
-    neighbour_problem: Optional[str] = None
-    neighbour_said: str = ""  # how that was said: "" (not yet), "progress" or "notice"
+    neighbours: HostNeighbours = attrs.field()  # the host's neighbour entries (neighbours.py)
+
+    @neighbours.default
+    def _host_neighbours(self) -> HostNeighbours:
+        return HostNeighbours(
+            self.api, self.report, any(spec.mac for spec in self.rendered.specs.values()))
 
     # directories ---------------------------------------------------------
     def _record_dir(self, path: str) -> None:
@@ -247,23 +250,12 @@ class _Executor:
             _write_json(self.paths.answered_record, changed)
 
     def _stop_and_remove(self, name: str, operation) -> str:
-        """Returns what to add to the operation's result: the host neighbour entries that
-        named the removed container's MAC and were deleted (see _align_neighbours)."""
-        addresses, problems = [], []
-        fixed = engine.fixed_mac(self.api, name) is not None  # the case that leaves entries
-        if self._neighbours_visible(operation, name, fixed):
-            addresses, problems = neighbours.addresses_of(self.api, name)
+        """Returns what to add to the operation's result (the host neighbour entries deleted
+        that still named the removed container's MAC: neighbours.py)."""
+        leaving = self.neighbours.before_removal(name, operation)
         self.report.progress(operation, f"stopping (grace period up to {self.stop_timeout}s)")
         engine.remove(self.api, name, self.rendered.desired.mesh, self.stop_timeout)
-        forgotten = []
-        if addresses:
-            forgotten, problems = neighbours.forget(addresses)
-        for address in forgotten:
-            self.report.progress(operation, f"host neighbour entry for {address.ip} on "
-                                 f"{address.bridge} named the removed {address.mac}; deleted")
-        self._neighbour_problems(name, operation, problems, fixed)
-        return "".join(f"; host neighbour entry {a.ip} on {a.bridge} {a.mac} deleted"
-                       for a in forgotten)
+        return self.neighbours.after_removal(leaving, operation)
 
     def remove_container(self, op: Op, operation) -> str:
         forgotten = self._stop_and_remove(op.subject, operation)
@@ -283,7 +275,7 @@ class _Executor:
         container_id = engine.create(self.api, spec, self.rendered.desired.mesh,
                                      lambda message: self.report.progress(operation, message))
         engine.start(self.api, op.subject)
-        aligned = self._align_neighbours(op.subject, operation)
+        aligned = self.neighbours.after_start(op.subject, operation)
         return self._await_health(op.subject, operation, container_id) + aligned
 
     def create_container(self, op: Op, operation) -> str:
@@ -296,7 +288,7 @@ class _Executor:
     def start_container(self, op: Op, operation) -> str:
         self._set_answered(op.subject, None)
         engine.start(self.api, op.subject)
-        aligned = self._align_neighbours(op.subject, operation)
+        aligned = self.neighbours.after_start(op.subject, operation)
         return self._await_health(op.subject, operation,
                                   engine.container_id(self.api, op.subject)) + aligned
 
@@ -304,45 +296,6 @@ class _Executor:
         """A running container no apply has seen answer (the one that started it was killed
         while waiting): wait for its check now, bounded as after a start."""
         return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
-
-    # A container may take an address the host still maps to the MAC of a container removed
-    # before (fixed MACs: neighbours.py). After a start, the host's entries for the container's
-    # addresses are made to name its MAC; after a removal, those still naming the removed
-    # container's MAC are deleted. What cannot be done is said, never silent, and fails
-    # nothing: a notice when a fixed MAC is involved (the declaration gives containers one, or
-    # the container removed had one: the case that makes entries stale), a progress line
-    # otherwise. The Engine's namespace is asked once per apply.
-    def _neighbours_visible(self, operation, name: str, fixed: bool = False) -> bool:
-        if self.neighbour_problem is None:
-            self.neighbour_problem = neighbours.engine_namespace_problem(self.api) or ""
-        if not self.neighbour_problem:
-            return True
-        said = [f"neighbour entries not checked for any container of this apply: "
-                f"{self.neighbour_problem}"]
-        notice = fixed or any(spec.mac for spec in self.rendered.specs.values())
-        if not self.neighbour_said or (notice and self.neighbour_said != "notice"):
-            self._neighbour_problems(name, operation, said, fixed)  # once, a notice if it matters
-            self.neighbour_said = "notice" if notice else "progress"
-        return False
-
-    def _neighbour_problems(self, name: str, operation, problems: list[str],
-                            fixed: bool = False) -> None:
-        """A notice when a fixed MAC is involved (`fixed`: the container removed had one) or
-        declared; a progress line otherwise."""
-        if problems and (fixed or any(spec.mac for spec in self.rendered.specs.values())):
-            self.report.notice(name, neighbours.consequence(problems))
-        elif problems:
-            self.report.progress(operation, "; ".join(problems))
-
-    def _align_neighbours(self, name: str, operation) -> str:
-        """After a start: what to add to the operation's result (the entries replaced)."""
-        if not self._neighbours_visible(operation, name):
-            return ""
-        fixed, problems = neighbours.align(self.api, name)
-        for fix in fixed:
-            self.report.progress(operation, neighbours.describe(fix))
-        self._neighbour_problems(name, operation, problems)
-        return neighbours.summary(fixed)
 
     def _await_health(self, name: str, operation, container_id: Optional[str]) -> str:
         if name not in self.rendered.health:

@@ -23,6 +23,8 @@ Invariants:
   returned, so an apply driving an Engine elsewhere (another namespace, another machine) never
   rewrites a bridge of the same name that is not the container's.
 - `align` never raises: what it could not do is returned as problems, for the caller to report.
+- `HostNeighbours` is what `mesh apply` (apply_exec.py) calls around each container it removes
+  and starts: it asks the Engine's namespace once per apply and says every problem.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import attrs
 from docker.errors import NotFound
+
+from executors.common.report import Report
+
+from . import docker_engine
 
 IP_COMMAND = "ip"  # iproute2
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
@@ -257,3 +263,80 @@ def summary(fixed: Sequence[Fix]) -> str:
 def consequence(problems: Sequence[str]) -> str:
     return ("; ".join(problems) + " (connections through its published ports may go nowhere "
             "until the host's entry ages out, up to about 45 s)")
+
+
+# --------------------------------------------------------------------------- in an apply
+
+
+@attrs.frozen
+class Leaving:
+    """A container about to be removed: whether it had a fixed MAC, and its addresses (taken
+    before removal; none when the bridges are not this apply's to touch)."""
+    name: str
+    fixed: bool
+    addresses: list[Address]
+    problems: list[str]
+
+
+@attrs.define
+class HostNeighbours:
+    """One apply's keeper of the host's neighbour entries (what `mesh apply` calls around each
+    container it starts or removes). What cannot be done is said, never silent, and fails
+    nothing: a notice when a fixed MAC is involved (the declaration gives containers one, or
+    the container removed had one: the case that makes entries stale), a progress line
+    otherwise. The Engine's namespace is asked once per apply and its problem said once (again
+    as a notice if it first came as a progress line and a fixed MAC is involved later)."""
+
+    api: object
+    report: Report
+    declared_fixed: bool  # the declaration gives some container a fixed MAC
+    problem: Optional[str] = None  # why the Engine's bridges are not ours ("": they are)
+    said: str = ""  # how that problem was said: "" (not yet), "progress" or "notice"
+
+    def before_removal(self, name: str, operation) -> Leaving:
+        fixed = docker_engine.fixed_mac(self.api, name) is not None
+        if not self._visible(name, operation, fixed):
+            return Leaving(name, fixed, [], [])
+        addresses, problems = addresses_of(self.api, name)
+        return Leaving(name, fixed, addresses, problems)
+
+    def after_removal(self, leaving: Leaving, operation) -> str:
+        """Delete the entries still naming the removed container's MAC; what to add to the
+        operation's result."""
+        forgotten, problems = forget(leaving.addresses) if leaving.addresses else ([], [])
+        for address in forgotten:
+            self.report.progress(operation, f"host neighbour entry for {address.ip} on "
+                                 f"{address.bridge} named the removed {address.mac}; deleted")
+        self._say(leaving.name, operation, leaving.problems + problems, leaving.fixed)
+        return "".join(f"; host neighbour entry {a.ip} on {a.bridge} {a.mac} deleted"
+                       for a in forgotten)
+
+    def after_start(self, name: str, operation) -> str:
+        """Make the entries for the started container's addresses name its MAC; what to add
+        to the operation's result (the entries replaced)."""
+        if not self._visible(name, operation):
+            return ""
+        fixed, problems = align(self.api, name)
+        for fix in fixed:
+            self.report.progress(operation, describe(fix))
+        self._say(name, operation, problems)
+        return summary(fixed)
+
+    def _visible(self, name: str, operation, fixed: bool = False) -> bool:
+        if self.problem is None:
+            self.problem = engine_namespace_problem(self.api) or ""
+        if not self.problem:
+            return True
+        notice = fixed or self.declared_fixed
+        if not self.said or (notice and self.said != "notice"):
+            self._say(name, operation, [f"neighbour entries not checked for any container of "
+                                        f"this apply: {self.problem}"], fixed)
+            self.said = "notice" if notice else "progress"
+        return False
+
+    def _say(self, name: str, operation, problems: list[str], fixed: bool = False) -> None:
+        if problems and (fixed or self.declared_fixed):
+            self.report.notice(name, consequence(problems))
+        elif problems:
+            self.report.progress(operation, "; ".join(problems))
+
