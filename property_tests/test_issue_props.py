@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
+from collections import Counter
 
 import attrs
 from hypothesis import given, settings
@@ -24,8 +26,10 @@ import resolver
 from executors.control.ca import init_ca
 from executors.control.issuer import issue, rotate
 from executors.common.keys import public_key_b64
-from resolver import container_changes
+from resolver import ProblemCode as codes
 from resolver import (
+    TLS_REQUEST,
+    container_changes,
     holder_nodes,
     provider_applied,
     server_held_credentials,
@@ -60,6 +64,27 @@ def mesh_ca(mesh):
 
 def resolve(world, ledger):
     return resolver.resolve(world.catalogue, world.mesh, ledger)
+
+
+@given(worlds(with_binding=True), st.data())
+def test_each_keyless_node_is_told_how_many_values_wait_for_its_key(world, data):
+    """A node without a public key is warned once, with the number of credentials the plan
+    asks to seal to it; a node with a key never is. (The generated modules never name one
+    provision twice, so no request is made twice and the plan's list is the count.)"""
+    keyed_nodes = data.draw(st.sets(st.sampled_from(sorted(world.mesh.nodes))))
+    nodes = pmap({n: attrs.evolve(node, public_key=public_key_b64(NODE_KEYS[n]))
+                  if n in keyed_nodes else node for n, node in world.mesh.nodes.items()})
+    result = resolve(attrs.evolve(world, mesh=attrs.evolve(world.mesh, nodes=nodes)),
+                     world.ledger)
+    waiting = Counter(node for q in result.requests if q.kind in ("credential", TLS_REQUEST)
+                      for node in q.holders if node not in keyed_nodes)
+    stated: dict[str, int] = {}
+    for problem in result.problems:
+        if problem.code == codes.MISSING_PUBLIC_KEY:
+            said = re.match(r"node (\S+) must hold (\d+) credential\(s\)", problem.message)
+            assert said is not None and said[1] not in stated, problem.message
+            stated[said[1]] = int(said[2])
+    assert stated == dict(waiting)
 
 
 @settings(max_examples=min(settings.default.max_examples, 100))  # issuing seals: costly
