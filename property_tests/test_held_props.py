@@ -199,3 +199,38 @@ def test_a_written_serial_replaces_the_ledgers_only_when_it_is_higher(recorded, 
         mine = recorded.get(node)
         if mine is not None and found.serial == mine.serial and found.digest != mine.digest:
             assert next_serial(merged.nodes[node], found.digest) == found.serial + 1
+
+
+@given(worlds(), st.sampled_from(["sql", "queue", "web"]))
+def test_an_optional_provider_that_stops_providing_holds_its_consumer_unless_another_serves(
+        world, provision):
+    """A declared consumer's optional requirement, bound by the automatic rules, whose
+    provider is still in mesh.yaml but now runs a module that provides nothing: with other
+    providers of the provision the rules choose among them as for any requirement; with none
+    it is held at its written declaration (refused, no-provider), never rewritten without the
+    binding it runs with."""
+    node = sorted(world.mesh.nodes)[0]
+    server, plain = module_named(f"opt-{provision}", provides=[provision]), module_named("plain")
+    client = module_named("opt-client", requires=[Require(as_="dep", provision=provision,
+                                                          optional=True)])
+    world = with_instance(world, f"opt-server@{node}", Instance(server.name, node), server)
+    world = with_instance(world, f"opt-client@{node}", Instance(client.name, node), client)
+    world = with_instance(world, f"plain@{node}", Instance(plain.name, node), plain)
+    first = run(world)
+    bound = {b.provider for b in first.bindings if b.consumer == f"opt-client@{node}"}
+    assume(bound == {f"opt-server@{node}"})
+    edited = with_instance(world, f"opt-server@{node}", Instance(plain.name, node))
+    second = run(edited, record_declared(first))
+    others = [n for n, i in edited.mesh.instances.items()
+              if any(p.provision == provision
+                     for p in edited.catalogue.modules[i.module].provides)]
+    now = {b.provider for b in second.bindings if b.consumer == f"opt-client@{node}"}
+    if others:  # bound to one of them, or refused as the rules find them (several: ambiguous)
+        assert now <= set(others) and len(now) <= 1
+        assert (f"opt-client@{node}" in second.held) == (not now)
+    else:
+        assert f"opt-client@{node}" in second.held and now == set()
+        assert any(p.code == codes.NO_PROVIDER and p.instance == f"opt-client@{node}"
+                   for p in second.problems)
+        assert second.renderings.get(f"opt-client@{node}") is None or \
+            second.renderings[f"opt-client@{node}"] == first.renderings[f"opt-client@{node}"]
