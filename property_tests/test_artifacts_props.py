@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import (Artifact, BuildRecord, Catalogue, Container, Instance, Ledger, Mesh, Module,
-                      Node)
+                      Node, resolve)
+from resolver import ProblemCode as codes
 from resolver import (
     SELF_HOSTING,
     artifact_state,
@@ -34,6 +35,8 @@ from resolver import (
     used_artifacts,
     with_pins,
 )
+
+from .strategies import digest_of, worlds
 
 digests = st.sampled_from([f"sha256:{c * 64}" for c in "0123456789abcdef"])
 REGISTRIES = ("127.0.0.1:5000", "ghcr.io", "docker.io", "registry.example:8443")
@@ -360,3 +363,33 @@ def test_the_mesh_registry_is_the_default_store_else_the_only_one(stores, defaul
     assert choose_artifact_store_instance(stores, default) == expected
     assert choose_artifact_store(stores, default) == (None if expected is None
                                                       else stores[expected])
+
+
+@given(worlds(), st.data())
+def test_a_built_artifact_runs_at_its_recorded_digest_and_an_unbuilt_one_is_refused(world, data):
+    """Modules whose image is built here (`build:`, no repository): an instance runs the digest
+    the ledger's builds record for it, and one whose build is not recorded is refused
+    (unpinned-artifact, naming the build) instead of running an image nobody built."""
+    names = sorted(world.catalogue.modules)
+    built = data.draw(st.sets(st.sampled_from(names)))
+    recorded = data.draw(st.sets(st.sampled_from(sorted(built)))) if built else set()
+    modules = world.catalogue.modules
+    for name in built:
+        modules = modules.set(name, attrs.evolve(modules[name], artifacts=pmap(
+            {"image": Artifact(build="image")})))
+    builds = pmap({f"{name}/image": BuildRecord(digest_of(f"build {name}")) for name in recorded})
+    result = resolve(attrs.evolve(world.catalogue, modules=modules), world.mesh,
+                     attrs.evolve(world.ledger, builds=builds))
+    for instance, placed in world.mesh.instances.items():
+        if placed.module not in built:
+            continue
+        refused = [p for p in result.problems
+                   if p.code == codes.UNPINNED_ARTIFACT and p.instance == instance]
+        if placed.module in recorded:
+            assert refused == []
+            rendering = result.renderings.get(instance)
+            for container in rendering.containers if rendering is not None else ():
+                assert container.image.endswith("@" + digest_of(f"build {placed.module}"))
+        else:
+            assert len(refused) == 1 and f"build {placed.module}/image" in refused[0].message
+            assert instance not in result.renderings
