@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import (Artifact, BuildRecord, Catalogue, Container, Instance, Ledger, Mesh, Module,
-                      Node, resolve)
+                      Node, PortRange, resolve, validate)
 from resolver import ProblemCode as codes
 from resolver import (
     SELF_HOSTING,
@@ -393,3 +393,28 @@ def test_a_built_artifact_runs_at_its_recorded_digest_and_an_unbuilt_one_is_refu
         else:
             assert len(refused) == 1 and f"build {placed.module}/image" in refused[0].message
             assert instance not in result.renderings
+
+
+NO_MESH = Mesh(mesh="m", nodes=pmap(), instances=pmap(), host_ports=PortRange(20000, 20999))
+
+
+@given(catalogues(), st.sampled_from(["missing", "m9/missing", "m0/missing"]), st.data())
+def test_a_base_is_found_bare_in_its_module_or_qualified_and_a_missing_one_is_a_fault(
+        catalogue, wrong, data):
+    """The generated catalogues name every base bare (an artifact of the same module) or as
+    module/artifact, each one that exists: validate() finds nothing. One base changed to name
+    an artifact nobody has is a fault that names it."""
+    assert validate(catalogue, NO_MESH) == []
+    based = sorted((m, a) for m, module in catalogue.modules.items()
+                   for a, artifact in module.artifacts.items() if artifact.base)
+    if not based:
+        return
+    module_name, artifact_name = data.draw(st.sampled_from(based))
+    module = catalogue.modules[module_name]
+    artifact = module.artifacts[artifact_name]
+    index = data.draw(st.integers(0, len(artifact.base) - 1))
+    broken = attrs.evolve(artifact, base=artifact.base.set(index, wrong))
+    catalogue = attrs.evolve(catalogue, modules=catalogue.modules.set(module_name, attrs.evolve(
+        module, artifacts=module.artifacts.set(artifact_name, broken))))
+    faults = validate(catalogue, NO_MESH)
+    assert faults and all(wrong in fault.message for fault in faults), faults
