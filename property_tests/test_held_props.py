@@ -234,3 +234,31 @@ def test_an_optional_provider_that_stops_providing_holds_its_consumer_unless_ano
                    for p in second.problems)
         assert second.renderings.get(f"opt-client@{node}") is None or \
             second.renderings[f"opt-client@{node}"] == first.renderings[f"opt-client@{node}"]
+
+
+@given(typo_worlds(), st.sampled_from(["module", "node", "bind"]), st.data())
+def test_a_held_instances_published_ports_are_never_given_out_even_if_the_ledger_lost_them(
+        world, kind, data):
+    """A refused instance held at its written rendering keeps the host ports it publishes:
+    they are reserved from that rendering as well as from the ledger's port records, so a
+    ledger that lost the records (edited by hand, restored from an older copy) still gives
+    none of them to an instance added beside it."""
+    first = run(world)
+    live = sorted(first.renderings)
+    assume(live)
+    victim = data.draw(st.sampled_from(live))
+    written = record_declared(first)
+    written = attrs.evolve(written, ports=written.ports.discard(victim))
+    node = first.renderings[victim].node
+    newcomer = module_named("newcomer")
+    edited = with_typo(world, victim, kind, data)
+    for i in range(3):  # several, so the lowest free ports are asked for
+        edited = with_instance(edited, f"newcomer.{i}@{node}", Instance(newcomer.name, node),
+                               newcomer)
+    second = run(edited, written)
+    assert victim in second.held
+    kept = {p.host_port for c in first.renderings[victim].containers for p in c.ports}
+    for name, rendering in second.renderings.items():
+        if name != victim and rendering.node == node:
+            given_out = {p.host_port for c in rendering.containers for p in c.ports}
+            assert not kept & given_out, f"{name} was given {sorted(kept & given_out)}"
