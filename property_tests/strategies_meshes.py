@@ -11,7 +11,9 @@ several nodes, mesh defaults and instance overrides, floors and a substrate.
 ports (kept, moved to another node, outside the range, colliding, of removed instances),
 bindings (live, to a provider that is gone, of a consumer that is gone), logins, credentials
 (settled, half-way through a rotation, not sealed to every holder, of consumers that are
-gone), certificates (current, of a changed address) and node serials (of removed nodes too).
+gone), certificates (current, of a changed address), node serials (of removed nodes too) and
+the mesh registry's record: the digests it holds and its server certificate and key (issued
+for its node's address or another, the key sealed to its node or to one it left).
 
 Known-bad cases are injected on purpose (two draws in five carry some of FAULTS), so
 that a few hundred draws reach every problem code and every `chosen_by` (test_strategies_reach.py
@@ -645,6 +647,7 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         if coin(draw):
             serials[node] = NodeSerial(number(draw, 1, 9), digest_of(f"old {node}"))
     mirrored = {}  # digests the mesh's registry (as it was recorded, or a guess) holds
+    tls = {}  # the registry's server certificate, when one was issued
     stores = [n for n in names if mesh.instances[n].module in modules and any(
         p.provision == "artifact-store" for p in modules[mesh.instances[n].module].provides)]
     if stores and not one_in(draw, 4):
@@ -658,6 +661,16 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
             if complete or not one_in(draw, 4):
                 mirrored[digest] = address if complete or not one_in(draw, 8) else \
                     "10.44.0.99:5000"
+        if coin(draw):  # its server certificate was issued: for its node's address, or another
+            served_at = (mesh.nodes[node].address if node in mesh.nodes and not one_in(draw, 5)
+                         else "10.99.0.2")
+            tls[store] = Certificate(
+                serial="0f01", not_before="2025-01-01T00:00:00Z",
+                not_after="2027-01-01T00:00:00Z", pem=f"-----BEGIN CERTIFICATE-----\n{store}",
+                address=served_at)
+            if not one_in(draw, 4):  # and its key, sealed to the registry's node (or one it left)
+                holder = node if node in mesh.nodes and not one_in(draw, 5) else node_names[0]
+                credentials[f"tls/{store}"] = draw(generations([holder], dual=False, own=True))
     return attrs.evolve(base, ports=pmap(ports), bindings=pmap(bindings), logins=pmap(logins),
                         credentials=pmap(credentials), certificates=pmap(certificates),
-                        nodes=pmap(serials), mirrored=pmap(mirrored))
+                        nodes=pmap(serials), mirrored=pmap(mirrored), tls=pmap(tls))
