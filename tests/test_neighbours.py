@@ -22,6 +22,7 @@ from executors.node.neighbours import (
     bridge_of,
     container_addresses,
     engine_namespace_problem,
+    fixed_mac,
     fixes,
     leftovers,
     parse_entries,
@@ -57,6 +58,12 @@ def test_container_addresses_pairs_each_address_with_its_mac_and_bridge():
         Address("fd00::3", "0a:6e:00:00:00:01", "docker0"),
         Address("10.9.0.2", "02:42:0a:09:00:02", "br-0123456789ab")]
     assert container_addresses({"NetworkSettings": {}}, bridges) == []
+
+
+def test_fixed_mac_is_the_mac_a_container_was_created_with_and_none_when_docker_derives_it():
+    assert fixed_mac({"Config": {"MacAddress": "0a:6e:00:00:00:01"}}) == "0a:6e:00:00:00:01"
+    assert fixed_mac({"Config": {"MacAddress": ""}}) is None  # what Docker 20.10 reports
+    assert fixed_mac({"Config": {}}) is None and fixed_mac({}) is None
 
 
 def test_parse_entries_keeps_entries_with_a_mac_and_canonical_addresses():

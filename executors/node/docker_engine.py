@@ -223,15 +223,6 @@ def container_id(api: docker.APIClient, name: str) -> Optional[str]:
         return None
 
 
-def fixed_mac(api: docker.APIClient, name: str) -> Optional[str]:
-    """The MAC container `name` was created with (`mac_address`), None when Docker derives it
-    or there is no such container."""
-    try:
-        return api.inspect_container(name).get("Config", {}).get("MacAddress") or None
-    except NotFound:
-        return None
-
-
 def container_ip(api: docker.APIClient, name: str) -> Optional[str]:
     try:
         networks = api.inspect_container(name)["NetworkSettings"].get("Networks") or {}

@@ -9,7 +9,7 @@ the old MAC for that address until the entry ages out (10–45 s), so connection
 published port (docker-proxy or DNAT on the host) go nowhere meanwhile.
 
 Invariants:
-- Deciding is pure (`bridge_of`, `container_addresses`, `parse_entries`, `fixes`,
+- Deciding is pure (`bridge_of`, `fixed_mac`, `container_addresses`, `parse_entries`, `fixes`,
   `leftovers`), tested with data; the impure part is `align` (after a start: one inspect per
   network, one `ip -j neigh show` per bridge and one `ip neigh replace` per stale entry) and
   `forget` (after a removal: the entries still naming the removed container's MAC are
@@ -41,8 +41,6 @@ import attrs
 from docker.errors import NotFound
 
 from executors.common.report import Report
-
-from . import docker_engine
 
 IP_COMMAND = "ip"  # iproute2
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
@@ -79,6 +77,12 @@ def bridge_of(network: Mapping) -> Optional[str]:
         return str(named)
     identifier = str(network.get("Id") or "")
     return USER_BRIDGE_PREFIX + identifier[:12] if identifier else None
+
+
+def fixed_mac(inspect: Mapping) -> Optional[str]:
+    """The MAC a container was created with (`mac_address`), from its inspect data; None when
+    Docker derives it."""
+    return (inspect.get("Config") or {}).get("MacAddress") or None
 
 
 def container_addresses(inspect: Mapping, bridges: Mapping[str, Optional[str]]) -> list[Address]:
@@ -182,13 +186,25 @@ def _ip(*arguments: str) -> str:
     return done.stdout
 
 
-def addresses_of(api, name: str) -> tuple[list[Address], list[str]]:
-    """Container `name`'s addresses on bridges (one inspect, one per network), or the problem.
-    Never raises; no container is no addresses."""
+def inspected(api, name: str) -> tuple[Optional[Mapping], list[str]]:
+    """Container `name`'s inspect data (None when there is no such container), or the
+    problem. Never raises."""
     try:
-        inspect = api.inspect_container(name)
-        networks = (inspect.get("NetworkSettings") or {}).get("Networks") or {}
-        bridges = {}
+        return api.inspect_container(name), []
+    except NotFound:
+        return None, []
+    except Exception as exc:  # noqa: BLE001 - the Engine's fault is reported, never raised
+        return None, [_not_inspected(name, exc)]
+
+
+def addresses_of(api, name: str, inspect: Optional[Mapping]) -> tuple[list[Address], list[str]]:
+    """Container `name`'s addresses on bridges, from its inspect data (one inspect per
+    network), or the problem. Never raises; no container is no addresses."""
+    if inspect is None:
+        return [], []
+    networks = (inspect.get("NetworkSettings") or {}).get("Networks") or {}
+    bridges = {}
+    try:
         for network in networks.values():
             identifier = (network or {}).get("NetworkID")
             if identifier and identifier not in bridges:
@@ -196,9 +212,12 @@ def addresses_of(api, name: str) -> tuple[list[Address], list[str]]:
     except NotFound:
         return [], []
     except Exception as exc:  # noqa: BLE001 - the Engine's fault is reported, never raised
-        return [], [f"neighbour entries not checked: cannot inspect {name} or its networks: "
-                    f"{exc}"]
+        return [], [_not_inspected(name, exc)]
     return container_addresses(inspect, bridges), []
+
+
+def _not_inspected(name: str, exc: BaseException) -> str:
+    return f"neighbour entries not checked: cannot inspect {name} or its networks: {exc}"
 
 
 def _entries(addresses: Sequence[Address]) -> tuple[dict[str, dict[str, str]], list[str]]:
@@ -232,7 +251,9 @@ def align(api, name: str) -> tuple[list[Fix], list[str]]:
     """Make the host's neighbour entries for container `name`'s addresses name its MAC:
     (the entries replaced, the problems met). Call it only when `engine_namespace_problem`
     found none. Never raises."""
-    addresses, problems = addresses_of(api, name)
+    inspect, problems = inspected(api, name)
+    if not problems:
+        addresses, problems = addresses_of(api, name, inspect)
     if problems:
         return [], problems
     entries, problems = _entries(addresses)
@@ -294,10 +315,13 @@ class HostNeighbours:
     said: str = ""  # how that problem was said: "" (not yet), "progress" or "notice"
 
     def before_removal(self, name: str, operation) -> Leaving:
-        fixed = docker_engine.fixed_mac(self.api, name) is not None
+        inspect, problems = inspected(self.api, name)  # once: its MAC and its addresses
+        fixed = inspect is not None and fixed_mac(inspect) is not None
         if not self._visible(name, operation, fixed):
             return Leaving(name, fixed, [], [])
-        addresses, problems = addresses_of(self.api, name)
+        if problems:
+            return Leaving(name, fixed, [], problems)
+        addresses, problems = addresses_of(self.api, name, inspect)
         return Leaving(name, fixed, addresses, problems)
 
     def after_removal(self, leaving: Leaving, operation) -> str:
