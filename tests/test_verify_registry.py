@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 
 import bcrypt
 import pytest
@@ -69,9 +70,25 @@ def test_a_refused_account_is_auth_failed_naming_it(registry):
     assert PASSWORD not in result.message
 
 
-def test_a_registry_out_of_reach_is_unreachable_with_the_engines_reason():
+def closed_port_spelling(digits: str) -> int:
+    """A closed loopback port whose number contains `digits` (40101 was once read as a 401)."""
+    for port in sorted(range(1024, 65536), key=lambda p: (digits not in str(p), p)):
+        if digits not in str(port):
+            break
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free loopback port contains {digits}")
+
+
+@pytest.mark.parametrize("port", [closed_port, lambda: closed_port_spelling("401")],
+                         ids=["any-port", "port-spelling-401"])
+def test_a_registry_out_of_reach_is_unreachable_with_the_engines_reason(port):
     api = engine()
-    (result,) = verify_declaration(declaration(f"127.0.0.1:{closed_port()}"), source(PASSWORD),
+    (result,) = verify_declaration(declaration(f"127.0.0.1:{port()}"), source(PASSWORD),
                                    engine=lambda: api)
     assert result.status == "unreachable" and not result.ok, result
     assert "cannot log in" in result.message and "refused" in result.message, result.message

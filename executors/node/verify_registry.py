@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional
 
 from resolver import Declaration
@@ -34,6 +35,26 @@ def _engine_reason(error: Exception, password: str) -> str:
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     return _one_line(Exception(str(text).replace(password, "…")))
+
+
+# How the Engine says a registry refused the account: Docker answers `POST /auth` with 500 for
+# every failure and puts the registry's answer in the message ("login attempt to
+# http://r:5000/v2/ failed with status: 401 Unauthorized", or a token registry's
+# "unauthorized: authentication required"); newer engines answer 401 themselves.
+_REFUSED = re.compile(r"status:\s*401\b|\bunauthori[sz]ed\b", re.IGNORECASE)
+
+
+def refused_by_registry(why: str, registry: str, status: Optional[int] = None) -> bool:
+    """Whether the Engine's reason says the registry refused the account (not that it could not
+    be reached). The registry's own address is taken out of the text first, so a port such as
+    40101 or a host named `unauthorized.lan` is never read as the refusal."""
+    if status == 401:
+        return True
+    text = why
+    for name in sorted({registry, registry.rsplit(":", 1)[0]}, key=len, reverse=True):
+        if name:
+            text = text.replace(name, "<registry>")
+    return _REFUSED.search(text) is not None
 
 
 def verify_registry_logins(declaration: Declaration, secret_source: Optional[SecretSource],
@@ -78,7 +99,7 @@ def verify_registry_logins(declaration: Declaration, secret_source: Optional[Sec
         except Exception as error:  # noqa: BLE001 - classified below, said plainly
             why = _engine_reason(error, password)
             status = getattr(getattr(error, "response", None), "status_code", None)
-            if status == 401 or "unauthorized" in why.lower() or "401" in why:
+            if refused_by_registry(why, login.registry, status):
                 results.append(Result(status=AUTH_FAILED, **common,
                                       message=f"{login.registry} refuses {login.user} with "
                                       f"{secret.credential} generation {secret.generation} "
