@@ -10,7 +10,10 @@ The mesh: web@n1 (busybox httpd) is bound by app@n1 (same node) and app@n2 (anot
 idle@n1 is a container on n1 bound to nothing; web's http is exposed to 10.77.0.4/31 (n4 is
 in it, n3 is not); broker@n1 is the mesh's broker (its port is a floor open to the mesh's
 nodes); a listener on n1's port 22 stands for sshd. Containers dial exactly what their
-binding says: the value of their environment.
+binding says: the value of their environment. Last, app@n1 (fixed MAC) leaves the mesh and a
+second web takes its address in the same apply: n4 must get its page at once (the host's
+neighbour entries, executors/node/neighbours.py), so this runs with the firewall on as well as
+against the host's Engine (tests/test_apply_neighbours.py).
 """
 
 from __future__ import annotations
@@ -275,3 +278,76 @@ def test_a_second_apply_changes_nothing_not_even_the_firewall(node1):
     again = node1.apply("--no-fast")  # the full path: the firewall executor finds it current
     assert "up to date" in again.stderr and "[applied]" not in again.stderr
     assert "checking the batch" not in again.stderr
+
+
+def _bridge_address(node1, container: str) -> tuple[str, str]:
+    network = json.loads(node1.dockerd.docker("inspect", container).stdout)[0][
+        "NetworkSettings"]["Networks"]["bridge"]
+    return network["IPAddress"], network["MacAddress"].lower()
+
+
+def _neighbour(node1, ip: str) -> str:
+    shown = node1.topology.run("n1", "ip", "-j", "neigh", "show", "dev", "docker0").stdout
+    return {e["dst"]: e.get("lladdr", "").lower() for e in json.loads(shown or "[]")}.get(ip, "")
+
+
+def _answers_within(topology, source: str, target: str, port: int, seconds: float):
+    """Seconds until `source` first gets the page from `target`:port, or None within `seconds`
+    (one process trying every 0.1 s, each try 0.5 s at most)."""
+    code = (
+        "import socket, sys, time\n"
+        "start = time.monotonic(); end = start + float(sys.argv[3])\n"
+        "while time.monotonic() < end:\n"
+        "    try:\n"
+        "        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), 0.5)\n"
+        "        c.settimeout(0.5); c.sendall(sys.argv[4].encode()); data = b''\n"
+        "        while True:\n"
+        "            chunk = c.recv(4096)\n"
+        "            if not chunk: break\n"
+        "            data += chunk\n"
+        "        if sys.argv[5].encode() in data:\n"
+        "            print(round(time.monotonic() - start, 2)); sys.exit(0)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    time.sleep(0.1)\n"
+        "sys.exit(1)\n")
+    result = topology.python(source, code, topology.addresses[target], str(port), str(seconds),
+                             HTTP_GET, PAGE, check=False)
+    return float(result.stdout) if result.returncode == 0 else None
+
+
+def test_a_container_given_a_removed_fixed_mac_containers_address_answers_at_once(node1,
+                                                                                  tmp_path):
+    """Firewall on, n1's own dockerd, the apply run in n1: app@n1 (a same-node consumer, so a
+    fixed MAC) leaves the mesh and web2@n1 arrives in the same apply, given app@n1's address;
+    n4 (exposed to) gets web2's page through its published port within 5 s of the apply
+    returning. Left to the kernel, n1's neighbour entry would send it to app@n1's MAC for 8-45 s
+    (tests/test_apply_neighbours.py says why). Runs last: the mesh stays changed."""
+    app = node1.container("app@n1")
+    ip, mac = _bridge_address(node1, app)
+    assert node1.dial_from(app, *node1.told(app))  # n1 answers it, so n1 learns its MAC now
+    assert _neighbour(node1, ip) == mac
+    changed = tmp_path / "mesh"
+    shutil.copytree(node1.mesh_dir, changed, ignore=shutil.ignore_patterns("out"))
+    text = (changed / "mesh.yaml").read_text()
+    assert "  app@n1: {module: app, node: n1}\n" in text
+    (changed / "mesh.yaml").write_text(text.replace(
+        "  app@n1: {module: app, node: n1}\n",
+        "  web2@n1:\n    module: web\n    node: n1\n"
+        "    expose:\n      http: {to: [10.77.0.4/32], reason: the dashboard machine}\n"))
+    node1.mesh("plan", changed, "--out", changed / "out", "--write-ledger")
+    declaration = changed / "out" / "n1.declaration.json"
+    applied = node1.mesh("apply", declaration, "--docker-host", node1.dockerd.host,
+                         "--state-root", node1.state, "--json")
+    report = json.loads(applied.stdout)
+    assert report["result"] == "applied", report
+    web2 = f"{MESH}-web2-n1-server"
+    assert _bridge_address(node1, web2)[0] == ip, \
+        "web2@n1 was not given app@n1's address, which the scenario needs"
+    port = next(c["ports"][0]["host_port"] for c in json.loads(declaration.read_text())[
+        "containers"] if c["instance"] == "web2@n1")
+    took = _answers_within(node1.topology, "n4", "n1", port, 5.0)
+    assert took is not None, (
+        f"web2@n1 ({ip}) did not answer n4 through port {port} within 5 s of the apply; n1's "
+        f"neighbour entry for {ip} names {_neighbour(node1, ip)!r} (app@n1's MAC was {mac})")
+    assert _neighbour(node1, ip) != mac
