@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from resolver import (
     InputError,
+    Module,
     dump_ledger,
     dump_yaml,
     load_inputs,
@@ -29,6 +30,7 @@ from resolver import (
     load_module,
     load_provisions,
     resolve,
+    structure,
     unstructure,
 )
 
@@ -543,6 +545,36 @@ def test_a_value_of_the_wrong_type_is_named_for_what_it_is(world, field, value, 
     label = ".".join(str(p) for p in path)
     messages = {(f.message, f.expected) for f in raised.value.faults}
     assert (f"{label} is {described(value)}", expected) in messages, messages
+
+
+class Opaque:
+    """An embedding program's own object, put where a document value belongs."""
+
+
+IN_MEMORY = [(1, 2), {"a"}, frozenset(), b"bytes", 2.5j, range(3), Opaque()]
+
+
+@given(meshes(), st.sampled_from(FIELDS), st.sampled_from(IN_MEMORY), st.data())
+def test_an_in_memory_value_no_document_makes_is_named_by_its_type(world, field, value, data):
+    """`structure()` of a model built in memory: a tuple, set, bytes or an object of the
+    program's own at a typed field is a fault naming that type, and naming its key path once
+    (`containers[0].run-once is tuple`), not a traceback and not a fault that names nothing."""
+    path, _, expected = field
+    module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
+                                              key=lambda m: m.name)))
+    plain = copy.deepcopy(unstructure(module))
+    plain.setdefault("listens", {})[T] = {"port": 80}
+    plain["containers"] = [{"name": "c", "artifact": next(iter(plain["artifacts"]))}]
+    holder = plain
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value
+    with pytest.raises(InputError) as raised:
+        structure(plain, Module)
+    named = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    messages = {(f.message, f.expected) for f in raised.value.faults}
+    assert (f"{named} is {type(value).__name__}", expected) in messages, messages
+    assert {(f.file, f.line) for f in raised.value.faults} == {("Module", 0)}
 
 
 # --------------------------------------------------------------------------- what the loader says

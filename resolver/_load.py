@@ -88,7 +88,10 @@ class DocumentPositions:
         key path instead: `mesh: nodes.anchor.address: …`."""
         line, col = self.position(path, at_key=at_key)
         if line == 0 and path[self.skip:]:
-            message = f"{key_path(path[self.skip:])}: {message}"
+            named, dotted = key_path(path[self.skip:]), ".".join(map(str, path[self.skip:]))
+            # a message that begins with its own path ("port is a string") names it once
+            message = (named + message[len(dotted):] if message.startswith(dotted + " ")
+                       else f"{named}: {message}")
         return Fault(self.file, line, col, message, expected)
 
 
