@@ -36,6 +36,7 @@ from resolver import (
     holder_generation,
     in_progress,
     provider_applied,
+    reseal,
     waiting_holders,
     window_holders,
 )
@@ -185,6 +186,33 @@ class RotationMachine(RuleBasedStateMachine):
                                      credential_id=self.id)
         assert attrs.evolve(self.cred, provider_applied=0) == attrs.evolve(before,
                                                                             provider_applied=0)
+
+    @rule(kept=st.lists(st.sampled_from(HOLDERS), min_size=1, max_size=3, unique=True))
+    def holders_change(self, kept):
+        """An instance moved: the credential is sealed to exactly the new holders, not rotated.
+        A holder that stays keeps its sealed box and its report; a new one gets a box of each
+        generation and holds nothing until it applies; one that left is forgotten."""
+        before, holders = self.cred, tuple(sorted(kept, key=HOLDERS.index))
+
+        def sealed_for(generation, nodes):
+            return {n: f"sealed-{n}-moved-{generation.generation}" for n in nodes}
+
+        self.cred = reseal(self.cred, holders, sealed_for)
+        for old, new in ((before.active, self.cred.active), (before.pending, self.cred.pending),
+                         (before.retiring, self.cred.retiring)):
+            if old is None:
+                assert new is None or new.generation not in before.retired
+                continue
+            if new is None:  # the old generation retired: nobody that still holds waits for it
+                assert old is before.retiring and old.generation in self.cred.retired
+                continue
+            assert (new.generation, new.slot) == (old.generation, old.slot)
+            assert dict(new.sealed) == {n: old.sealed[n] if n in old.sealed else
+                                        f"sealed-{n}-moved-{old.generation}" for n in holders}
+        self.holders = self.model.holders = holders
+        self.holds = {n: self.holds.get(n, 0) for n in holders}
+        self.model.applied = {n: g for n, g in self.model.applied.items() if n in holders}
+        self.model.settle()
 
     # ------------------------------------------------------------------ properties
 

@@ -25,7 +25,8 @@ Invariants:
 - `record_applied` takes a node's report: the generations its provisioners reported in force
   (never more than that) and the generations its containers hold.
 - Holders changing (an instance moved) is not a rotation: reseal() keeps every generation's
-  number and slot and seals the same values to exactly the new holders.
+  number and slot and seals the same values to exactly the new holders; a retiring generation
+  retires then if no holder left waits for the new one (those who waited may all have left).
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def reseal(credential: Credential, holders: Iterable[str],
     """The credential with each generation's value sealed to exactly `holders`: a holder that
     stays keeps its sealed box, a new holder gets `sealed_for(generation, nodes)` (node →
     sealed box of the same value), a node no longer holding it loses its box and its applied
-    report. Generation numbers, slots and the rotation state do not change."""
+    report. Generation numbers and slots do not change, nor does the rotation's state, except
+    that a retiring generation retires when no holder left waits for the new one."""
     holding = set(holders)
 
     def one(generation: Optional[Generation]) -> Optional[Generation]:
@@ -177,10 +179,13 @@ def reseal(credential: Credential, holders: Iterable[str],
             kept.update(sealed_for(generation, missing))
         return attrs.evolve(generation, sealed=pmap(kept))
 
-    return attrs.evolve(credential, active=one(credential.active),
-                        pending=one(credential.pending), retiring=one(credential.retiring),
-                        applied=pmap({n: g for n, g in credential.applied.items()
-                                      if n in holding}))
+    resealed = attrs.evolve(credential, active=one(credential.active),
+                            pending=one(credential.pending), retiring=one(credential.retiring),
+                            applied=pmap({n: g for n, g in credential.applied.items()
+                                          if n in holding}))
+    # the holders that waited for the new generation may all have left: nobody needs the old
+    # one then, and no report would ever retire it (the rotation would never end)
+    return _retire_if_done(resealed)
 
 
 def provider_applied(credential: Credential, generation: int, *,
