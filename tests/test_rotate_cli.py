@@ -141,3 +141,43 @@ def test_rotation_end_to_end_through_the_cli(tmp_path):
         assert run_cli("applied", mesh_dir, node, "--report", report)[0] == 0
     state = load_mesh_dir(mesh_dir).ledger.credentials[cred]
     assert state.active.generation == 2 and state.retiring is None and list(state.retired) == [1]
+
+
+def test_a_holder_that_moves_away_mid_rotation_lets_the_rotation_end(tmp_path):
+    """umami@home's database password rotates (two logins); postgres@lab puts the new one in
+    force and lab reports it applied, then umami moves to lab before home applied: re-sealing
+    leaves no holder waiting, so the old generation retires and the next rotation may start."""
+    mesh_dir, keys, _ = prepare(FIXTURES / "homelab", tmp_path)
+    run_cli("ca", "init", mesh_dir)
+    run_cli("plan", "--issue", mesh_dir)
+    cred = "postgres-database/postgres@lab/umami@home"
+    assert run_cli("rotate", mesh_dir, cred)[0] == 0
+
+    def declared(node):
+        inputs = load_mesh_dir(mesh_dir)
+        return resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                                sources=inputs.sources).declarations[node]
+
+    assert run_cli("applied", mesh_dir, "lab", "--digest", declared("lab").digest)[0] == 0
+    report = tmp_path / "lab.json"
+    report.write_text(json.dumps({
+        "version": 2, "node": "lab", "result": "applied", "serial": declared("lab").serial,
+        "digest": declared("lab").digest, "granted": declared_grants(declared("lab"))}))
+    assert run_cli("applied", mesh_dir, "lab", "--report", report)[0] == 0
+    state = load_mesh_dir(mesh_dir).ledger.credentials[cred]
+    assert (state.active.generation, state.retiring.generation) == (2, 1)
+    assert sorted(state.active.sealed) == ["home", "lab"] and dict(state.applied)["lab"] == 2
+
+    text = (mesh_dir / "mesh.yaml").read_text()
+    moved = "  umami@home:\n    module: umami\n    node: lab"
+    (mesh_dir / "mesh.yaml").write_text(
+        text.replace("  umami@home:\n    module: umami\n    node: home", moved, 1))
+    assert moved in (mesh_dir / "mesh.yaml").read_text(), "fixture layout changed"
+    code, output = run_cli("plan", mesh_dir, "--issue", "--key", keys["home"])
+    assert code == 0, output
+    state = load_mesh_dir(mesh_dir).ledger.credentials[cred]
+    assert sorted(state.active.sealed) == ["lab"]
+    assert state.retiring is None and list(state.retired) == [1], state
+    code, output = run_cli("rotate", mesh_dir, cred)
+    assert code == 0, output
+    assert load_mesh_dir(mesh_dir).ledger.credentials[cred].pending.generation == 3
