@@ -239,3 +239,35 @@ def test_an_integer_in_any_base_yaml_knows_reads_back_as_itself(number, spell):
     """YAML 1.2 core ints: decimal, 0b binary, 0o octal and 0x hex, signed, read as written."""
     data, _ = parse_yaml(f"v: {spell(number)}\n", "x.yaml")
     assert data == {"v": number} and type(data["v"]) is int
+
+
+@given(st.integers(1, 34), st.integers(0, 34), st.sampled_from(["[", "{k: "]))
+def test_an_alias_is_read_within_the_limits_of_the_node_it_names(anchored, around, opener):
+    """An alias nested `around` levels deep, naming a node `anchored` levels deep, loads as the
+    same document written out in full, or is refused by the same depth limit (32 levels, the
+    document's own mapping counted), located at the alias when the alias is what passes it;
+    the limit cannot be passed by reaching a deep node through an alias."""
+    closer = "]" if opener == "[" else "}"
+
+    def nest(levels: int, inner: str) -> str:
+        return opener * levels + inner + closer * levels
+
+    deep = nest(anchored, "1")
+    aliased = f"x: &a {deep}\ny: {nest(around, '*a')}\n"
+    written = f"x: {deep}\ny: {nest(around, deep)}\n"
+    too_deep = 1 + around + anchored > 32
+    try:
+        data = parse_yaml(aliased, "f.yaml")[0]
+    except InputError as refused:
+        (fault,) = refused.faults
+        assert too_deep, f"refused, though within the limit: {fault}"
+        if 1 + anchored > 32 or 1 + around > 32:  # refused where the nesting itself passes it
+            assert fault.message == "nesting deeper than 32 levels", fault
+        else:
+            assert fault.message == "alias *a nests deeper than 32 levels", fault
+            assert (fault.line, fault.col) == (2, 4 + len(opener) * around), fault
+        with pytest.raises(InputError, match="nesting deeper than 32 levels"):
+            parse_yaml(written, "f.yaml")
+        return
+    assert not too_deep, "an alias reached past the depth limit"
+    assert data == parse_yaml(written, "f.yaml")[0], "an alias read as another node"
