@@ -7,6 +7,8 @@
 - Serials never go backwards, over any sequence of edits, typos and fixes, whether the
   ledger records each write or lags behind the declarations already written.
 - Adding a floor never moves a kept host port; a floor on a kept port is refused.
+- A move is seen from the written rendering: an instance owning state that moves is refused
+  until mesh.yaml says what happens to its data, even when its port records are gone.
 
 Each was seen to fail on a deliberate break of the code: see the report of issue 11.
 """
@@ -18,8 +20,8 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import (EMPTY_LEDGER, Floor, Instance, NodeSerial, Require, newest_written, next_serial,
-                      record_declared, resolve)
+from resolver import (EMPTY_LEDGER, Floor, Instance, NodeSerial, Require, StateDir, newest_written,
+                      next_serial, record_declared, resolve)
 from resolver import ProblemCode as codes
 
 from .strategies import module_named, with_instance, worlds
@@ -262,3 +264,42 @@ def test_a_held_instances_published_ports_are_never_given_out_even_if_the_ledger
         if name != victim and rendering.node == node:
             given_out = {p.host_port for c in rendering.containers for p in c.ports}
             assert not kept & given_out, f"{name} was given {sorted(kept & given_out)}"
+
+
+@given(worlds(), st.sampled_from(["neither", "fresh", "state-from"]), st.data())
+def test_a_move_is_seen_from_the_written_rendering_whatever_the_port_records_say(world, says,
+                                                                                 data):
+    """The node an instance was last declared on is where its written rendering put it. Its
+    port records may be gone (a ledger restored from before, or edited by hand); a move of an
+    instance that owns state directories is still refused until mesh.yaml says what happens to
+    the data (`state-from:` the node it was on, or `fresh: true`), and then the plan names the
+    directories left behind on that node."""
+    nodes = sorted(world.mesh.nodes)
+    assume(len(nodes) >= 2)
+    keeper = attrs.evolve(module_named("keeper"),
+                          state=pmap({"data": StateDir(path="/srv/keeper")}))
+    name, before = f"keeper@{nodes[0]}", nodes[0]
+    world = with_instance(world, name, Instance(keeper.name, before), keeper)
+    first = run(world)
+    assume(name in first.renderings)
+    ledger = record_declared(first)
+    ledger = attrs.evolve(ledger, ports=ledger.ports.discard(name))  # its port records lost
+    after = data.draw(st.sampled_from(nodes[1:]))
+    moved = Instance(keeper.name, after, fresh=says == "fresh",
+                     state_from=before if says == "state-from" else None)
+    second = run(with_instance(world, name, moved), ledger)
+    refusals = [p for p in second.problems if p.code == codes.MOVE_WITH_STATE]
+    left = [c for c in second.changes if c.kind == "state-left-behind" and c.subject == name]
+    if says == "neither":
+        (refusal,) = refusals
+        assert refusal.instance == name
+        assert f"moves from {before} to {after}" in refusal.message, refusal.message
+        assert not left
+        assert name not in second.renderings
+        assert name in {h.instance for h in second.declarations[before].held}, \
+            "held where it was written"
+    else:
+        assert not refusals, refusals
+        (change,) = left
+        assert f"from {before} to {after}" in change.message and "/srv/keeper" in change.message
+        assert second.renderings[name].node == after
