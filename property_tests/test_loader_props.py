@@ -271,3 +271,26 @@ def test_an_alias_is_read_within_the_limits_of_the_node_it_names(anchored, aroun
         return
     assert not too_deep, "an alias reached past the depth limit"
     assert data == parse_yaml(written, "f.yaml")[0], "an alias read as another node"
+
+
+@given(st.one_of(st.integers(0, 200), st.integers(4990, 5010), st.integers(9990, 10010)),
+       st.integers(1, 120))
+def test_aliases_produce_at_most_ten_thousand_nodes_and_the_one_passing_it_is_named(
+        size, aliases):
+    """A list of `size` values (size + 1 nodes) named by `aliases` aliases: the document loads
+    as that list repeated while the aliases produce at most 10,000 nodes in all; else it is
+    refused at the first alias that passes the bound, which says how many nodes they reach."""
+    text = (f"x: &a [{', '.join(['1'] * size)}]\ny:\n" + "  - *a\n" * aliases)
+    nodes = size + 1
+    try:
+        data = parse_yaml(text, "f.yaml")[0]
+    except InputError as refused:
+        (fault,) = refused.faults
+        assert aliases * nodes > 10_000, f"refused within the bound: {fault}"
+        passing = 10_000 // nodes + 1  # the first alias whose nodes pass the bound
+        assert (fault.line, fault.col) == (2 + passing, 5), fault
+        assert fault.message == (f"alias *a brings the nodes aliases produce to "
+                                 f"{passing * nodes:,}"), fault
+        return
+    assert aliases * nodes <= 10_000, "aliases produced more than the bound allows"
+    assert data == {"x": [1] * size, "y": [[1] * size] * aliases}
