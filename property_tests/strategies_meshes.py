@@ -666,7 +666,7 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
                          else "10.99.0.2")
             tls[store] = Certificate(
                 serial="0f01", not_before="2025-01-01T00:00:00Z",
-                not_after="2027-01-01T00:00:00Z", pem=f"-----BEGIN CERTIFICATE-----\n{store}",
+                not_after="2027-01-01T00:00:00Z", pem="-----BEGIN CERTIFICATE-----\nserver 0f01",
                 address=served_at)
             if not one_in(draw, 4):  # and its key, sealed to the registry's node (or one it left)
                 holder = node if node in mesh.nodes and not one_in(draw, 5) else node_names[0]

@@ -84,7 +84,7 @@ def instance_names(world) -> set:
     names |= {p for i in mesh.instances.values() for p in i.bind.values()}
     names |= set(mesh.defaults.values()) | {mesh.substrate.store, mesh.substrate.broker}
     names |= {r.provider for m in world.catalogue.modules.values() for r in m.requires}
-    names |= set(ledger.ports) | set(ledger.bindings)
+    names |= set(ledger.ports) | set(ledger.bindings) | set(ledger.tls)
     names |= {p for v in ledger.bindings.values() for p in v.values()}
     for cred in list(ledger.logins) + list(ledger.credentials):
         parts = cred.split("/")
@@ -153,6 +153,7 @@ def rename(world, inst: dict, node: dict):
             retiring=generation(v.retiring), applied=pmap({d(n): g for n, g in v.applied.items()}))
             for k, v in ledger.credentials.items()}),
         certificates=pmap({d(k): v for k, v in ledger.certificates.items()}),
+        tls=pmap({i(k): v for k, v in ledger.tls.items()}),
         nodes=pmap({d(k): v for k, v in ledger.nodes.items()}))
     return attrs.evolve(world, mesh=mesh, ledger=ledger,
                         catalogue=attrs.evolve(world.catalogue, modules=modules))
