@@ -526,11 +526,9 @@ FIELDS = [  # (where, what it must be, how the fault says so)
 ]
 
 
-@given(meshes(), st.sampled_from(FIELDS), st.sampled_from(WRONG), st.data())
-def test_a_value_of_the_wrong_type_is_named_for_what_it_is(world, field, value, data):
-    path, kind, expected = field
-    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-        return  # not a mistake
+def module_holding(world, data, path, value) -> dict:
+    """A drawn module of `world` as a plain document, with a listen marked T and one container,
+    holding `value` at `path`."""
     module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
                                               key=lambda m: m.name)))
     plain = copy.deepcopy(unstructure(module))
@@ -540,6 +538,15 @@ def test_a_value_of_the_wrong_type_is_named_for_what_it_is(world, field, value, 
     for key in path[:-1]:
         holder = holder[key]
     holder[path[-1]] = value
+    return plain
+
+
+@given(meshes(), st.sampled_from(FIELDS), st.sampled_from(WRONG), st.data())
+def test_a_value_of_the_wrong_type_is_named_for_what_it_is(world, field, value, data):
+    path, kind, expected = field
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return  # not a mistake
+    plain = module_holding(world, data, path, value)
     with pytest.raises(InputError) as raised:
         load_module(dump_yaml(plain), "module.yaml")
     label = ".".join(str(p) for p in path)
@@ -560,15 +567,7 @@ def test_an_in_memory_value_no_document_makes_is_named_by_its_type(world, field,
     program's own at a typed field is a fault naming that type, and naming its key path once
     (`containers[0].run-once is tuple`), not a traceback and not a fault that names nothing."""
     path, _, expected = field
-    module = data.draw(st.sampled_from(sorted(world.catalogue.modules.values(),
-                                              key=lambda m: m.name)))
-    plain = copy.deepcopy(unstructure(module))
-    plain.setdefault("listens", {})[T] = {"port": 80}
-    plain["containers"] = [{"name": "c", "artifact": next(iter(plain["artifacts"]))}]
-    holder = plain
-    for key in path[:-1]:
-        holder = holder[key]
-    holder[path[-1]] = value
+    plain = module_holding(world, data, path, value)
     with pytest.raises(InputError) as raised:
         structure(plain, Module)
     named = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
