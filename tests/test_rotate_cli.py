@@ -42,6 +42,21 @@ def _declarations(credential):
             Declaration(mesh="m", node="lab", address="10.0.0.2", containers=pvector([app])))
 
 
+def declared_in(mesh_dir, node):
+    """The declaration the mesh directory declares for `node` now."""
+    inputs = load_mesh_dir(mesh_dir)
+    return resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                            sources=inputs.sources).declarations[node]
+
+
+def applied_report(mesh_dir, node) -> str:
+    """The applied.json a successful apply of `node`'s current declaration writes."""
+    declaration = declared_in(mesh_dir, node)
+    return json.dumps({"version": 2, "node": node, "result": "applied",
+                       "serial": declaration.serial, "digest": declaration.digest,
+                       "granted": declared_grants(declaration)})
+
+
 def test_record_applied_walks_a_dual_rotation_to_retirement():
     cred = first_generation({"anchor": "s1", "lab": "s1"}, slot="a")
     ledger = Ledger(credentials=pmap({CRED: cred}))
@@ -118,13 +133,8 @@ def test_rotation_end_to_end_through_the_cli(tmp_path):
     code, output = run_cli("rotate", mesh_dir, cred)
     assert code == 0, output
 
-    def declared(node):
-        inputs = load_mesh_dir(mesh_dir)
-        return resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                                sources=inputs.sources).declarations[node]
-
     def digest(node):
-        return declared(node).digest
+        return declared_in(mesh_dir, node).digest
 
     code, output = run_cli("applied", mesh_dir, "lab", "--digest", digest("lab"))
     assert code == 0, output
@@ -135,9 +145,7 @@ def test_rotation_end_to_end_through_the_cli(tmp_path):
         report.write_text(json.dumps({"digest": digest(node)}))
         code, output = run_cli("applied", mesh_dir, node, "--report", report)
         assert code == 1 and "earlier version" in output
-        report.write_text(json.dumps({
-            "version": 2, "node": node, "result": "applied", "serial": declared(node).serial,
-            "digest": digest(node), "granted": declared_grants(declared(node))}))
+        report.write_text(applied_report(mesh_dir, node))
         assert run_cli("applied", mesh_dir, node, "--report", report)[0] == 0
     state = load_mesh_dir(mesh_dir).ledger.credentials[cred]
     assert state.active.generation == 2 and state.retiring is None and list(state.retired) == [1]
@@ -153,16 +161,10 @@ def test_a_holder_that_moves_away_mid_rotation_lets_the_rotation_end(tmp_path):
     cred = "postgres-database/postgres@lab/umami@home"
     assert run_cli("rotate", mesh_dir, cred)[0] == 0
 
-    def declared(node):
-        inputs = load_mesh_dir(mesh_dir)
-        return resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                                sources=inputs.sources).declarations[node]
-
-    assert run_cli("applied", mesh_dir, "lab", "--digest", declared("lab").digest)[0] == 0
+    assert run_cli("applied", mesh_dir, "lab", "--digest",
+                   declared_in(mesh_dir, "lab").digest)[0] == 0
     report = tmp_path / "lab.json"
-    report.write_text(json.dumps({
-        "version": 2, "node": "lab", "result": "applied", "serial": declared("lab").serial,
-        "digest": declared("lab").digest, "granted": declared_grants(declared("lab"))}))
+    report.write_text(applied_report(mesh_dir, "lab"))
     assert run_cli("applied", mesh_dir, "lab", "--report", report)[0] == 0
     state = load_mesh_dir(mesh_dir).ledger.credentials[cred]
     assert (state.active.generation, state.retiring.generation) == (2, 1)
