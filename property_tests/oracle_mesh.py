@@ -235,6 +235,7 @@ def expect(world) -> Expected:
             for name in serving:
                 if name != keep:
                     e.refuse(codes.SECOND_MESH_PROVIDER, name, candidates=serving)
+    refused_before_claims, live_before_claims = set(e.refused), live()
     contended = defaultdict(set)
     for name in live():
         node, module = instances[name].node, module_of(name)
@@ -252,6 +253,22 @@ def expect(world) -> Expected:
             code = codes.DUPLICATE_CLAIM if kind == "claim" else codes.PORT_CONFLICT
             for name in group - {keep}:
                 e.refuse(code, name, candidates=group)
+    # a fixed port on a host port the ledger keeps for another (instance, listen) of that node
+    # is refused: a kept port never moves (a holder placed on another node now holds nothing)
+    kept = {}
+    for holder, entries in sorted(ledger.ports.items()):
+        if holder in instances:
+            for listen_name, entry in sorted(entries.items()):
+                kept.setdefault((entry.node, entry.port), (holder, listen_name))
+    for name in live_before_claims:
+        node = instances[name].node
+        for listen_name, listen in module_of(name).listens.items():
+            holder = kept.get((node, listen.fixed)) if listen.fixed is not None else None
+            if holder is None or holder == (name, listen_name):
+                continue
+            other = holder[0]
+            if other == name or other in refused_before_claims or instances[other].node == node:
+                e.refuse(codes.PORT_CONFLICT, name, candidates={name, other})
     owners = defaultdict(list)
     for name in live():
         for state in module_of(name).state.values():

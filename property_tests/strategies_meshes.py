@@ -575,7 +575,7 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
                 node = pick(draw, node_names)  # it moved since
             where = pick(draw, ["in", "in", "in", "in", "out", "again"])
             if where == "out":
-                port = pick(draw, [first - 1, 19000, last + 1, 30999, 25, 22, 9999])
+                port = pick(draw, [first - 1, 19000, last + 1, 30999, 25, 22, 9999, 587, 25])
             elif where == "again" and used:
                 port = pick(draw, sorted(used))
             else:

@@ -16,7 +16,8 @@ Invariants:
   instance, as one required under such a name does.
 - A kept host port never moves: a floor (or a node's ssh-port) that collides with one is
   refused at the floor's position, naming the holder, and is not applied (check_floors
-  returns which, as FloorRefusals); it blocks no instance.
+  returns which, as FloorRefusals); it blocks no instance. A fixed port that collides with
+  one refuses the instance that fixes it, naming the holder and both positions.
 - A move of an instance that owns state directories is refused until the instance says what
   happens to the data (`state-from: <old node>` or `fresh: true`); the state directories
   left on the old node are named either way, and nothing there is ever removed.
@@ -24,7 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Container, Optional, Union
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
@@ -151,6 +152,7 @@ def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals) ->
             for p in container.ports:
                 by_node.setdefault((rendering.node, "port", p.host_port, p.protocol),
                                    []).append(name)
+    found.extend(_fixed_on_kept(r, blocked, held))
     for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
         names = sorted(set(names))
         node = key[0]
@@ -177,6 +179,41 @@ def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals) ->
                     f"{keep} keeps it", path=("instances", name), instance=name,
                     candidates=names, blocks=[name]))
     return tuple(found)
+
+
+def _fixed_on_kept(r: Context, blocked: Blocked, held: Container[str]) -> list[Problem]:
+    """Live instances whose module fixes a host port the ledger keeps for another instance
+    (or for another listen of the same one) on that node: refused, naming both; the holder
+    keeps its port. A holder now placed on another node (a move this plan makes) holds
+    nothing on the old node any more."""
+    kept = kept_ports(r)
+    found: list[Problem] = []
+    for name in r.placed(blocked):
+        if name in held:
+            continue
+        module, node = r.placed_module(name), r.instances[name].node
+        for listen_name, listen in sorted(module.listens.items()):
+            if listen.fixed is None:
+                continue
+            holder = kept.get(node, {}).get(listen.fixed)
+            if holder is None or holder == f"{name}/{listen_name}":
+                continue
+            holder_instance = holder.split("/", 1)[0]
+            if holder_instance != name and holder_instance not in blocked \
+                    and r.instances[holder_instance].node != node:
+                continue
+            file, line, col = r.sources.where("mesh", "instances", holder_instance)
+            at = r.sources.where(f"module:{module.name}", "listens", listen_name, "fixed")
+            found.append(r.problem(
+                codes.PORT_CONFLICT,
+                f"{name} fixes host port {listen.fixed}/{listen.protocol} on node {node} "
+                f"({at[0]}:{at[1]}:{at[2]}), which the ledger keeps for {holder} "
+                f"({file}:{line}:{col}): a kept port never moves, so {name} is refused; "
+                f"give {module.name}'s listen {listen_name} another fixed port, or remove "
+                f"{holder_instance} from mesh.yaml first to release the port",
+                path=("instances", name), instance=name,
+                candidates=sorted({name, holder_instance}), blocks=[name]))
+    return found
 
 
 def check_state_paths(r: Context, blocked: Blocked) -> Findings:

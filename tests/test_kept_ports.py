@@ -96,3 +96,35 @@ def test_an_ssh_port_moved_onto_a_kept_port_is_refused_and_moves_nothing(homelab
     assert problem["line"] == line
     floors = after["nodes"]["lab"]["firewall"]["floors"]
     assert any(f["port"] == port and f["reason"] == "ssh" for f in floors), "ssh stays open"
+
+
+def test_a_new_fixed_port_on_a_kept_port_is_refused_naming_both_and_moves_nothing(homelab):
+    """The reproduction of issue 26: a new module fixing 20001 on home beside gitea@home."""
+    before = json.loads(mesh("plan", homelab, "--json").stdout)
+    ports = published(before)
+    node, port = ports[("gitea@home", "http")]
+    module_dir = homelab / "catalogue" / "metrics"
+    shutil.copytree(CATALOGUE, homelab / "catalogue")
+    module_dir.mkdir()
+    (module_dir / "module.yaml").write_text(
+        "name: metrics\n"
+        "artifacts:\n  image: {repository: docker.io/gitea/gitea, tag: \"1.22.3\"}\n"
+        f"listens:\n  http: {{port: 9100, fixed: {port}}}\n"
+        "containers:\n  - {name: main, artifact: image}\n")
+    text = (homelab / "mesh.yaml").read_text().replace(str(CATALOGUE), "catalogue")
+    (homelab / "mesh.yaml").write_text(text + f"  metrics@{node}:\n    module: metrics\n"
+                                              f"    node: {node}\n")
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    assert published(after) == ports, "a kept port moved"
+    problem = next(p for p in after["problems"] if p["code"] == "port-conflict")
+    assert problem["instance"] == f"metrics@{node}"
+    assert problem["candidates"] == ["gitea@home", f"metrics@{node}"]
+    assert problem["line"] == len(text.splitlines()) + 2  # the instance's entry
+    message = problem["message"]
+    assert "gitea@home/http" in message and f"{port}" in message
+    assert "metrics/module.yaml:5:" in message and "mesh.yaml:" in message
+    assert "another fixed port" in message
+    text_plan = mesh("plan", homelab)
+    assert text_plan.returncode == 1 and "[port-conflict]" in text_plan.stdout
