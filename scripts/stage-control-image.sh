@@ -10,6 +10,10 @@ set -eu
 repo=$(cd "$(dirname "$0")/.." && pwd)
 context=${1:-"$repo/catalogue/control/image"}
 [ -f "$context/Dockerfile" ] || { echo "stage-control-image: $context/Dockerfile: no such file; expected the control module's build context" >&2; exit 2; }
+# Two stagings at once would share the repository's setuptools build directory: one at a time
+# (a lock on this script's own file, released when the script ends, however it ends).
+exec 9<"$0"
+flock 9
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
 python3 -m pip wheel --quiet --no-deps --disable-pip-version-check --wheel-dir "$staging" "$repo"

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import socket
@@ -48,8 +49,12 @@ def docker_host() -> str:
 
 
 def engine():
+    """The host's Engine, shared with the other workers until this test ends (tests/_locks.py)."""
     from executors.node import docker_engine
 
+    from _locks import share_engine
+
+    share_engine()
     api = docker_engine.connect(docker_host())
     try:
         api.ping()
@@ -88,14 +93,22 @@ def _rootfs() -> bytes:
 
 
 def env_image(api) -> str:
-    """The local image ID (`sha256:…`) of the env-echoing busybox image, built once per run."""
+    """The local image ID (`sha256:…`) of the env-echoing busybox image: imported once, tagged
+    by its content's fingerprint and kept, so the workers of a parallel run share it."""
     if "id" in _IMAGE_ID:
         return _IMAGE_ID["id"]
-    tag = f"t{uuid.uuid4().hex[:8]}"
-    api.import_image_from_data(
-        _rootfs(), repository=ENV_IMAGE_REPOSITORY, tag=tag,
-        changes=[f'CMD ["httpd", "-f", "-p", "{HTTP_PORT}", "-h", "/www"]', "ENV PATH=/bin"])
-    _IMAGE_ID["id"] = api.inspect_image(f"{ENV_IMAGE_REPOSITORY}:{tag}")["Id"]
+    from _locks import built
+
+    rootfs = _rootfs()
+    changes = [f'CMD ["httpd", "-f", "-p", "{HTTP_PORT}", "-h", "/www"]', "ENV PATH=/bin"]
+    tag = "f" + hashlib.sha256(rootfs + repr(changes).encode()).hexdigest()[:12]
+    with built(ENV_IMAGE_REPOSITORY):
+        try:
+            _IMAGE_ID["id"] = api.inspect_image(f"{ENV_IMAGE_REPOSITORY}:{tag}")["Id"]
+        except Exception:  # noqa: BLE001 - not imported yet
+            api.import_image_from_data(rootfs, repository=ENV_IMAGE_REPOSITORY, tag=tag,
+                                       changes=changes)
+            _IMAGE_ID["id"] = api.inspect_image(f"{ENV_IMAGE_REPOSITORY}:{tag}")["Id"]
     return _IMAGE_ID["id"]
 
 

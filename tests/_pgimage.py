@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from _locks import built
+
 PG_VERSION = "15"
 BIN = Path(f"/usr/lib/postgresql/{PG_VERSION}/bin")
 LIB = Path(f"/usr/lib/postgresql/{PG_VERSION}/lib")
@@ -163,14 +165,15 @@ def postgres_image(api) -> str:
     if not available():
         pytest.skip("PostgreSQL 15 server binaries are not installed (run scripts/services.sh)")
     reference = f"{REPOSITORY}:{fingerprint()}"
-    try:
-        api.inspect_image(reference)
+    with built(REPOSITORY):  # one worker imports it, the others find it
+        try:
+            api.inspect_image(reference)
+            return reference
+        except Exception:  # noqa: BLE001 - not imported yet
+            pass
+        api.import_image_from_data(
+            _rootfs(), repository=REPOSITORY, tag=fingerprint(),
+            changes=['ENTRYPOINT ["/docker-entrypoint.sh"]',
+                     f"ENV PATH=/usr/lib/postgresql/{PG_VERSION}/bin:/bin",
+                     "ENV PGDATA=/var/lib/postgresql/data"])
         return reference
-    except Exception:  # noqa: BLE001 - not imported yet
-        pass
-    api.import_image_from_data(
-        _rootfs(), repository=REPOSITORY, tag=fingerprint(),
-        changes=['ENTRYPOINT ["/docker-entrypoint.sh"]',
-                 f"ENV PATH=/usr/lib/postgresql/{PG_VERSION}/bin:/bin",
-                 "ENV PGDATA=/var/lib/postgresql/data"])
-    return reference

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from _locks import built
+
 REPOSITORY = "mesh-test/python"
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ["sh", "grep", "echo", "rm", "mkdir", "ls", "cat", "id", "env", "sleep", "test", "["]
@@ -196,13 +198,14 @@ def python_image(api) -> str:
     if not BUSYBOX.exists():
         pytest.skip("busybox is not installed (run scripts/services.sh)")
     reference = f"{REPOSITORY}:{fingerprint()}"
-    try:
-        api.inspect_image(reference)
+    with built(REPOSITORY):  # one worker imports it, the others find it
+        try:
+            api.inspect_image(reference)
+            return reference
+        except Exception:  # noqa: BLE001 - not imported yet
+            pass
+        api.import_image_from_data(
+            _rootfs(), repository=REPOSITORY, tag=fingerprint(),
+            changes=["ENV PATH=/usr/local/bin:/bin", "ENV PYTHONHOME=/usr/local",
+                     "ENV LANG=C.UTF-8", 'CMD ["python3"]'])
         return reference
-    except Exception:  # noqa: BLE001 - not imported yet
-        pass
-    api.import_image_from_data(
-        _rootfs(), repository=REPOSITORY, tag=fingerprint(),
-        changes=["ENV PATH=/usr/local/bin:/bin", "ENV PYTHONHOME=/usr/local",
-                 "ENV LANG=C.UTF-8", 'CMD ["python3"]'])
-    return reference

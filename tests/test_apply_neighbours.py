@@ -21,8 +21,9 @@ takes to answer when nothing stands in the way. No health check is declared, so 
 the apply waits the stale entry out.
 
 The scenarios need B to get A's address: the Engine's default bridge hands out the lowest free
-address, and B is created right after A is removed (a test beside this one taking the address
-in between fails the test with that reason, not the behaviour's).
+address, and B is created right after A is removed; so each test holds the host's Engine alone
+(`engine_alone`: no other worker of a parallel run creates a container meanwhile, and a test
+beside this one taking the address in between would fail the test with that reason).
 A keeper container (not the mesh's) holds the bridge up throughout: when the last container
 leaves a bridge, its carrier drops and the kernel flushes its neighbour entries, which would
 hide the defect. Touches neighbour entries on the Engine's bridge only, never nftables.
@@ -46,7 +47,7 @@ from executors.node.apply import apply_declaration
 from _docker import HTTP_PORT, cleanup, container, declaration, engine, env_image, free_port, \
     http_get, unique_mesh
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.engine_alone]  # B must get A's address
 
 DEADLINE = 5.0  # seconds for B to answer after the apply returns (see the module docstring)
 A_MAC = "0a:6e:65:69:67:01"
