@@ -182,6 +182,13 @@ from ._plan import (  # noqa: F401
     container_causes,
     container_changes,
 )
+from ._changes import (  # noqa: F401
+    SECTION_NAMES,
+    DeclarationChange,
+    apply_changes,
+    change_counts,
+    declaration_changes,
+)
 from ._convert import (  # noqa: F401
     document_key,
     unstructure,
@@ -345,7 +352,8 @@ __all__ = [
     "REGISTRY_ACCOUNT_KIND", "REGISTRY_AUTH_HOST_DIR", "HTPASSWD", "PUSH_LOGIN", "pull_credential",
     "push_credential",
     # Plan diff
-    "ContainerChange", "container_causes", "container_changes",
+    "ContainerChange", "container_causes", "container_changes", "DeclarationChange",
+    "SECTION_NAMES", "apply_changes", "change_counts", "declaration_changes",
     # Documents
     "document_key", "structure", "unstructure", "unstructure_full", "yaml_key",
     "DocumentPositions", "Parsed", "load_document", "parse_document", "parse_yaml", "LIMITS",
