@@ -48,6 +48,7 @@ class DeclarationChange:
     action: str
     causes: PVector[str] = pvector()
     verb: Optional[str] = None
+    position: Optional[int] = None  # a container's place among the node's new containers
     before: Any = attrs.field(default=None, eq=False, order=False)
     after: Any = attrs.field(default=None, eq=False, order=False)
 
@@ -91,6 +92,11 @@ def _generation(ref: Optional[SecretRef]) -> str:
     return "pending" if ref.generation is None else str(ref.generation)
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str) \
+        and all(isinstance(x, str) for x in value)
+
+
 def _fields(before: Any, after: Any) -> list[str]:
     """Why an element with the same key differs: its fields, a secret by its generation, a
     list of sources by what it gains and loses, never a value that is not already public."""
@@ -102,6 +108,9 @@ def _fields(before: Any, after: Any) -> list[str]:
         name = field.name.replace("_", "-")
         if field.name in ("sources", "macs"):
             causes.extend(_sources(old, new))
+        elif _strings(old) and _strings(new):
+            causes.extend([f"{name}: {x} added" for x in sorted(set(new) - set(old))]
+                          + [f"{name}: {x} removed" for x in sorted(set(old) - set(new))])
         elif isinstance(old, SecretRef) or isinstance(new, SecretRef):
             credential = (new or old).credential
             causes.append(f"{name} {credential} generation {_generation(old)} → "
@@ -202,12 +211,12 @@ def _container_change(node: str, old: Optional[Declaration], new: Optional[Decla
                       a: Optional[ContainerDecl]) -> Optional[DeclarationChange]:
     section = SECTIONS[0]
     if b is None:
-        assert a is not None
+        assert a is not None and new is not None
         return DeclarationChange(node, "container", key, ADD, pvector(section.added(a)),
-                                 "create", None, a)
+                                 "create", new.containers.index(a), None, a)
     if a is None:
         return DeclarationChange(node, "container", key, REMOVE, pvector(section.added(b)),
-                                 "remove", b, None)
+                                 "remove", None, b, None)
     if a == b:
         return None
     assert old is not None and new is not None
@@ -215,10 +224,10 @@ def _container_change(node: str, old: Optional[Declaration], new: Optional[Decla
     causes = container_causes(b, a, held)
     if causes:
         return DeclarationChange(node, "container", key, CHANGE, pvector(causes), "recreate",
-                                 b, a)
+                                 None, b, a)
     return DeclarationChange(node, "container", key, CHANGE,
                              pvector(_fields(b, a) or ["in force on the running server"]),
-                             "in-place", b, a)
+                             "in-place", None, b, a)
 
 
 def _node_changes(node: str, old: Optional[Declaration],
@@ -230,7 +239,7 @@ def _node_changes(node: str, old: Optional[Declaration],
         changes.append(DeclarationChange(
             node, "node", node, ADD if old is None else REMOVE,
             pvector([f"node {node} {'joins' if old is None else 'leaves'} the mesh"]),
-            None, None if old is None else node, node if old is None else None))
+            before=None if old is None else node, after=node if old is None else None))
     for name, read in _SCALARS.items():
         before = read(old) if old is not None else None
         after = read(new) if new is not None else None
@@ -240,8 +249,8 @@ def _node_changes(node: str, old: Optional[Declaration],
         why = (["certificate issued or renewed"] if name == "certificate"
                else [f"{before} → {after}"] if name != "certificate" and before and after
                else [])
-        changes.append(DeclarationChange(node, name, name, action, pvector(why), None,
-                                         before, after))
+        changes.append(DeclarationChange(node, name, name, action, pvector(why),
+                                         before=before, after=after))
     for section in SECTIONS:
         before_map, after_map = _keyed(section, old), _keyed(section, new)
         for key in sorted(set(before_map) | set(after_map)):
@@ -252,23 +261,22 @@ def _node_changes(node: str, old: Optional[Declaration],
                     changes.append(change)
             elif b is None:
                 changes.append(DeclarationChange(node, section.name, key, ADD,
-                                                 pvector(section.added(a)), None, None, a))
+                                                 pvector(section.added(a)), after=a))
             elif a is None:
                 changes.append(DeclarationChange(node, section.name, key, REMOVE,
-                                                 pvector(section.added(b)), None, b, None))
+                                                 pvector(section.added(b)), before=b))
             elif a != b:
                 why = _fields(b, a) if attrs.has(type(b)) else []
                 changes.append(DeclarationChange(node, section.name, key, CHANGE,
-                                                 pvector(why), None, b, a))
-    if new is not None:  # the order containers run in, where applying the rest misses it
+                                                 pvector(why), before=b, after=a))
+    if new is not None and old is not None:  # the containers kept, run in another order
         now = [c.name for c in new.containers]
-        was = [c.name for c in old.containers] if old is not None else []
-        kept = [n for n in was if n in set(now)]
-        if kept + sorted(set(now) - set(was)) != now:
+        was = [c.name for c in old.containers]
+        if [n for n in was if n in set(now)] != [n for n in now if n in set(was)]:
             changes.append(DeclarationChange(
                 node, "container-order", "containers", CHANGE,
-                pvector([f"they run in the order {', '.join(now)}"]), None, tuple(was),
-                tuple(now)))
+                pvector([f"they run in the order {', '.join(now)}"]), before=tuple(was),
+                after=tuple(now)))
     rank = {name: i for i, name in enumerate(SECTION_NAMES)}
     return sorted(changes, key=lambda c: (rank[c.section], c.subject))
 
@@ -304,10 +312,12 @@ def _apply_node(old: Optional[Declaration], node: str,
                 elements.pop(change.subject, None)
             else:
                 elements[change.subject] = change.after
-        if section.ordered:  # the kept in their order, the new after them by key
+        if section.ordered:  # the kept in their order, each new one at its place
             order = [section.key(e) for e in section.read(d)]
             listed = [elements[k] for k in order if k in elements]
-            listed += [elements[k] for k in sorted(elements) if k not in order]
+            for change in sorted((c for c in mine if c.action == ADD),
+                                 key=lambda c: c.position or 0):
+                listed.insert(change.position or 0, change.after)
             d = section.write(d, pvector(listed))
         else:
             d = section.write(d, pvector(sorted(elements.values(), key=section.sort_key)))
@@ -315,8 +325,10 @@ def _apply_node(old: Optional[Declaration], node: str,
         if change.section == "container-order":
             by_name = {c.name: c for c in d.containers}
             d = attrs.evolve(d, containers=pvector(by_name[n] for n in change.after))
-        elif change.section in ("mesh", "address"):
-            d = attrs.evolve(d, **{change.section: change.after or ""})
+        elif change.section == "mesh":
+            d = attrs.evolve(d, mesh=change.after or "")
+        elif change.section == "address":
+            d = attrs.evolve(d, address=change.after or "")
         elif change.section == "certificate":
             d = attrs.evolve(d, certificate=change.after)
     for change in changes:  # last: the sections above may have made a firewall to hold them

@@ -64,8 +64,9 @@ def test_out_writes_declarations_and_reports_no_change_the_second_time(homelab, 
     files = sorted(p.name for p in out.iterdir())
     assert files == ["home.declaration.json", "lab.declaration.json"]
     assert "create home/" in first.stdout
-    second = mesh("plan", homelab, "--out", out)
-    assert "containers that change" not in second.stdout
+    second = mesh("plan", homelab, "--out", out, "--detailed-exitcode")
+    assert f"no changes against the declarations in {out} (--out)" in second.stdout
+    assert "create home/" not in second.stdout and second.returncode == 0
 
 
 def test_ledger_written_only_when_asked_and_then_a_fixed_point(homelab):

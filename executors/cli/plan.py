@@ -2,13 +2,15 @@
 
 Human output first (per node: containers and ports, firewall, grants, held instances; then
 bindings with how each was chosen, problems with file:line, what must be issued, notable
-changes); `--json` for programs. `--out DIR` writes one declaration file per node (the input
+changes; then every change against the declarations each node was last given, section by
+section, as terraform plan lists it: resolver.declaration_changes); `--json` for programs;
+`--detailed-exitcode` exits 2 when something changes. `--out DIR` writes one declaration file per node (the input
 of `mesh apply`) and, when that directory already holds declarations, shows every container
 that changes against them; it records what it wrote in the ledger (serials, each declared
 instance's rendering: resolver/_records.py), whose serials it takes together with those of
 the declarations already in DIR, so a declaration written later always supersedes. The ledger
 is written only with `--out`, `--write-ledger` or `--issue`, atomically.
-Exit codes: 0 no refusal, 1 refusals, 2 bad input.
+Exit codes: 0 no refusal, 1 refusals, 2 bad input (or, with --detailed-exitcode, changes).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from pathlib import Path
 import resolver
 from resolver import Fault, InputError, Resolution
 from resolver import unstructure_full
-from resolver import container_changes
+from resolver import DeclarationChange, change_counts, container_changes, declaration_changes
 
 from executors.common.runtime import now_iso
 from executors.control.declarations import (
     DECLARATION_SUFFIX,
+    previous_declarations,
     read_declarations,
     record_written,
     resolve_for_writing,
@@ -41,8 +44,10 @@ def register(subparsers) -> None:
         help="resolve a mesh and show each node's declaration, bindings and problems",
         description="Resolve the mesh in DIR (mesh.yaml, its catalogue and ledger) and print "
         "per node its containers, ports, firewall and grants; the bindings and how each "
-        "provider was chosen; every problem with file:line. Exit 0 with no refusal, 1 with "
-        "refusals, 2 for bad input.",
+        "provider was chosen; every problem with file:line; then every change against the "
+        "declarations each node was last given (--against, --out, or the control plane's "
+        "last published), section by section, with its cause. Exit 0 with no refusal, 1 with "
+        "refusals, 2 for bad input (with --detailed-exitcode: 2 when something changes).",
     )
     parser.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
     parser.add_argument("--node", action="append", metavar="N",
@@ -64,6 +69,12 @@ def register(subparsers) -> None:
     parser.add_argument("--key", metavar="FILE",
                         help="the control node's private key: with --issue, opens the values "
                         "a move must re-seal to its new holders")
+    parser.add_argument("--against", metavar="DIR",
+                        help="compare with the declarations in DIR (default: those in --out, "
+                        "else the ones the control plane last published, DIR/.control/out)")
+    parser.add_argument("--detailed-exitcode", action="store_true",
+                        help="exit 0 when nothing changes against the declarations compared "
+                        "with, 2 when something does, 1 with refusals (as terraform plan does)")
     parser.add_argument("--now", metavar="ISO8601", help=argparse.SUPPRESS)  # tests pin the clock
     parser.set_defaults(func=run)
 
@@ -81,6 +92,7 @@ def _run(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
     now = args.now or now_iso()
     previous = read_declarations(Path(args.out)) if args.out else {}
+    compared, against = previous_declarations(args.directory, args.out, args.against)
     control_key = None
     if args.key:
         from executors.common.keys import load_private_key
@@ -98,11 +110,16 @@ def _run(args, out) -> int:
         raise InputError([Fault("--node", 0, 0, f"no node named {n!r} in the mesh",
                                 "one of " + ", ".join(sorted(resolution.declarations)))
                           for n in unknown])
+    shown = set(nodes)
+    diff = [c for c in declaration_changes(compared or {}, resolution.declarations)
+            if c.node in shown]
     if args.json:
-        json.dump(plan_document(resolution, nodes, changes), out, indent=2, sort_keys=True)
+        json.dump(plan_document(resolution, nodes, changes, diff, against), out, indent=2,
+                  sort_keys=True)
         out.write("\n")
     else:
         print_plan(resolution, nodes, changes, out)
+        print_changes(diff, against, compared is not None, out)
     if args.out:
         write_declarations(Path(args.out), resolution, nodes)
         record_written(inputs, resolution, nodes)
@@ -110,14 +127,36 @@ def _run(args, out) -> int:
         write_ledger(inputs.ledger_path, resolution.ledger)
     if args.out or args.write_ledger or args.issue:
         print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
-    return 1 if resolution.refused else 0
+    if resolution.refused:
+        return 1
+    return 2 if args.detailed_exitcode and diff else 0
 
 
 # --------------------------------------------------------------------------- output
 
 
-def plan_document(resolution: Resolution, nodes, changes) -> dict:
+def change_document(change: DeclarationChange) -> dict:
+    """One change as data: what the text plan prints, with the element before and after."""
+    return {"node": change.node, "section": change.section, "subject": change.subject,
+            "action": change.action, "causes": list(change.causes), "verb": change.verb,
+            "position": change.position,
+            "before": _element(change.before), "after": _element(change.after)}
+
+
+def _element(value):
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return unstructure_full(value)
+
+
+def plan_document(resolution: Resolution, nodes, changes, diff=(), against="") -> dict:
+    added, changed, removed = change_counts(diff)
     doc = {
+        "against": against,
+        "declaration_changes": [change_document(c) for c in diff],
+        "summary": {"add": added, "change": changed, "remove": removed},
         "artifacts": resolution.artifacts,
         "nodes": {n: unstructure_full(resolution.declarations[n]) for n in nodes},
         "bindings": [unstructure_full(b) for b in resolution.bindings],
@@ -189,12 +228,6 @@ def print_plan(resolution: Resolution, nodes, changes, out) -> None:
         w("changes:")
         for c in resolution.changes:
             w(f"  {c.kind}: {c.message}")
-    if changes:
-        w()
-        w("containers that change against the declarations in --out:")
-        for c in changes:
-            w(f"  {c.action} {c.node}/{c.container}"
-              + (f": {'; '.join(c.causes)}" if c.causes else ""))
     requests = resolution.requests
     if requests:
         w()
@@ -212,3 +245,29 @@ def print_plan(resolution: Resolution, nodes, changes, out) -> None:
     w()
     w(f"{len(errors)} refusal{'s' if len(errors) != 1 else ''}, "
       f"{len(resolution.bindings)} bindings, {len(requests)} to issue")
+
+
+def change_line(c: DeclarationChange) -> str:
+    """`+ create home/<container>: why` for a container, `~ lab firewall-allow 20006/tcp: why`
+    for the rest."""
+    why = f": {'; '.join(c.causes)}" if c.causes else ""
+    if c.section == "container":
+        return f"{c.action} {c.verb} {c.node}/{c.subject}{why}"
+    return f"{c.action} {c.node} {c.section} {c.subject}{why}"
+
+
+def print_changes(diff, against: str, compared: bool, out) -> None:
+    """What changes against the declarations compared with, section by section, as terraform
+    plan lists it; one line when there was nothing to compare with."""
+    w = lambda line="": print(line, file=out)  # noqa: E731
+    added, changed, removed = change_counts(diff)
+    w()
+    if not compared:
+        w(f"changes: {against}; every node's declaration is new ({added} to add)")
+        return
+    if not diff:
+        w(f"no changes against {against}: every node is as it was")
+        return
+    w(f"changes against {against} ({added} to add, {changed} to change, {removed} to remove):")
+    for c in diff:
+        w(f"  {change_line(c)}")

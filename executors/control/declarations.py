@@ -24,6 +24,7 @@ import resolver
 from resolver import Declaration, Inputs, NodeSerial, Resolution, structure, unstructure
 
 from executors.common.runtime import resolving
+from executors.control.control_state import ControlState
 from executors.control.loading import write_atomic, write_ledger
 
 DECLARATION_SUFFIX = ".declaration.json"
@@ -43,6 +44,21 @@ def read_declarations(directory) -> dict[str, Declaration]:
             continue
         found[decl.node] = decl
     return found
+
+
+def previous_declarations(mesh_dir, out=None, against=None
+                          ) -> tuple[Optional[dict[str, Declaration]], str]:
+    """(the declarations a plan compares with, where they are): `against` when named, else
+    the output directory `out`, else the control plane's copies of what it last published
+    (`DIR/.control/out`); (None, why) when there is nothing to compare with."""
+    for directory, what in ((against, "--against"), (out, "--out")):
+        if directory is not None:
+            return read_declarations(directory), f"the declarations in {directory} ({what})"
+    published = ControlState(mesh_dir).out
+    if published.is_dir():
+        return read_declarations(published), f"the declarations last published ({published})"
+    return None, (f"no earlier declarations to compare with (none published in {published}; "
+                  "name them with --against DIR or --out DIR)")
 
 
 def declaration_json(decl: Declaration, document: Optional[dict] = None,
