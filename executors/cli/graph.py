@@ -18,6 +18,7 @@ from resolver import Fault, InputError, MeshError
 from executors.common.atomic import write_atomic
 from executors.control.loading import load_mesh_dir
 from executors.common.runtime import now_iso, resolving
+from executors.cli.terminal import to_null
 
 FORMATS = ("dot", "svg", "png")
 SUFFIXES = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
@@ -92,8 +93,11 @@ def write_stdout(data: bytes, *, binary: bool) -> None:
         sys.stdout.write(data.decode("utf-8"))
         return
     sys.stdout.flush()
-    buffer.write(data)
-    buffer.flush()
+    try:
+        buffer.write(data)
+        buffer.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): the picture ends there
+        to_null(buffer)
 
 
 def render(text: str, fmt: str) -> bytes:
