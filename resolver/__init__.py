@@ -182,6 +182,8 @@ from ._plan import (  # noqa: F401
     container_causes,
     container_changes,
 )
+from ._secret_ways import SecretWay, secret_way  # noqa: F401
+from ._model import GRANT_KINDS, ROTATION_WAYS, SecretRotation  # noqa: F401
 from ._changes import (  # noqa: F401
     SECTION_NAMES,
     DeclarationChange,
@@ -354,6 +356,8 @@ __all__ = [
     # Plan diff
     "ContainerChange", "container_causes", "container_changes", "DeclarationChange",
     "SECTION_NAMES", "apply_changes", "change_counts", "declaration_changes",
+    # How a rotated own secret takes effect
+    "GRANT_KINDS", "ROTATION_WAYS", "SecretRotation", "SecretWay", "secret_way",
     # Documents
     "document_key", "structure", "unstructure", "unstructure_full", "yaml_key",
     "DocumentPositions", "Parsed", "load_document", "parse_document", "parse_yaml", "LIMITS",

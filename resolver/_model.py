@@ -145,6 +145,26 @@ class Part:
     description: str = ""
 
 
+ROTATION_WAYS = ("restart", "by-hand", "step")
+"""How a module's own secret reaches its running app when rotated (SecretRotation.how)."""
+
+
+@attrs.frozen
+class SecretRotation:
+    """How a new generation of one of the module's own secrets takes effect (`rotation:`):
+    `restart`, the app reads it at every start, so recreating its containers is enough (what a
+    secret without an entry gets); `by-hand`, it reads it only when it first initialises, and
+    `instruction` is the one line the operator runs to put it in force (`mesh rotate` prints
+    it, `mesh applied --by-hand` settles it); `step`, the run-once container named by `step`
+    puts it in force (it reruns whenever the secret's generation changes). A provider's admin
+    secret whose grant kind has a provisioner is put in force by the provisioner whatever this
+    says."""
+
+    how: str = "restart"
+    instruction: str = ""
+    step: Optional[str] = None
+
+
 @attrs.frozen
 class Module:
     """A module manifest (module.yaml): what it runs, listens on, provides and requires."""
@@ -162,10 +182,12 @@ class Module:
     facilities: PVector[str] = EMPTY_VEC
     parts: PMap[str, Part] = EMPTY_MAP
     containers: PVector[Container] = EMPTY_VEC
+    rotation: PMap[str, SecretRotation] = EMPTY_MAP  # secret → how a new generation takes effect
 
 
 # --------------------------------------------------------------------------- provisions.yaml
 
+#: Every kind of grant a provision may ask its provider for (provisions.yaml `grant`).
 GRANT_KINDS = ("database+login", "vhost+account", "bucket+key", "client+secret", "none")
 
 

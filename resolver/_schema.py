@@ -23,7 +23,7 @@ from ._frozen import FrozenMap
 from ._convert import CONVERTER, document_key
 from ._declaration import Declaration
 from ._ledger import LEDGER_VERSION, Ledger
-from ._model import GRANT_KINDS, Mesh, Module, Provision
+from ._model import GRANT_KINDS, ROTATION_WAYS, Mesh, Module, Provision
 from ._validate import (
     ACCESS_MODES,
     BINDING_KEYS,
@@ -43,6 +43,7 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("Listen", "port"): PORT,
     ("Listen", "fixed"): PORT,
     ("Listen", "protocol"): {"enum": list(PROTOCOLS)},
+    ("SecretRotation", "how"): {"enum": list(ROTATION_WAYS)},
     ("Access", "mode"): {"enum": list(ACCESS_MODES)},
     ("StateDir", "owner"): {"pattern": "^[0-9]+:[0-9]+$"},
     ("StateDir", "mode"): {"pattern": "^[0-7]{3,4}$"},

@@ -25,7 +25,8 @@ from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
 from ._inputs import Sources
-from ._model import GRANT_KINDS, Exposure, Health, Mesh, Module, Mount, Provision, Provisions
+from ._model import (GRANT_KINDS, ROTATION_WAYS, Exposure, Health, Mesh, Module, Mount, Provision,
+                     Provisions)
 from ._errors import PlaceholderSyntaxError
 from ._placeholders import placeholders
 
@@ -108,7 +109,44 @@ def validate_module(module: Module, where: DocumentPositions) -> list[Fault]:
             f.at(("accesses", name, "path"), f"access path {access.path!r} is not absolute",
                  "an absolute host path")
     _containers(module, requirement_names, f)
+    _rotation(module, f)
     return f.items
+
+
+def _rotation(module: Module, f: _Faults) -> None:
+    """Each `rotation:` entry names a secret of the module, one way, and what that way needs:
+    an instruction for by-hand, a run-once container of the module that reads the secret for
+    a step; nothing a way does not use."""
+    run_once = {c.name: c for c in module.containers if c.run_once}
+    for secret, way in module.rotation.items():
+        path = ("rotation", secret)
+        if secret not in module.secrets:
+            f.at(path, f"no secret named {secret!r}", "one of " + _listing(module.secrets),
+                 key=True)
+        f.choice(path + ("how",), way.how, ROTATION_WAYS)
+        if way.how == "by-hand" and not way.instruction.strip():
+            f.at(path, f"rotation of {secret!r} by hand says nothing to do",
+                 "an instruction: the one line the operator runs to put it in force", key=True)
+        if way.how != "by-hand" and way.instruction:
+            f.at(path + ("instruction",), f"an instruction for a rotation that is {way.how}",
+                 "an instruction only with how: by-hand", key=True)
+        if way.how == "step":
+            step = run_once.get(way.step or "")
+            token = "${self." + secret + ".password}"
+            if step is None:
+                f.at(path + (("step",) if way.step else ()),
+                     f"rotation of {secret!r} by a step names "
+                     + (f"{way.step!r}, which is not a run-once container" if way.step
+                        else "no step"),
+                     "one of the module's run-once containers: " + _listing(run_once),
+                     key=not way.step)
+            elif not any(token in value for value in step.env.values()):
+                f.at(path + ("step",), f"step {way.step!r} does not read {token}",
+                     f"a run-once container whose env holds {token}, so it reruns when the "
+                     "secret changes")
+        elif way.step is not None:
+            f.at(path + ("step",), f"a step for a rotation that is {way.how}",
+                 "a step only with how: step", key=True)
 
 
 def _artifacts(module: Module, f: _Faults) -> None:

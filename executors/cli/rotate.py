@@ -30,8 +30,9 @@ from resolver import describe_rotation, holder_nodes
 
 from executors.control.applied import record_digest, record_report, resolve_current
 from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
-from executors.control.rotation import plan_rotation
-from resolver import MeshError
+from executors.control.rotation import RotationRefused, plan_rotation
+from executors.node.provisioners.registry import REGISTRY
+from resolver import GRANT_KINDS, MeshError
 
 
 def register(subparsers) -> None:
@@ -87,9 +88,19 @@ def run(args, out=None) -> int:
 
 def _run(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
-    plan = plan_rotation(inputs, credential=args.credential, provider=args.provider,
-                         consumer=args.consumer)
     w = lambda line="": print(line, file=out)  # noqa: E731
+    try:
+        plan = plan_rotation(inputs, credential=args.credential, provider=args.provider,
+                             consumer=args.consumer, provisioned=provisioned_kinds())
+    except RotationRefused as refused:
+        for way in refused.ways:
+            w(f"mesh rotate: refused: {way.why}")
+        w("nothing rotated, ledger not written")
+        return 1
+    for cred_id in plan.ids:  # what the operator does by hand, said before anything else
+        way = plan.ways.get(cred_id)
+        if way is not None and way.how == "by-hand":
+            w(f"by hand, for {cred_id} ({way.where}): {way.instruction}")
     w(f"rotate {len(plan.ids)} credential{'s' if len(plan.ids) != 1 else ''}:")
     for cred_id in plan.ids:
         cred = plan.rotated.credentials[cred_id]
@@ -109,6 +120,11 @@ def _run(args, out) -> int:
     write_ledger(inputs.ledger_path, plan.now.ledger)
     print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
     return 0
+
+
+def provisioned_kinds() -> frozenset[str]:
+    """The grant kinds the node's one provisioner registry provisions."""
+    return frozenset(kind for kind in GRANT_KINDS if REGISTRY.provides(kind))
 
 
 def _print_step(w, title, old, new, changes) -> None:

@@ -5,8 +5,9 @@ Invariants:
   succeeded in every phase, it names the declaration the mesh declares for the node now, and
   it was written by this version. Anything else is refused with the reason; nothing moves.
 - As provider, the node's report counts only for the generations its provisioners reported in
-  force (plus grants the operator put in force by hand and names with `by_hand`, only grants
-  the report lists as not provisioned by the mesh); as holder, for what its declaration holds
+  force (plus what the operator put in force by hand and names with `by_hand`: grants the
+  report lists as not provisioned by the mesh, and a provider's admin waiting on the node that
+  no provisioner put in force); as holder, for what its declaration holds
   (resolver.record_applied).
 - Pure apart from nothing: the caller loads the mesh (under the ledger lock) and writes the
   returned ledger; nothing here touches a file.
@@ -48,16 +49,27 @@ def resolve_current(inputs: Inputs, ledger: Optional[Ledger] = None) -> Resoluti
 
 def by_hand_generations(node: str, declaration, record: Optional[Mapping],
                         credentials: Sequence[str]) -> dict[str, int]:
-    """Grants the operator put in force by hand (`--by-hand`): only grants the report lists as
-    not provisioned by the mesh, at their declared generation."""
+    """What the operator put in force by hand (`--by-hand`): grants the report lists as not
+    provisioned by the mesh, at their declared generation; and a provider's admin secret whose
+    new generation waits on this node (`admin_pending`) and that the report does not say its
+    provisioner put in force (a module whose admin rotates by hand: keycloak, minio)."""
     unprovisioned = {g["credential"] for g in (record or {}).get("not_provisioned") or []}
     declared = {g.credential.credential: g.credential.generation for g in declaration.grants}
+    provisioned = set(((record or {}).get("granted") or {}))
+    admins = {p.admin_pending.credential: p.admin_pending.generation
+              for p in declaration.providers if p.admin_pending is not None
+              and p.admin_pending.credential not in provisioned}
     confirmed = {}
     for credential in credentials:
+        if credential in admins and admins[credential] is not None:
+            confirmed[credential] = admins[credential]
+            continue
         if credential not in unprovisioned or declared.get(credential) is None:
             raise MeshError(f"--by-hand {credential}: not a grant {node}'s report lists as "
                             f"not provisioned by the mesh ("
-                            f"{', '.join(sorted(unprovisioned)) or 'none is'})")
+                            f"{', '.join(sorted(unprovisioned)) or 'none is'}), nor an admin "
+                            f"secret waiting on {node} ("
+                            f"{', '.join(sorted(admins)) or 'none is'})")
         confirmed[credential] = declared[credential]
     return confirmed
 

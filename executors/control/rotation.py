@@ -13,15 +13,24 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import AbstractSet, Mapping, Optional, Sequence
 
 import attrs
 
 import resolver
-from resolver import Ledger, Resolution
+from resolver import Ledger, MeshError, Resolution, SecretWay, secret_way
 from resolver import is_dual, provider_applied, provider_first, server_held_credentials
 
 from .issuer import rotate, select_credentials
+
+
+class RotationRefused(MeshError):
+    """A rotation that would record a generation no running process uses: each own secret
+    refused, with why and the way out (resolver.secret_way)."""
+
+    def __init__(self, ways: Sequence[SecretWay]):
+        self.ways = tuple(ways)
+        super().__init__("; ".join(w.why for w in self.ways))
 
 
 @attrs.frozen
@@ -32,17 +41,26 @@ class RotationPlan:
     before: Resolution  # the mesh as it is
     now: Resolution  # step 1: with the rotated ledger
     once_applied: Resolution  # step 2: once each provider reported its pending generation
+    ways: Mapping[str, SecretWay] = attrs.field(factory=dict)  # own secret → how it takes effect
 
     def kind(self, credential_id: str) -> str:
         """How the credential rotates, said for the operator."""
         credential = self.rotated.credentials[credential_id]
+        way = self.ways.get(credential_id)
         if is_dual(credential):
             return "dual login, no window"
-        if credential_id in self.server_held:
-            return "the server's admin, changed on the running server first"
+        if way is not None and way.how == "provisioner":
+            return "the server's admin, changed on the running server by its provisioner first"
+        if way is not None and way.how == "by-hand":
+            return (f"by hand: {way.instruction} ({way.where}); then `mesh applied NODE ... "
+                    f"--by-hand {credential_id}`" if credential_id in self.server_held else
+                    f"by hand once its containers run the new generation: {way.instruction} "
+                    f"({way.where})")
+        if way is not None and way.how == "step":
+            return f"its step {way.step} puts it in force before the app starts ({way.where})"
         if provider_first(credential_id):
             return "single credential, provider first: WINDOW"
-        return "own secret, active at once"
+        return "own secret, read at every start: active at once, its containers recreated"
 
     @property
     def waits_for_providers(self) -> bool:
@@ -63,11 +81,20 @@ def with_providers_applied(ledger: Ledger, ids) -> Ledger:
 
 
 def plan_rotation(inputs, *, credential: Optional[str] = None, provider: Optional[str] = None,
-                  consumer: Optional[str] = None) -> RotationPlan:
+                  consumer: Optional[str] = None,
+                  provisioned: AbstractSet[str] = frozenset()) -> RotationPlan:
     """Rotate what is addressed (one of credential, provider, consumer) and resolve both
-    steps; IssueError when nothing matches or a rotation is already in progress."""
+    steps; IssueError when nothing matches or a rotation is already in progress;
+    RotationRefused when an own secret addressed has no way to take effect (`provisioned`:
+    the grant kinds that have a provisioner, from the node's registry)."""
     ids = select_credentials(inputs.ledger, credential=credential, provider=provider,
                              consumer=consumer)
+    ways = {i: way for i in ids
+            if (way := secret_way(inputs.catalogue, inputs.mesh, i, provisioned,
+                                  inputs.sources)) is not None}
+    refused = [way for way in ways.values() if way.how == "refused"]
+    if refused:
+        raise RotationRefused(refused)
 
     def resolve(ledger: Ledger) -> Resolution:
         return resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
@@ -77,4 +104,4 @@ def plan_rotation(inputs, *, credential: Optional[str] = None, provider: Optiona
     rotated = rotate(before.ledger, ids, inputs.mesh, server_held=server_held)
     now = resolve(rotated)
     return RotationPlan(tuple(ids), server_held, rotated, before, now,
-                        resolve(with_providers_applied(now.ledger, ids)))
+                        resolve(with_providers_applied(now.ledger, ids)), ways)
