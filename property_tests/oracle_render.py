@@ -126,7 +126,10 @@ def build(world, expected, logins):
             cred_id = credential(req.provision, provider, consumer)
             cred = ledger.credentials.get(cred_id)
             active = cred.active if cred is not None else None
-            dual = kind == "database+login"
+            # two logins per credential (PostgreSQL's, the broker's), but a credential issued
+            # before its kind had two keeps its one
+            dual = kind in ("database+login", "vhost+account") and (
+                active is None or active.slot is not None)
             slot = ((active.slot if active is not None and active.slot else "a")
                     if dual else None)
             login = logins[cred_id]

@@ -622,7 +622,8 @@ def recorded_ledgers(draw, catalogue: Catalogue, mesh: Mesh, base: Ledger = Ledg
         if coin(draw):
             holders = sorted({mesh.instances[n].node for n in (provider, consumer)
                               if n in mesh.instances} or {node_names[0]})
-            dual = PROVISIONS[provision].grant == "database+login"
+            grant = PROVISIONS[provision].grant  # an account issued single, before accounts
+            dual = grant == "database+login" or (grant == "vhost+account" and coin(draw))  # had two
             credentials[cred] = draw(generations(holders, dual, own=False))
     for name in names:
         inst = mesh.instances[name]

@@ -18,8 +18,16 @@ import attrs
 from ._declaration import Binding
 from ._model import Require
 
-DUAL_LOGIN_KINDS = ("database+login",)
-"""Grant kinds whose provider keeps two login slots for a credential (rotation without a gap)."""
+DUAL_LOGIN_KINDS = ("database+login", "vhost+account")
+"""Grant kinds whose provider keeps two login slots for a credential (rotation without a gap):
+PostgreSQL's two logins of one role, the broker's two accounts on one vhost."""
+
+
+def two_slots(kind: str, active_slot: Optional[str], issued: bool) -> bool:
+    """Whether a credential of grant kind `kind` has two login slots: a dual kind's credential
+    issued with a slot, or not issued yet (it is issued with one); a credential issued before
+    its kind had two slots keeps its one login (`issued` without `active_slot`)."""
+    return kind in DUAL_LOGIN_KINDS and (active_slot is not None or not issued)
 RESOURCE_KEYS = {"database+login": "database", "vhost+account": "vhost",
                  "bucket+key": "bucket", "client+secret": "client"}
 """Grant kind → the binding value that names the resource granted."""

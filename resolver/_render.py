@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
-from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id
+from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id, two_slots
 from ._placeholders import secret_token
 from ._declaration import (
     AccessDecl,
@@ -175,7 +175,8 @@ def render_instances(r: "Context", blocked: "Blocked", bound: dict[tuple[str, st
             login = logins[b.credential]
             cred = r.credentials.get(b.credential)
             active = cred.active if cred is not None else None
-            dual = b.kind == "database+login"
+            dual = two_slots(b.kind, active.slot if active is not None else None,
+                             active is not None)
             slot = (active.slot if active is not None and active.slot else "a") if dual else None
             secret = ref(b.credential, {provider_node, consumer_node},
                          f"{req.provision} for {b.consumer} from {b.provider}", slot)

@@ -202,7 +202,8 @@ def test_rotating_the_broker_admin_changes_it_on_the_running_broker(mesh):
     password = mesh.secrets()(grant.credential)
     connection = pika.BlockingConnection(pika.ConnectionParameters(
         host=host, port=port, virtual_host=grant.resource,
-        credentials=pika.PlainCredentials(grant.login, password), connection_attempts=1))
+        credentials=pika.PlainCredentials(f"{grant.login}_{grant.slot}", password),
+        connection_attempts=1))  # the slot's account, as the consumer is told
     channel = connection.channel()
     channel.queue_declare("", exclusive=True)
     connection.close()

@@ -141,7 +141,8 @@ def _postgres_expected(plan) -> dict:
 
 def _amqp_load(case: dict) -> tuple:
     desired = [amqp.DesiredAccount(a["vhost"], a["user"], a["credential"], a["generation"],
-                                   a["password"]) for a in case["desired"]["accounts"]]
+                                   a["password"], a.get("login", ""))
+               for a in case["desired"]["accounts"]]
     return desired, amqp.parse(case["observed"])
 
 

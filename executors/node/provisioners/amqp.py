@@ -29,7 +29,8 @@ from .amqp_plan import (
     Observed,
     tags_of,
     delete_vhost_command,
-    desired_account,
+    account_name,
+    desired_accounts,
     path,
 )
 from executors.node.extensions import SecretSource
@@ -124,7 +125,7 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
     api = _api(endpoint, admin_password)
     failed: Optional[str] = None
     try:
-        desired = [desired_account(g, secret_source) for g in grants]
+        desired = [want for g in grants for want in desired_accounts(g, secret_source)]
         try:
             plan = diff(mesh, provider, desired, observe(api, endpoint.user, desired))
         except (ApiError, requests.RequestException) as error:
@@ -153,7 +154,7 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         api.close()
     refused = dict(plan.refusals)
     for grant in grants:
-        reason = refused.get(grant.login) or failed
+        reason = refused.get(account_name(grant)) or failed
         if reason:
             result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
                                                 grant.consumer, "failed", message=reason,
@@ -162,7 +163,10 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
             result.outcomes.append(GrantOutcome(
                 grant.credential.credential, provider, grant.consumer, "in-force",
                 generation=grant.credential.generation, kind=KIND,
-                message=f"vhost {grant.resource}, account {grant.login}"))
+                message=f"vhost {grant.resource}, account {account_name(grant)}"
+                + (f" (and {grant.login}_{grant.retiring_slot} for generation "
+                   f"{grant.retiring.generation} until every holder moved)"
+                   if grant.slot and grant.retiring and grant.retiring_slot else "")))
     api_delete = f"DELETE {endpoint.scheme}://{endpoint.host}:{endpoint.port}"
     for vhost in plan.orphaned:
         report.notice(f"vhost {vhost} on {provider}",

@@ -19,8 +19,14 @@ Invariants:
   PUT or DELETE; `after` is what the broker holds once a plan's requests succeeded, read from
   each request's method, path and body (tests/diff_cases/amqp). A password is compared
   against the broker's salted hash (sha256/sha512/md5 of salt+password, the broker's own
-  scheme), never by logging in. One password per account: the grant's generation replaces the
-  old one on the broker first; holders follow (the rotation rules state that window).
+  scheme), never by logging in.
+- Two accounts per grant, as PostgreSQL's two logins: a grant with a slot (`a`|`b`) has the
+  account `<login>_<slot>` hold its generation and, while a rotation retires the other slot's
+  generation, `<login>_<other slot>` the retiring one, both with the same permissions on the
+  one vhost; an idle slot's account is deleted, so a retired password never works. A
+  consumer dialling through a whole rotation never fails to log in: its old account stays
+  until every holder applied the new one. A grant without a slot (an account issued before
+  accounts had two) keeps its one account named `<login>`.
 - A password is only ever a request body: never in a cause or an error message.
 """
 
@@ -57,6 +63,7 @@ from executors.node.extensions import SecretSource
 from .base import ProvisionError
 
 FULL = ".*"
+SLOTS = ("a", "b")
 
 
 @attrs.frozen
@@ -66,6 +73,7 @@ class DesiredAccount:
     credential: str
     generation: int
     password: str = attrs.field(repr=False)
+    login: str = ""  # the grant's login, whose slot accounts (<login>_a, <login>_b) this is one of
 
 
 @attrs.frozen
@@ -157,6 +165,7 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
     refusals: list[tuple[str, str]] = []
     untouched: list[tuple[str, str]] = []
     wanted = {USER: set(), VHOST: set()}
+    logins = {want.login for want in desired if want.login}
     for want in sorted(desired, key=lambda d: d.user):
         wanted[USER].add(want.user)
         wanted[VHOST].add(want.vhost)
@@ -174,7 +183,11 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
             untouched.append((f"{kind} {name}", f"marked {mark}, but the mesh never manages "
                                                  "the admin account or the default vhost"))
         elif kind == USER and name in observed.users:
-            calls.append(Call("delete-user", name, "grant gone: its login goes (its vhost and "
+            login, _, slot = name.rpartition("_")
+            idle = slot in SLOTS and login in logins
+            calls.append(Call("delete-user", name,
+                              f"idle slot {slot} of {login}: its retired password goes"
+                              if idle else "grant gone: its login goes (its vhost and "
                               "messages are kept)", "DELETE", path("users", name)))
             calls.append(unmark_call(USER, name, "its account is deleted"))
         elif kind == VHOST and name in observed.vhosts:
@@ -248,8 +261,25 @@ def after(observed: Observed, plan: Plan) -> Observed:
     return Observed(observed.admin, users, frozenset(vhosts), permissions, marks)
 
 
-def desired_account(grant: GrantDecl, secret_source: SecretSource) -> DesiredAccount:
-    return DesiredAccount(vhost=grant.resource, user=grant.login,
-                          credential=grant.credential.credential,
-                          generation=grant.credential.generation or 0,
-                          password=secret_source(grant.credential))
+def account_name(grant: GrantDecl) -> str:
+    """The account a grant's holders are told: `<login>_<slot>`, or `<login>` for a grant
+    issued before accounts had two slots."""
+    return f"{grant.login}_{grant.slot}" if grant.slot else grant.login
+
+
+def desired_accounts(grant: GrantDecl, secret_source: SecretSource) -> list[DesiredAccount]:
+    """The accounts a grant needs on the broker: its slot's with the newest generation, and
+    the retiring slot's with the generation holders may still use."""
+    wanted = [DesiredAccount(vhost=grant.resource, user=account_name(grant),
+                             credential=grant.credential.credential,
+                             generation=grant.credential.generation or 0,
+                             password=secret_source(grant.credential),
+                             login=grant.login if grant.slot else "")]
+    if grant.slot and grant.retiring is not None and grant.retiring_slot in SLOTS \
+            and grant.retiring_slot != grant.slot:
+        wanted.append(DesiredAccount(vhost=grant.resource,
+                                     user=f"{grant.login}_{grant.retiring_slot}",
+                                     credential=grant.credential.credential,
+                                     generation=grant.retiring.generation or 0,
+                                     password=secret_source(grant.retiring), login=grant.login))
+    return wanted
