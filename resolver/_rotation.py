@@ -6,7 +6,8 @@ Invariants:
 - Dual-login credentials (generations carry a slot, a|b: the provider holds two valid logins
   for one role) rotate with no window: the new generation takes the idle slot and the old one
   stays `retiring`, still accepted, until every holder node reported the new one applied.
-- Single credentials (slot None: one password per account, e.g. an AMQP broker account) rotate
+- Single credentials (slot None: one password per account, e.g. an AMQP account issued before
+  accounts had two slots, a bucket key, an OIDC client secret) rotate
   provider first; once the provider applies, the old generation is retired at once and every
   holder that has not applied the new one yet is in a window the plan states.
 - A provider's own admin secret (`secret/<instance>/<name>` named by a `provides[].admin`; its
