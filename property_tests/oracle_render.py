@@ -308,17 +308,24 @@ def build(world, expected, logins):
         accounts.append((f"registry-push/{store}/control", "control", control or store_node,
                          "mesh-push", "push", {store_node} | ({control} if control else set())))
         for cred_id, consumer, consumer_node, login, resource, holders in accounts:
-            ask(cred_id, holders)
             cred = ledger.credentials.get(cred_id)
+            active = cred.active if cred is not None else None
+            # two htpasswd entries per account (`<login>_a`, `<login>_b`), holders on the active
+            # one; an account issued with one slot keeps its one entry
+            slot = (active.slot or None) if active is not None else "a"
+            ask(cred_id, holders, slot)
             newest, retiring = in_force(cred)
             ref = SecretRef(cred_id, generation(cred_id))
             fields[store_node]["grants"].append(GrantDecl(
                 provision="artifact-store", kind="registry+account", provider=store,
                 consumer=consumer, consumer_node=consumer_node, login=login, resource=resource,
                 credential=SecretRef(cred_id, newest.generation) if newest else ref,
-                retiring=SecretRef(cred_id, retiring.generation) if retiring else None))
+                slot=newest.slot if newest else slot,
+                retiring=SecretRef(cred_id, retiring.generation) if retiring else None,
+                retiring_slot=retiring.slot if retiring else None))
             if resource == "pull":
-                logins_of[consumer] = RegistryLogin(registry, login, ref)
+                user = f"{login}_{slot}" if slot else login
+                logins_of[consumer] = RegistryLogin(registry, user, ref)
         if served is None or tls_reason(world, store, store_node) is not None:
             requests.add(("tls-certificate", store))
 

@@ -302,6 +302,7 @@ from ._registry_access import (  # noqa: F401
     AUTH_HOST_DIR as REGISTRY_AUTH_HOST_DIR,
     HTPASSWD,
     PUSH_LOGIN,
+    account_user as registry_user,
     pull_credential,
     push_credential,
 )
@@ -351,7 +352,8 @@ __all__ = [
     "RegistryLogin",
     # The mesh registry: TLS from the mesh CA, accounts
     "TLS_REQUEST", "TRUST_DIR", "is_tls_credential", "tls_credential", "tls_reason",
-    "REGISTRY_ACCOUNT_KIND", "REGISTRY_AUTH_HOST_DIR", "HTPASSWD", "PUSH_LOGIN", "pull_credential",
+    "REGISTRY_ACCOUNT_KIND", "REGISTRY_AUTH_HOST_DIR", "HTPASSWD", "PUSH_LOGIN", "registry_user",
+    "pull_credential",
     "push_credential",
     # Plan diff
     "ContainerChange", "container_causes", "container_changes", "DeclarationChange",

@@ -18,9 +18,10 @@ import attrs
 from ._declaration import Binding
 from ._model import Require
 
-DUAL_LOGIN_KINDS = ("database+login", "vhost+account")
+DUAL_LOGIN_KINDS = ("database+login", "vhost+account", "registry+account")
 """Grant kinds whose provider keeps two login slots for a credential (rotation without a gap):
-PostgreSQL's two logins of one role, the broker's two accounts on one vhost."""
+PostgreSQL's two logins of one role, the broker's two accounts on one vhost, the mesh
+registry's two htpasswd entries per account."""
 
 
 def two_slots(kind: str, active_slot: Optional[str], issued: bool) -> bool:

@@ -7,7 +7,10 @@ Invariants:
   (whose provisioner writes its bcrypt hash) and to that node alone (whose runtime pulls with
   it). Pushing (mirror, build) has one account, `mesh-push`, credential
   `registry-push/<registry instance>/control`, sealed to the registry's node and the control
-  node. Issued once, rotated like any single-password credential (provider first).
+  node. Issued once, with two slots: the htpasswd file holds `<account>_a` and `<account>_b`,
+  the new generation goes to the idle one and the old one keeps working until every holder
+  applied (no window, as PostgreSQL's two logins); a credential issued before accounts had
+  two slots keeps its one entry `<account>` and rotates provider first.
 - The registry's node holds one grant per account (kind `registry+account`), with the newest
   generation to put in force (resolver/_rotation.grant_view); the htpasswd provisioner makes
   them, and nothing else of the mesh's, true in the registry's htpasswd file.
@@ -23,6 +26,7 @@ from typing import Optional
 
 import attrs
 
+from ._bound import two_slots
 from ._context import Context
 from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, Request, SecretRef
 from ._rotation import grant_view
@@ -70,8 +74,25 @@ def control_node(r: Context) -> Optional[str]:
     return next((name for name, node in sorted(r.mesh.nodes.items()) if node.control), None)
 
 
+def account_user(login: str, slot: Optional[str]) -> str:
+    """The htpasswd user a holder logs in as: `<login>_<slot>`, or `<login>` for an account
+    issued before accounts had two slots."""
+    return f"{login}_{slot}" if slot else login
+
+
+def _slot(r: Context, cred_id: str) -> Optional[str]:
+    """The slot holders use: the active generation's, `a` for one not issued yet, None for an
+    account issued with one slot."""
+    credential = r.credentials.get(cred_id)
+    active = credential.active if credential is not None else None
+    if not two_slots(ACCOUNT_KIND, active.slot if active is not None else None,
+                     active is not None):
+        return None
+    return active.slot if active is not None and active.slot else "a"
+
+
 def _grant(r: Context, store: str, cred_id: str, consumer: str, consumer_node: str,
-           login: str, resource: str, fallback: SecretRef) -> GrantDecl:
+           login: str, resource: str, fallback: SecretRef, slot: Optional[str]) -> GrantDecl:
     credential = r.credentials.get(cred_id)
     newest, retiring = grant_view(credential) if credential is not None and \
         credential.active is not None else (None, None)
@@ -79,7 +100,9 @@ def _grant(r: Context, store: str, cred_id: str, consumer: str, consumer_node: s
         provision=PROVISION, kind=ACCOUNT_KIND, provider=store, consumer=consumer,
         consumer_node=consumer_node, login=login, resource=resource,
         credential=SecretRef(cred_id, newest.generation) if newest else fallback,
-        retiring=SecretRef(cred_id, retiring.generation) if retiring else None)
+        slot=newest.slot if newest else slot,
+        retiring=SecretRef(cred_id, retiring.generation) if retiring else None,
+        retiring_slot=retiring.slot if retiring else None)
 
 
 def registry_accounts(r: Context, store: str, store_node: str, registry: str
@@ -91,19 +114,22 @@ def registry_accounts(r: Context, store: str, store_node: str, registry: str
     requests: list[Request] = []
     for node in sorted(r.mesh.nodes):
         cred_id = pull_credential(store, node)
+        slot = _slot(r, cred_id)
         ref, needed = secret_ref(r.credentials, cred_id, {store_node, node},
-                                 f"pull account of node {node} on the registry {store}")
+                                 f"pull account of node {node} on the registry {store}", slot)
         requests.extend(needed)
-        grants.append(_grant(r, store, cred_id, node, node, pull_login(node), "pull", ref))
-        logins[node] = RegistryLogin(registry, pull_login(node), ref)
+        grants.append(_grant(r, store, cred_id, node, node, pull_login(node), "pull", ref,
+                             slot))
+        logins[node] = RegistryLogin(registry, account_user(pull_login(node), slot), ref)
     control = control_node(r)
     cred_id = push_credential(store)
+    slot = _slot(r, cred_id)
     ref, needed = secret_ref(r.credentials, cred_id,
                              {store_node} | ({control} if control else set()),
-                             f"push account on the registry {store} (mirror, build)")
+                             f"push account on the registry {store} (mirror, build)", slot)
     requests.extend(needed)
     grants.append(_grant(r, store, cred_id, "control", control or store_node, PUSH_LOGIN,
-                         "push", ref))
+                         "push", ref, slot))
     return grants, logins, requests
 
 
@@ -113,4 +139,4 @@ def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:
 
 
 __all__ = ["ACCOUNT_KIND", "MeshRegistry", "registry_accounts", "with_auth", "pull_credential",
-           "push_credential"]
+           "push_credential", "account_user"]

@@ -354,7 +354,8 @@ def record_applied(ledger: Ledger, node: str, declaration: Declaration,
 
     As the provider, `granted` (the generations its provisioners reported in force; the
     declaration's grants when not given) is in force. As a holder, the node holds what its
-    containers and binding files refer to; a node that holds a credential only to grant it (the
+    containers, binding files, registry logins (its runtime pulls with them) and declared
+    files refer to; a node that holds a credential only to grant it (the
     provider's node) holds its grant's generation. Provider reports go first, so a generation
     promoted by this report counts for the holders that applied it."""
     held: dict[str, int] = {}
@@ -363,8 +364,10 @@ def record_applied(ledger: Ledger, node: str, declaration: Declaration,
             if ref.generation is not None:
                 held[ref.credential] = min(held.get(ref.credential, ref.generation),
                                            ref.generation)
-    for binding in declaration.bindings:
-        told = binding.secret
+    told_refs = [b.secret for b in declaration.bindings]
+    told_refs += [login.secret for login in declaration.registry_logins]  # its runtime pulls
+    told_refs += [f.secret for f in declaration.files]  # a file the node writes (a TLS key)
+    for told in told_refs:
         if told is not None and told.generation is not None:
             held[told.credential] = min(held.get(told.credential, told.generation),
                                         told.generation)

@@ -251,22 +251,25 @@ def test_each_node_pulls_with_its_own_account_and_the_control_node_pushes(keys, 
         credential = ledger.credentials[f"registry-pull/registry/{node}"]
         assert set(credential.active.sealed) == {"n1", node}  # the registry's node, its own
         (login,) = resolution.declarations[node].registry_logins
-        assert (login.user, login.secret.credential) == (f"node-{node}",
+        assert (login.user, login.secret.credential) == (f"node-{node}_a",
                                                          f"registry-pull/registry/{node}")
     push = ledger.credentials["registry-push/registry/control"]
     assert set(push.active.sealed) == {"n0", "n1"}  # the control node n0 and the registry's
     grants = resolution.declarations["n1"].grants
-    assert sorted((g.kind, g.login, g.resource) for g in grants) == [
-        ("registry+account", "mesh-push", "push"), ("registry+account", "node-n0", "pull"),
-        ("registry+account", "node-n1", "pull"), ("registry+account", "node-n2", "pull")]
+    assert sorted((g.kind, g.login, g.resource, g.slot) for g in grants) == [
+        ("registry+account", "mesh-push", "push", "a"),
+        ("registry+account", "node-n0", "pull", "a"),
+        ("registry+account", "node-n1", "pull", "a"), ("registry+account", "node-n2", "pull", "a")]
     assert all(not resolution.declarations[n].grants for n in ("n0", "n2"))
     registry_container = resolution.declarations["n1"].containers[0]
     assert ("auth", "/etc/mesh/auth/registry", "/etc/mesh/auth", True) in [
         (m.kind, m.source, m.target, m.read_only) for m in registry_container.mounts]
-    # a rotated pull account: the registry is given the new generation first, n2 keeps the
-    # one in force until the registry applied it
+    # a rotated pull account: the registry is given the new generation first, in the idle
+    # slot's entry, beside the one n2 keeps using until the registry applied it
     rotated = rotate(ledger, ["registry-pull/registry/n2"], inputs.mesh)
     after = resolve(inputs, rotated)
     grant = next(g for g in after.declarations["n1"].grants if g.login == "node-n2")
-    assert grant.credential.generation == 2
-    assert after.declarations["n2"].registry_logins[0].secret.generation == 1
+    assert (grant.credential.generation, grant.slot) == (2, "b")
+    assert (grant.retiring.generation, grant.retiring_slot) == (1, "a")
+    (login,) = after.declarations["n2"].registry_logins
+    assert (login.user, login.secret.generation) == ("node-n2_a", 1)

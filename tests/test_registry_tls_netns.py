@@ -307,13 +307,13 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
             return unseal(n2_key, getattr(credential, generation_slot).sealed["n2"])
 
         assert topology.python("n2", probe, registry, str(ca),
-                               f"node-n2:{n2_password()}").stdout.strip() == "200"
+                               f"node-n2_a:{n2_password()}").stdout.strip() == "200"
         assert topology.python("n2", probe, registry, str(ca),
-                               "node-n2:not-the-password").stdout.strip() == "401"
+                               "node-n2_a:not-the-password").stdout.strip() == "401"
         htpasswd = (roots["n1"] / "etc/mesh/auth/registry/htpasswd").read_text()
         assert n2_password() not in htpasswd and htpasswd.count("# mesh-mark:") == 3
         assert [login["user"] for login in declaration(out, "n2")["registry_logins"]] == [
-            "node-n2"]  # n2 holds its own account, no other
+            "node-n2_a"]  # n2 holds its own account, no other
         plain = topology.python("n2", "import sys, requests\n"
                                 "print(requests.get(f'http://{sys.argv[1]}/v2/', "
                                 "timeout=10).status_code)", registry).stdout.strip()
@@ -395,8 +395,9 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
         assert dict(ledger.builds["tool/image"].bases) == {"app/image": new_base}
         assert "nothing is stale" in mesh_host("stale", str(directory)).stdout
 
-        # n2's pull account rotated: the registry puts the new password in force first
-        # (its provisioner rewrites htpasswd and restarts it); the old one is refused then
+        # n2's pull account rotated: the registry puts the new password in force first, in
+        # the idle slot's entry (its provisioner rewrites htpasswd and restarts it), and the
+        # old one, which n2 still pulls with, keeps working: no window
         old_password = n2_password()
         mesh_host("rotate", str(directory), "registry-pull/registry/n2")
         mesh_host("plan", str(directory), "--out", str(out))
@@ -404,9 +405,11 @@ def test_nodes_pull_from_the_mesh_registry_over_tls_through_the_firewall():
         new_password = n2_password("pending")
         assert new_password != old_password
         assert topology.python("n2", probe, registry, str(ca),
-                               f"node-n2:{new_password}").stdout.strip() == "200"
+                               f"node-n2_b:{new_password}").stdout.strip() == "200"
         assert topology.python("n2", probe, registry, str(ca),
-                               f"node-n2:{old_password}").stdout.strip() == "401"
+                               f"node-n2_a:{old_password}").stdout.strip() == "200"
+        assert topology.python("n2", probe, registry, str(ca),
+                               f"node-n2_a:{new_password}").stdout.strip() == "401"
         again = topology.mesh("n1", "apply", str(out / "n1.declaration.json"), "--secrets",
                               str(directory / "ledger.yaml"), "--key", str(tmp / "n1.key"),
                               "--docker-host", n1.host, "--state-root", str(states["n1"]),

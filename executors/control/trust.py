@@ -16,7 +16,7 @@ from typing import Optional
 
 from resolver import MeshError
 from resolver import resolve
-from resolver import PUSH_LOGIN, push_credential
+from resolver import PUSH_LOGIN, push_credential, registry_user
 
 from .ca import ca_cert_path
 
@@ -66,7 +66,7 @@ def push_auth(inputs, key_file: Optional[str]) -> dict[str, tuple[str, str]]:
     key = load_private_key(key_file)
     for box in list(active.sealed.values()) + list(active.escrow.values()):
         try:
-            return {address: (PUSH_LOGIN, unseal(key, box))}
+            return {address: (registry_user(PUSH_LOGIN, active.slot), unseal(key, box))}
         except UnsealError:
             continue
     raise MeshError(f"{key_file} opens no value of {push_credential(store)} generation "

@@ -11,6 +11,8 @@ Invariants:
   password or a hash. A second run with nothing changed changes nothing (no write, no restart).
 - Outcomes: each grant in force with its generation (what a rotation waits for), refused
   (another mesh's account), or pending its credential.
+- Two entries per account (htpasswd_plan.desired_entries): a rotation puts the new generation in
+  the idle slot's entry while holders keep logging in with the old one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Optional
 
 import bcrypt
 
-from resolver import Declaration
+from resolver import Declaration, SecretRef, registry_user
 from resolver import HTPASSWD
 from resolver import REGISTRY_ACCOUNT_KIND as ACCOUNT_KIND
 from resolver import REGISTRY_AUTH_HOST_DIR as AUTH_HOST_DIR
@@ -31,7 +33,7 @@ from executors.common.report import Report
 from executors.node.extensions import SecretSource
 
 from .base import GrantOutcome, ProvisionResult
-from .htpasswd_plan import Desired, after, diff, entries, parse, text
+from .htpasswd_plan import after, desired_entries, diff, entries, parse, text
 
 KIND = ACCOUNT_KIND
 
@@ -81,13 +83,13 @@ def _provision(declaration, provider, grants, secret_source, report, result, pat
         current = path.read_text()
     except FileNotFoundError:
         current = ""
-    passwords = {g.login: secret_source(g.credential) for g in issued}
+    desired = [want for g in issued for want in desired_entries(g)]
+    passwords = {want.user: secret_source(SecretRef(want.credential, want.generation))
+                 for want in desired}
     stored = entries(parse({"text": current}))
     matches = {user: user in stored and _matches(passwords[user], stored[user].hash)
                for user in passwords}
     observed = parse({"text": current, "matches": matches})
-    desired = [Desired(g.login, g.credential.credential, g.credential.generation, g.consumer)
-               for g in issued]
     steps = diff(declaration.mesh, provider, desired, observed)
     refused = {s.user for s in steps if s.action == "refuse"}
     for step in steps:
@@ -108,7 +110,7 @@ def _provision(declaration, provider, grants, secret_source, report, result, pat
         result.statements += len(changing)
         _restart(declaration, provider, api, report)
     for grant in issued:
-        if grant.login in refused:
+        if registry_user(grant.login, grant.slot) in refused:
             result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
                                                 grant.consumer, "failed", kind=KIND,
                                                 message="the account is another mesh's"))

@@ -20,6 +20,8 @@ from typing import Mapping, Optional, Sequence
 
 import attrs
 
+from resolver import GrantDecl, registry_user
+
 MARK_PREFIX = "# mesh-mark:"
 
 
@@ -46,6 +48,21 @@ class Desired:
     credential: str
     generation: int
     consumer: str
+
+
+def desired_entries(grant: GrantDecl) -> list[Desired]:
+    """The entries an issued account grant needs: `<login>_<slot>` with its newest generation,
+    and, while a rotation retires the other slot's generation, `<login>_<other>` with that one
+    (holders still log in with it); an idle slot's entry is removed as no longer granted. An
+    account issued before accounts had two slots has its one entry `<login>`."""
+    wanted = [Desired(registry_user(grant.login, grant.slot), grant.credential.credential,
+                      grant.credential.generation or 0, grant.consumer)]
+    if grant.slot and grant.retiring is not None and grant.retiring_slot \
+            and grant.retiring_slot != grant.slot:
+        wanted.append(Desired(registry_user(grant.login, grant.retiring_slot),
+                              grant.credential.credential, grant.retiring.generation or 0,
+                              grant.consumer))
+    return wanted
 
 
 @attrs.frozen
@@ -105,8 +122,12 @@ def diff(mesh: str, provider: str, desired: Sequence[Desired], observed: Observe
                 steps.append(Step("set", user, f"its hash is not of {what}"))
     for user, entry in sorted(have.items()):
         if user not in wanted and entry.mark == ours:
-            steps.append(Step("remove", user, "no longer granted (its node or the push "
-                              "account went): the account is removed"))
+            login, _, slot = user.rpartition("_")
+            idle = slot in ("a", "b") and any(w.user.rpartition("_")[0] == login
+                                              for w in desired)
+            steps.append(Step("remove", user, f"idle slot {slot} of {login}: its retired "
+                              "password goes" if idle else "no longer granted (its node or "
+                              "the push account went): the account is removed"))
     return steps
 
 
