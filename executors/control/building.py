@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import attrs
+from pyrsistent import pmap
 
 from resolver import BuildRecord, MeshError, resolve
 from resolver import (
@@ -179,7 +180,7 @@ def _build_one(inputs, ledger, registry, name, artifact, bases, api, auth, say) 
     if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise MeshError(f"pushing {target}: the engine reported no digest")
     say(f"  pushed {target}@{digest}")
-    return BuildRecord(digest=digest, bases=digests)
+    return BuildRecord(digest=digest, bases=pmap(digests))  # a frozen value: no dict in it
 
 
 def _auth(auth: Optional[tuple[str, str]]):
