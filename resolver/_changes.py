@@ -246,9 +246,9 @@ def _node_changes(node: str, old: Optional[Declaration],
         if before == after:
             continue
         action = ADD if before is None else REMOVE if after is None else CHANGE
-        why = (["certificate issued or renewed"] if name == "certificate"
-               else [f"{before} → {after}"] if name != "certificate" and before and after
-               else [])
+        why = (["certificate issued or renewed" if after else "certificate gone"]
+               if name == "certificate" else [f"{before} → {after}"] if before and after
+               else [f"{after or before}"])
         changes.append(DeclarationChange(node, name, name, action, pvector(why),
                                          before=before, after=after))
     for section in SECTIONS:
