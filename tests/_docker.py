@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from _locks import kept_image, share_engine
+
 BUSYBOX = "/bin/busybox"  # Debian busybox-static
 APPLETS = ["sh", "httpd", "env", "sleep", "cat", "echo", "sort", "printf", "true", "false",
            "ls", "id", "nc", "wget", "tail"]
@@ -51,8 +53,6 @@ def docker_host() -> str:
 def engine():
     """The host's Engine, shared with the other workers until this test ends (tests/_locks.py)."""
     from executors.node import docker_engine
-
-    from _locks import share_engine
 
     share_engine()
     api = docker_engine.connect(docker_host())
@@ -97,6 +97,12 @@ def env_image(api) -> str:
     by its content's fingerprint and kept, so the workers of a parallel run share it."""
     if "id" in _IMAGE_ID:
         return _IMAGE_ID["id"]
+    rootfs = _rootfs()
+    changes = [f'CMD ["httpd", "-f", "-p", "{HTTP_PORT}", "-h", "/www"]', "ENV PATH=/bin"]
+    tag = "f" + hashlib.sha256(rootfs + repr(changes).encode()).hexdigest()[:12]
+    reference = kept_image(api, ENV_IMAGE_REPOSITORY, tag, lambda: rootfs, changes)
+    _IMAGE_ID["id"] = api.inspect_image(reference)["Id"]
+    return _IMAGE_ID["id"]
     from _locks import built
 
     rootfs = _rootfs()

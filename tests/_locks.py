@@ -20,7 +20,7 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 LOCK_DIR = Path(os.environ.get("MESH_TEST_LOCK_DIR", "/run/mesh-test/locks"))
 
@@ -42,6 +42,22 @@ def built(name: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def kept_image(api, repository: str, tag: str, rootfs: Callable[[], bytes],
+               changes: Sequence[str]) -> str:
+    """`repository:tag` in the host's Engine: imported (`docker import` of `rootfs()` with
+    `changes`) by the first worker that asks, found by the others, kept between runs."""
+    reference = f"{repository}:{tag}"
+    with built(repository):
+        try:
+            api.inspect_image(reference)
+            return reference
+        except Exception:  # noqa: BLE001 - not imported yet
+            pass
+        api.import_image_from_data(rootfs(), repository=repository, tag=tag,
+                                   changes=list(changes))
+    return reference
 
 
 def _take(mode: int) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from _locks import built
+from _locks import kept_image
 
 PG_VERSION = "15"
 BIN = Path(f"/usr/lib/postgresql/{PG_VERSION}/bin")
@@ -164,16 +164,7 @@ def postgres_image(api) -> str:
     """`mesh-test/postgres:<fingerprint>` (imported once per PostgreSQL build, then kept)."""
     if not available():
         pytest.skip("PostgreSQL 15 server binaries are not installed (run scripts/services.sh)")
-    reference = f"{REPOSITORY}:{fingerprint()}"
-    with built(REPOSITORY):  # one worker imports it, the others find it
-        try:
-            api.inspect_image(reference)
-            return reference
-        except Exception:  # noqa: BLE001 - not imported yet
-            pass
-        api.import_image_from_data(
-            _rootfs(), repository=REPOSITORY, tag=fingerprint(),
-            changes=['ENTRYPOINT ["/docker-entrypoint.sh"]',
-                     f"ENV PATH=/usr/lib/postgresql/{PG_VERSION}/bin:/bin",
-                     "ENV PGDATA=/var/lib/postgresql/data"])
-        return reference
+    return kept_image(api, REPOSITORY, fingerprint(), _rootfs,
+                      ['ENTRYPOINT ["/docker-entrypoint.sh"]',
+                       f"ENV PATH=/usr/lib/postgresql/{PG_VERSION}/bin:/bin",
+                       "ENV PGDATA=/var/lib/postgresql/data"])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from _locks import built
+from _locks import kept_image
 
 REPOSITORY = "mesh-test/python"
 BUSYBOX = Path("/bin/busybox")
@@ -197,15 +197,6 @@ def python_image(api) -> str:
     """`mesh-test/python:<fingerprint>` (imported once, then kept)."""
     if not BUSYBOX.exists():
         pytest.skip("busybox is not installed (run scripts/services.sh)")
-    reference = f"{REPOSITORY}:{fingerprint()}"
-    with built(REPOSITORY):  # one worker imports it, the others find it
-        try:
-            api.inspect_image(reference)
-            return reference
-        except Exception:  # noqa: BLE001 - not imported yet
-            pass
-        api.import_image_from_data(
-            _rootfs(), repository=REPOSITORY, tag=fingerprint(),
-            changes=["ENV PATH=/usr/local/bin:/bin", "ENV PYTHONHOME=/usr/local",
-                     "ENV LANG=C.UTF-8", 'CMD ["python3"]'])
-        return reference
+    return kept_image(api, REPOSITORY, fingerprint(), _rootfs,
+                      ["ENV PATH=/usr/local/bin:/bin", "ENV PYTHONHOME=/usr/local",
+                       "ENV LANG=C.UTF-8", 'CMD ["python3"]'])
