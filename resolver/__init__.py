@@ -219,6 +219,7 @@ from ._documents import (  # noqa: F401
     load_mesh,
     load_module,
     load_provisions,
+    resolve_inputs,
 )
 from ._mesh_dir import (  # noqa: F401
     DEFAULT_CATALOGUE,
@@ -322,7 +323,7 @@ from ._firewall import (  # noqa: F401
 
 __all__ = [
     # Resolving
-    "resolve", "validate", "Resolution", "Selection", "select_provider", "credential_id", "secret_id",
+    "resolve", "resolve_inputs", "validate", "Resolution", "Selection", "select_provider", "credential_id", "secret_id",
     "container_name", "STATE_ROOT", "state_host_path", "newest_written", "next_serial", "record_declared", "declaration_digest",
     # Errors
     "Fault", "InputError", "MeshError", "PlaceholderSyntaxError", "ResolutionError", "one_line",

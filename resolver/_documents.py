@@ -28,6 +28,8 @@ from ._inputs import Catalogue, Sources
 from ._ledger import EMPTY_LEDGER, Ledger
 from ._load import DocumentPositions, Parsed, Precheck, Text, load_document
 from ._model import Mesh, Module, Provisions
+from ._resolution import Resolution
+from ._resolve import resolve
 from ._validate import (
     ledger_version_fault,
     validate_catalogue,
@@ -207,5 +209,14 @@ def load_inputs(documents: Mapping[str, tuple[Union[str, bytes, Parsed], str]]) 
 
 __all__ = [
     "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",
-    "load_module", "load_provisions",
+    "load_module", "load_provisions", "resolve_inputs",
 ]
+
+
+def resolve_inputs(inputs: Inputs, ledger: Optional[Ledger] = None, *,
+                   mesh: Optional[Mesh] = None, now: Optional[str] = None) -> Resolution:
+    """resolve() of loaded inputs: their catalogue, mesh and ledger, problems located through
+    their sources. `ledger` (or `mesh`) stands in for the loaded one: the ledger after issuing,
+    a rotation, a report; `now` enables certificate renewal windows."""
+    return resolve(inputs.catalogue, inputs.mesh if mesh is None else mesh,
+                   inputs.ledger if ledger is None else ledger, sources=inputs.sources, now=now)

@@ -46,8 +46,7 @@ def _codes(problems) -> str:
 def run(args, out=None) -> int:
     out = out or sys.stdout
     inputs = load_mesh_dir(args.directory)  # InputError → every fault printed, exit 2 (cli.py)
-    resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                                  sources=inputs.sources)
+    resolution = resolver.resolve_inputs(inputs)
     errors = [p for p in resolution.problems if p.severity == "error"]
     warnings = [p for p in resolution.problems if p.severity == "warning"]
     for problem in errors + warnings:  # one line each, whatever the documents held

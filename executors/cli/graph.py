@@ -62,8 +62,7 @@ def run(args) -> int:
     fmt = output_format(args)
     inputs = load_mesh_dir(args.directory)
     with resolving():
-        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                                      sources=inputs.sources, now=args.now or now_iso())
+        resolution = resolver.resolve_inputs(inputs, now=args.now or now_iso())
     if args.node:
         unknown = [n for n in args.node if n not in inputs.mesh.nodes]
         if unknown:

@@ -43,8 +43,7 @@ class Recorded:
 
 
 def resolve_current(inputs: Inputs, ledger: Optional[Ledger] = None) -> Resolution:
-    return resolver.resolve(inputs.catalogue, inputs.mesh,
-                            inputs.ledger if ledger is None else ledger, sources=inputs.sources)
+    return resolver.resolve_inputs(inputs, ledger)
 
 
 def by_hand_generations(node: str, declaration, record: Optional[Mapping],

@@ -85,7 +85,7 @@ def _from_mesh(inputs) -> dict:
         raise MeshError("mesh.yaml names no substrate broker instance: give --broker, "
                         "--broker-api, --broker-admin and --broker-admin-password-file")
     node = mesh.instances[broker].node
-    resolution = resolver.resolve(inputs.catalogue, mesh, inputs.ledger, sources=inputs.sources)
+    resolution = resolver.resolve_inputs(inputs, mesh=mesh)
     declaration = resolution.declarations.get(node)
     provider = next((p for p in (declaration.providers if declaration else ())
                      if p.instance == broker and p.provision == "amqp"), None)

@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Optional
 import attrs
 from pyrsistent import pmap
 
-from resolver import BuildRecord, MeshError, resolve
+from resolver import BuildRecord, MeshError, resolve_inputs
 from resolver import (
     artifact_digest,
     build_graph,
@@ -82,8 +82,7 @@ def targets(inputs, names: Iterable[str], stale: bool) -> list[str]:
 
 def build(inputs, names: Iterable[str] = (), *, stale: bool = False, api,
           auth: Optional[tuple[str, str]] = None, say: Say = lambda line: None) -> Built:
-    registry = resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                       sources=inputs.sources).registry  # the resolver's choice, as mirror's
+    registry = resolve_inputs(inputs).registry  # the resolver's choice, as mirror's
     if registry is None:
         raise MeshError("the mesh has no registry to push builds to: assign one instance of a "
                         "module providing artifact-store (with its port in the ledger)")

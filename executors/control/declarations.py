@@ -102,15 +102,13 @@ def resolve_for_writing(inputs: Inputs, previous: dict[str, Declaration], *, now
     issued (sealed secrets, certificates) and the mesh resolved again with them."""
     ledger = with_written_serials(inputs, previous)
     with resolving():
-        resolution = resolver.resolve(inputs.catalogue, inputs.mesh, ledger,
-                                      sources=inputs.sources, now=now)
+        resolution = resolver.resolve_inputs(inputs, ledger, now=now)
     if issue:
         from executors.control.issuer import issue_requests  # entropy and the CA: only here
 
         issued = issue_requests(inputs, resolution, control_key=control_key, notes=notes)
         with resolving():
-            resolution = resolver.resolve(inputs.catalogue, inputs.mesh, issued,
-                                          sources=inputs.sources, now=now)
+            resolution = resolver.resolve_inputs(inputs, issued, now=now)
     return resolution
 
 

@@ -356,11 +356,10 @@ def renewal(inputs, node: str) -> Renewal:
     import resolver
 
     ca = load_ca(inputs.mesh_dir, inputs.mesh)
-    before = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
-                              sources=inputs.sources)
+    before = resolver.resolve_inputs(inputs)
     notes: list[str] = []
     ledger = renew(before.ledger, inputs.mesh, ca, node, notes)
-    after = resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+    after = resolver.resolve_inputs(inputs, ledger)
     servers = tuple((instance, before.ledger.tls.get(instance), certificate)
                     for instance, certificate in sorted(ledger.tls.items())
                     if before.ledger.tls.get(instance) != certificate)

@@ -97,7 +97,7 @@ def plan_rotation(inputs, *, credential: Optional[str] = None, provider: Optiona
         raise RotationRefused(refused)
 
     def resolve(ledger: Ledger) -> Resolution:
-        return resolver.resolve(inputs.catalogue, inputs.mesh, ledger, sources=inputs.sources)
+        return resolver.resolve_inputs(inputs, ledger)
 
     before = resolve(inputs.ledger)
     server_held = frozenset(server_held_credentials(inputs.catalogue, inputs.mesh))

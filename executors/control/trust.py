@@ -15,7 +15,7 @@ import tempfile
 from typing import Optional
 
 from resolver import MeshError
-from resolver import resolve
+from resolver import resolve_inputs
 from resolver import PUSH_LOGIN, push_credential, registry_user
 
 from .ca import ca_cert_path
@@ -38,7 +38,7 @@ def ca_bundle(inputs) -> Optional[str]:
 def _resolved(inputs):
     """The mesh as resolved now: the resolver alone says which registry is the mesh's
     (resolver.choose_artifact_store), so trust and pushes go where images are pulled from."""
-    return resolve(inputs.catalogue, inputs.mesh, inputs.ledger, sources=inputs.sources)
+    return resolve_inputs(inputs)
 
 
 def registry_trust(inputs) -> dict[str, str]:
