@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, TextIO, cast
 
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -56,6 +56,13 @@ class _Printable:
         self._closed = True
         to_null(self._stream)
 
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
 
 def to_null(stream: Any) -> None:
     """Point `stream`'s file descriptor at /dev/null: its reader has gone, and whatever is
@@ -67,19 +74,12 @@ def to_null(stream: Any) -> None:
     except (OSError, ValueError, AttributeError):  # no descriptor of its own (a StringIO)
         pass
 
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
 
 def with_printable_output(run: Callable[[], int]) -> int:
     """`run()` with sys.stdout and sys.stderr filtered; the streams are restored after."""
     out, err = sys.stdout, sys.stderr
     wrapped_out, wrapped_err = _Printable(out), _Printable(err)
-    sys.stdout, sys.stderr = wrapped_out, wrapped_err  # type: ignore[assignment]
+    sys.stdout, sys.stderr = cast(TextIO, wrapped_out), cast(TextIO, wrapped_err)
     try:
         return run()
     finally:

@@ -15,12 +15,12 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import attrs
 
 import resolver
-from resolver import Inputs, Ledger, MeshError, Resolution
+from resolver import Declaration, Inputs, Ledger, MeshError, Resolution
 from resolver import record_applied
 
 from executors.common.applied_record import acceptance
@@ -46,30 +46,33 @@ def resolve_current(inputs: Inputs, ledger: Optional[Ledger] = None) -> Resoluti
     return resolver.resolve_inputs(inputs, ledger)
 
 
-def by_hand_generations(node: str, declaration, record: Optional[Mapping],
+def by_hand_generations(node: str, declaration: Declaration, record: object,
                         credentials: Sequence[str]) -> dict[str, int]:
     """What the operator put in force by hand (`--by-hand`): grants the report lists as not
     provisioned by the mesh, at their declared generation; and a provider's admin secret whose
     new generation waits on this node (`admin_pending`) and that the report does not say its
     provisioner put in force (a module whose admin rotates by hand: keycloak, minio)."""
-    unprovisioned = {g["credential"] for g in (record or {}).get("not_provisioned") or []}
+    facts: Mapping[str, Any] = record if isinstance(record, Mapping) else {}
+    unprovisioned = {g["credential"] for g in facts.get("not_provisioned") or []}
     declared = {g.credential.credential: g.credential.generation for g in declaration.grants}
-    provisioned = set(((record or {}).get("granted") or {}))
+    provisioned = set(facts.get("granted") or {})
     admins = {p.admin_pending.credential: p.admin_pending.generation
               for p in declaration.providers if p.admin_pending is not None
               and p.admin_pending.credential not in provisioned}
-    confirmed = {}
+    confirmed: dict[str, int] = {}
     for credential in credentials:
-        if credential in admins and admins[credential] is not None:
-            confirmed[credential] = admins[credential]
+        admin_generation = admins.get(credential)
+        if admin_generation is not None:
+            confirmed[credential] = admin_generation
             continue
-        if credential not in unprovisioned or declared.get(credential) is None:
+        generation = declared.get(credential)
+        if credential not in unprovisioned or generation is None:
             raise MeshError(f"--by-hand {credential}: not a grant {node}'s report lists as "
                             f"not provisioned by the mesh ("
                             f"{', '.join(sorted(unprovisioned)) or 'none is'}), nor an admin "
                             f"secret waiting on {node} ("
                             f"{', '.join(sorted(admins)) or 'none is'})")
-        confirmed[credential] = declared[credential]
+        confirmed[credential] = generation
     return confirmed
 
 
@@ -105,7 +108,7 @@ def record_digest(inputs: Inputs, node: str, digest: str,
     return Recorded(node, digest, current, ledger=ledger, moved=_moved(current.ledger, ledger))
 
 
-def _declared(current: Resolution, node: str):
+def _declared(current: Resolution, node: str) -> Declaration:
     declaration = current.declarations.get(node)
     if declaration is None:
         raise MeshError(f"no node {node} in the mesh; nodes: "

@@ -13,12 +13,12 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import AbstractSet, Mapping, Optional, Sequence
+from typing import AbstractSet, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
 import resolver
-from resolver import Ledger, MeshError, Resolution, SecretWay, secret_way
+from resolver import Inputs, Ledger, MeshError, Resolution, SecretWay, secret_way
 from resolver import is_dual, provider_applied, provider_first, server_held_credentials
 
 from .issuer import rotate, select_credentials
@@ -68,7 +68,7 @@ class RotationPlan:
         return any(self.rotated.credentials[i].pending is not None for i in self.ids)
 
 
-def with_providers_applied(ledger: Ledger, ids) -> Ledger:
+def with_providers_applied(ledger: Ledger, ids: Iterable[str]) -> Ledger:
     """The ledger as it will be once each provider reported its pending generation in force."""
     credentials = ledger.credentials
     for cred_id in ids:
@@ -80,7 +80,7 @@ def with_providers_applied(ledger: Ledger, ids) -> Ledger:
     return attrs.evolve(ledger, credentials=credentials)
 
 
-def plan_rotation(inputs, *, credential: Optional[str] = None, provider: Optional[str] = None,
+def plan_rotation(inputs: Inputs, *, credential: Optional[str] = None, provider: Optional[str] = None,
                   consumer: Optional[str] = None,
                   provisioned: AbstractSet[str] = frozenset()) -> RotationPlan:
     """Rotate what is addressed (one of credential, provider, consumer) and resolve both

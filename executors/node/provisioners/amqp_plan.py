@@ -164,7 +164,7 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
     calls: list[Call] = []
     refusals: list[tuple[str, str]] = []
     untouched: list[tuple[str, str]] = []
-    wanted = {USER: set(), VHOST: set()}
+    wanted: dict[str, set[str]] = {USER: set(), VHOST: set()}
     logins = {want.login for want in desired if want.login}
     for want in sorted(desired, key=lambda d: d.user):
         wanted[USER].add(want.user)

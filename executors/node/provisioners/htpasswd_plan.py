@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import attrs
 
@@ -39,7 +39,7 @@ class Entry:
 
 @attrs.frozen
 class Observed:
-    lines: tuple  # each an Entry or a str (a line the mesh does not manage), in file order
+    lines: tuple[Union["Entry", str], ...]  # each an Entry or a line the mesh does not manage
 
 
 @attrs.frozen
@@ -72,10 +72,10 @@ class Step:
     cause: str
 
 
-def parse(rows: Mapping) -> Observed:
+def parse(rows: Mapping[str, Any]) -> Observed:
     """`rows`: {"text": the file's text, "matches": {user: bool}} (the shell's observation)."""
     matches = rows.get("matches", {})
-    lines: list = []
+    lines: list[Union[Entry, str]] = []
     pending_mark: Optional[str] = None
     for line in rows.get("text", "").splitlines():
         stripped = line.strip()
