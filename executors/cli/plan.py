@@ -4,9 +4,8 @@ Human output first (per node: containers and ports, firewall, grants, held insta
 bindings with how each was chosen, problems with file:line, what must be issued, notable
 changes; then every change against the declarations each node was last given, section by
 section, as terraform plan lists it: resolver.declaration_changes); `--json` for programs;
-`--detailed-exitcode` exits 2 when something changes. `--out DIR` writes one declaration file per node (the input
-of `mesh apply`) and, when that directory already holds declarations, shows every container
-that changes against them; it records what it wrote in the ledger (serials, each declared
+`--detailed-exitcode` exits 2 when something changes. `--out DIR` writes one declaration file
+per node (the input of `mesh apply`), compared with those already there; it records what it wrote in the ledger (serials, each declared
 instance's rendering: resolver/_records.py), whose serials it takes together with those of
 the declarations already in DIR, so a declaration written later always supersedes. The ledger
 is written only with `--out`, `--write-ledger` or `--issue`, atomically.
@@ -118,7 +117,7 @@ def _run(args, out) -> int:
                   sort_keys=True)
         out.write("\n")
     else:
-        print_plan(resolution, nodes, changes, out)
+        print_plan(resolution, nodes, out)
         print_changes(diff, against, compared is not None, out)
     if args.out:
         write_declarations(Path(args.out), resolution, nodes)
@@ -169,7 +168,7 @@ def plan_document(resolution: Resolution, nodes, changes, diff=(), against="") -
     return doc
 
 
-def print_plan(resolution: Resolution, nodes, changes, out) -> None:
+def print_plan(resolution: Resolution, nodes, out) -> None:
     w = lambda line="": print(line, file=out)  # noqa: E731
     w(f"artifacts: {resolution.artifacts}"
       + (" (images from the mesh's own registry)" if resolution.artifacts == "self-hosting"
