@@ -139,6 +139,24 @@ class BindingCheck:
     message: str
 
 
+def issued_grants(grants: Iterable[GrantDecl], provider: str, kind: str, report: Report,
+                  result: ProvisionResult, subject: Callable[[GrantDecl], str]) -> list[GrantDecl]:
+    """The grants whose credential is issued; each other one is skipped and said so (a notice
+    under `subject(grant)`, a `pending-credential` outcome): one rule for every provisioner,
+    the file-based ones included."""
+    issued = []
+    for grant in grants:
+        if grant.credential.generation is not None:
+            issued.append(grant)
+            continue
+        report.notice(subject(grant), f"skipped: credential {grant.credential.credential} is "
+                      "not issued yet; run `mesh plan --issue` to issue it")
+        result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
+                                            grant.consumer, "pending-credential",
+                                            message="credential not issued yet", kind=kind))
+    return issued
+
+
 def binding_address(binding: BindingDecl) -> tuple[str, int]:
     """The host and port a binding's values announce to its consumer."""
     return binding.values.get("host", ""), int(binding.values.get("port", "0") or 0)

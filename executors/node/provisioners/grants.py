@@ -40,6 +40,7 @@ from .base import (
     admin_of,
     derive_endpoint,
     idle_providers,
+    issued_grants,
 )
 from .registry import FILE_KINDS, no_provisioner, provisioner_for
 
@@ -117,15 +118,8 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
             _failed(report, result, provider, kind, grants,
                     "no secret values to provision with: pass --secrets and --key")
             continue
-        issued = [g for g in grants if g.credential.generation is not None]
-        for grant in grants:
-            if grant.credential.generation is None:
-                report.notice(f"grant {grant.consumer} on {provider}",
-                              f"skipped: credential {grant.credential.credential} is not issued "
-                              "yet; run `mesh plan --issue` to issue it")
-                result.outcomes.append(GrantOutcome(
-                    grant.credential.credential, provider, grant.consumer, "pending-credential",
-                    message="credential not issued yet", kind=kind))
+        issued = issued_grants(grants, provider, kind, report, result,
+                               lambda g: f"grant {g.consumer} on {provider}")
         endpoint = endpoints.get(provider) or derive_endpoint(declaration, provider, kind)
         admin = admin_of(declaration, provider, kind, grants, admin_refs.get(provider))
         problem = None

@@ -32,7 +32,7 @@ from executors.common.report import Report
 
 from executors.node.extensions import SecretSource
 
-from .base import GrantOutcome, ProvisionResult
+from .base import GrantOutcome, ProvisionResult, issued_grants
 from .htpasswd_plan import after, desired_entries, diff, entries, parse, text
 
 KIND = ACCOUNT_KIND
@@ -64,15 +64,8 @@ def provision_accounts(declaration: Declaration, secret_source: Optional[SecretS
 def _provision(declaration, provider, grants, secret_source, report, result, paths, api,
                dry_run) -> None:
     path = htpasswd_path(paths, provider)
-    issued = [g for g in grants if g.credential.generation is not None]
-    for grant in grants:
-        if grant.credential.generation is None:
-            report.notice(f"registry account {grant.login} on {provider}",
-                          f"skipped: credential {grant.credential.credential} is not issued "
-                          "yet; run `mesh plan --issue` to issue it")
-            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "pending-credential",
-                                                kind=KIND))
+    issued = issued_grants(grants, provider, KIND, report, result,
+                           lambda g: f"registry account {g.login} on {provider}")
     if issued and secret_source is None:
         report.record("provision", provider, f"{len(issued)} registry account(s)",
                       "failed: no secret values to provision with: pass --secrets and --key",
