@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import attrs
 
@@ -204,6 +204,59 @@ def connect_retrying(params, say: Callable[[str], None], *, deadline: Optional[f
         if attempt > 1:
             say(f"connected to the broker {params.host}:{params.port} after {attempt} attempts")
         return connection
+
+
+def is_connection_error(error: Exception) -> bool:
+    """Whether `error` is the broker connection breaking (reconnect), not a fault of ours."""
+    import pika.exceptions  # a node without the broker's client never gets this far
+
+    return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))
+
+
+_Connection = TypeVar("_Connection")
+
+
+def serve_reconnecting(connect: Callable[[], _Connection],
+                       serve: Callable[[_Connection], None], *,
+                       close: Callable[[_Connection], None],
+                       stopping: Callable[[], bool], say: Callable[[str], None],
+                       unreachable: Callable[[int, Exception, float], str],
+                       connected: Callable[[int], str],
+                       retried: tuple[type[Exception], ...] = (BrokerError,),
+                       before_attempt: Callable[[], None] = lambda: None,
+                       sleep: Callable[[float], None] = time.sleep,
+                       cap: float = BACKOFF_CAP) -> None:
+    """Serve over the broker until `stopping()`: connect, retrying with capped exponential
+    backoff (1 s, 2 s, 4 s … cap) and one line per failed attempt (`unreachable(attempt, error,
+    delay)`); serve; when the connection breaks, say so and connect again (the backoff starts
+    over). The one reconnect loop of the agent and the control loop; an error that is not the
+    connection breaking is raised."""
+    delay, attempt = 1.0, 0
+    while not stopping():
+        before_attempt()
+        attempt += 1
+        try:
+            connection = connect()
+        except retried as error:
+            if stopping():
+                return
+            say(unreachable(attempt, error, delay))
+            sleep(delay)
+            delay = min(delay * 2, cap)
+            continue
+        say(connected(attempt))
+        delay, attempt = 1.0, 0
+        try:
+            serve(connection)
+        except Exception as error:  # noqa: BLE001 - a broken connection: reconnect
+            if not is_connection_error(error):
+                raise
+            say(f"broker connection lost: {describe(error)}; reconnecting")
+        finally:
+            try:
+                close(connection)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 def properties(*, message_id: str, kind: str, user_id: Optional[str] = None,

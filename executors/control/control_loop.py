@@ -187,31 +187,14 @@ class Control:
     # -- the loop
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> None:
-        delay = 1.0
-        while not stop():
-            try:
-                connection, channel = self.connect(stop=stop)
-            except (BrokerError, FleetError) as error:
-                if stop():
-                    return
-                self.say(f"broker: {error}; retrying in {delay:.0f}s")
-                time.sleep(delay)
-                delay = min(delay * 2, amqp.BACKOFF_CAP)
-                continue
-            delay = 1.0
-            self.say(f"serving mesh {self.mesh} on {self.settings.amqp} (vhost "
-                     f"{self.fleet.names.vhost})")
-            try:
-                self._serve(connection, channel, stop)
-            except Exception as error:  # noqa: BLE001 - the connection broke: reconnect
-                if not _connection_error(error):
-                    raise
-                self.say(f"broker connection lost: {amqp.describe(error)}; reconnecting")
-            finally:
-                try:
-                    connection.close()
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+        amqp.serve_reconnecting(
+            lambda: self.connect(stop=stop), lambda opened: self._serve(*opened, stop),
+            close=lambda opened: opened[0].close(), stopping=stop, say=self.say,
+            retried=(BrokerError, FleetError),
+            unreachable=lambda _attempt, error, delay: (
+                f"broker: {error}; retrying in {delay:.0f}s"),
+            connected=lambda _attempt: (f"serving mesh {self.mesh} on {self.settings.amqp} "
+                                        f"(vhost {self.fleet.names.vhost})"))
 
     def _serve(self, connection, channel, stop) -> None:
         inbox_channel = connection.channel()
@@ -263,11 +246,6 @@ def _ack_all(channel, tags: Sequence[int]) -> None:
     for tag in ordered:
         channel.basic_ack(tag)
 
-
-def _connection_error(error: Exception) -> bool:
-    import pika.exceptions
-
-    return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))
 
 
 def standing(control: Control) -> dict[str, tuple[bool, str]]:

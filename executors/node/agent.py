@@ -166,34 +166,17 @@ class Agent:
 
     def run(self) -> None:
         """Serve until stopped: connect (backoff), consume, apply, report; repair drift."""
-        delay, attempt = 1.0, 0
         self.say(f"mesh {self.config.mesh}, node {self.config.node}, broker "
                  f"{self.config.login.host}:{self.config.login.port}, queue "
                  f"{self.names.node_queue(self.config.node)}")
-        while not self.stopping:
-            self._drift_if_due()
-            attempt += 1
-            try:
-                connection = amqp.connect(self._parameters())
-            except BrokerError as error:
-                self.say(f"broker not reachable (attempt {attempt}): {error}; retrying in "
-                         f"{delay:.0f}s")
-                self._sleep(delay)
-                delay = min(delay * 2, self.config.backoff_cap)
-                continue
-            self.say(f"connected to the broker (attempt {attempt})")
-            delay, attempt = 1.0, 0
-            try:
-                self._serve(connection)
-            except Exception as error:  # noqa: BLE001 - a broken connection: reconnect
-                if not _connection_error(error):
-                    raise
-                self.say(f"broker connection lost: {amqp.describe(error)}; reconnecting")
-            finally:
-                try:
-                    connection.close()
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+        amqp.serve_reconnecting(
+            lambda: amqp.connect(self._parameters()), self._serve,
+            close=lambda connection: connection.close(), stopping=lambda: self.stopping,
+            say=self.say, before_attempt=self._drift_if_due, sleep=self._sleep,
+            cap=self.config.backoff_cap,
+            unreachable=lambda attempt, error, delay: (
+                f"broker not reachable (attempt {attempt}): {error}; retrying in {delay:.0f}s"),
+            connected=lambda attempt: f"connected to the broker (attempt {attempt})")
         self.say("stopped")
 
     def _sleep(self, seconds: float) -> None:
@@ -486,8 +469,3 @@ def _secrets_yaml(body: dict) -> str:
 
     return resolver.dump_ledger(resolver.structure(body.get("secrets") or {}, resolver.Ledger))
 
-
-def _connection_error(error: Exception) -> bool:
-    import pika.exceptions
-
-    return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))
