@@ -81,16 +81,23 @@ def register(subparsers) -> None:
 def run(args, out=None) -> int:
     out = out or sys.stdout
     from executors.node import apply_fast
+    from executors.node.apply_options import ApplyOptions
 
-    if not apply_fast.fast_path_disabled(args):
-        code = apply_fast.try_noop(args, out)
+    options = ApplyOptions(
+        declarations=tuple(args.declarations), state_root=args.state_root,
+        file_root=args.file_root, secrets=args.secrets, key=args.key,
+        docker_host=args.docker_host, stop_timeout=args.stop_timeout,
+        no_firewall=args.no_firewall, no_fast=args.no_fast, dry_run=args.dry_run,
+        json=args.json)
+    if not apply_fast.fast_path_disabled(options):
+        code = apply_fast.try_noop(options, out)
         if code is not None:
             return code
     from executors.common.report import LivePrinter, Report
     from executors.node.runner import apply_files, succeeded
 
-    report = apply_files(args, Report(printer=LivePrinter()))
-    if args.json:
+    report = apply_files(options, Report(printer=LivePrinter()))
+    if options.json:
         json.dump(report.to_json(), out, indent=2, sort_keys=True)
         out.write("\n")
     else:

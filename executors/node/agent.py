@@ -333,7 +333,7 @@ class Agent:
         return outcomes
 
     def _options(self, declarations: list[str], secrets_file: Path):
-        from executors.node.runner import ApplyOptions
+        from executors.node.apply_options import ApplyOptions
 
         return ApplyOptions(declarations=declarations, state_root=self.config.state_root,
                             secrets=str(secrets_file), key=self.config.key,

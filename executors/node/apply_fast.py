@@ -47,6 +47,8 @@ from executors.common.marks import (
 )
 from .node_paths import NodePaths
 
+from .apply_options import ApplyOptions
+
 RECORD_VERSION = 3  # noop.json; 2: the executor's files under <state root>/.mesh;
 # 3: containers say whether they have a health check (answered.json must vouch for those)
 ENGINE_TIMEOUT = 10
@@ -86,8 +88,8 @@ def noop_inputs(args) -> Optional[dict]:
     return {"declaration_sha256": _sha256_file(declaration), "secrets_sha256": secrets}
 
 
-def fast_path_disabled(args) -> bool:
-    return bool(getattr(args, "no_fast", False)) or \
+def fast_path_disabled(args: ApplyOptions) -> bool:
+    return args.no_fast or \
         os.environ.get("MESH_APPLY_NO_FAST", "") not in ("", "0")
 
 

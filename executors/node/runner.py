@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-import attrs
+from .apply_options import ApplyOptions
 
 if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
     from resolver import Declaration
@@ -28,23 +28,6 @@ if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never l
     from executors.common.report import Report
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
-
-
-@attrs.frozen
-class ApplyOptions:
-    """What an apply is asked to do: the same names as `mesh apply`'s options, so the no-op
-    check reads either."""
-
-    declarations: Sequence[str]
-    state_root: str
-    secrets: Optional[str] = None
-    key: Optional[str] = None
-    docker_host: Optional[str] = None
-    stop_timeout: int = 10
-    no_firewall: bool = False
-    no_fast: bool = False
-    dry_run: bool = False
-    json: bool = False
 
 
 # --------------------------------------------------------------------------- inputs
@@ -253,7 +236,7 @@ def file_hooks(declaration: Declaration, paths, api) -> list:
 # --------------------------------------------------------------------------- apply
 
 
-def apply_files(options, report: "Report") -> "Report":
+def apply_files(options: ApplyOptions, report: "Report") -> "Report":
     """Apply the newest of `options.declarations` on this node; the report says how it went
     (`facts["result"]`: applied, dry-run, superseded, refused or failed)."""
     from requests.exceptions import RequestException
@@ -271,7 +254,7 @@ def apply_files(options, report: "Report") -> "Report":
     api = docker_engine.connect(options.docker_host)
     newest = max(declarations, key=lambda d: d[1].serial)[1]
     checks, provisioners = provisioning_hooks(newest)
-    file_root = getattr(options, "file_root", None) or default_file_root()
+    file_root = options.file_root or default_file_root()
     provisioners = provisioners + file_hooks(newest, NodePaths(options.state_root, file_root),
                                              api)
     try:

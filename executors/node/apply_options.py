@@ -1,0 +1,31 @@
+"""What an apply is asked to do, as one value: `mesh apply` builds it from its options, the
+node agent from its configuration; the no-op check (apply_fast) and the full apply (runner)
+read it.
+
+Invariants:
+- The same names as `mesh apply`'s options, nothing else; frozen.
+- Imports nothing heavy (a stdlib dataclass, not attrs): the no-op check answers without the
+  resolver, attrs or the docker SDK loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """The declarations to apply (files or a spool directory) and how."""
+
+    declarations: Sequence[str]
+    state_root: str
+    file_root: Optional[str] = None  # None: the node's own (node_paths.default_file_root)
+    secrets: Optional[str] = None
+    key: Optional[str] = None
+    docker_host: Optional[str] = None
+    stop_timeout: int = 10
+    no_firewall: bool = False
+    no_fast: bool = False
+    dry_run: bool = False
+    json: bool = False
