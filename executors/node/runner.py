@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING
 
 from .apply_options import ApplyOptions
 
