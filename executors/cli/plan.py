@@ -30,9 +30,8 @@ from executors.control.declarations import (
     DECLARATION_SUFFIX,
     previous_declarations,
     read_declarations,
-    record_written,
     resolve_for_writing,
-    write_declarations,
+    write_and_record,
 )
 from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
 
@@ -120,11 +119,11 @@ def _run(args, out) -> int:
         print_plan(resolution, nodes, out)
         print_changes(diff, against, compared is not None, out)
     if args.out:
-        write_declarations(Path(args.out), resolution, nodes)
-        record_written(inputs, resolution, nodes)
+        recorded = write_and_record(inputs, resolution, Path(args.out), nodes)
+        print(f"ledger {'written' if recorded != inputs.ledger else 'unchanged'}: "
+              f"{inputs.ledger_path}", file=sys.stderr)
     elif args.write_ledger or args.issue:
         write_ledger(inputs.ledger_path, resolution.ledger)
-    if args.out or args.write_ledger or args.issue:
         print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
     if resolution.refused:
         return 1

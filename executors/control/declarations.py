@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import resolver
-from resolver import Declaration, Inputs, NodeSerial, Resolution, structure, unstructure
+from resolver import Declaration, Inputs, Ledger, NodeSerial, Resolution, structure, unstructure
 
 from executors.common.runtime import resolving
 from executors.control.control_state import ControlState
@@ -112,7 +112,16 @@ def resolve_for_writing(inputs: Inputs, previous: dict[str, Declaration], *, now
     return resolution
 
 
-def record_written(inputs: Inputs, resolution: Resolution, nodes: Iterable[str]) -> None:
-    """Record in the ledger that `nodes`' declarations were written (serials, renderings) and
-    write it; the caller holds the ledger lock since it loaded `inputs`."""
-    write_ledger(inputs.ledger_path, resolver.record_declared(resolution, list(nodes)))
+def write_and_record(inputs: Inputs, resolution: Resolution, directory, nodes: Iterable[str],
+                     documents: Optional[dict] = None, compact: bool = False) -> Ledger:
+    """Write `nodes`' declarations into `directory` and record in the ledger that they were
+    written (serials, each declared instance's rendering), writing the ledger when that
+    changed it; the ledger as recorded. One path for `mesh plan --out` and the control loop;
+    the caller holds the ledger lock since it loaded `inputs`."""
+    nodes = list(nodes)
+    if nodes:
+        write_declarations(directory, resolution, nodes, documents, compact=compact)
+    ledger = resolver.record_declared(resolution, nodes)
+    if ledger != inputs.ledger:
+        write_ledger(inputs.ledger_path, ledger)
+    return ledger

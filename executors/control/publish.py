@@ -33,13 +33,12 @@ from executors.common import amqp, messages
 from executors.control.declarations import (
     read_declarations,
     resolve_for_writing,
-    write_declarations,
+    write_and_record,
 )
 from executors.control.control_state import ControlState
 from executors.control.delivery_key import DeliveryKey
 from executors.control.issuer import IssueError
-from executors.control.loading import (inputs_fingerprint, load_mesh_dir, mesh_lock,
-                                       write_ledger)
+from executors.control.loading import inputs_fingerprint, load_mesh_dir, mesh_lock
 
 
 @attrs.frozen
@@ -121,11 +120,9 @@ def prepare(mesh_dir, state: ControlState, *, now: str, issue: bool = True,
                    and (n in force or (published.get(n) or {}).get("digest")
                         != resolution.declarations[n].digest)]
         documents = {n: unstructure(resolution.declarations[n]) for n in targets}
-        if targets:
-            write_declarations(state.ensure().out, resolution, targets, documents, compact=True)
-        ledger = resolver.record_declared(resolution, targets)
-        if ledger != inputs.ledger:
-            write_ledger(inputs.ledger_path, ledger)
+        ledger = write_and_record(inputs, resolution,
+                                  state.ensure().out if targets else state.out, targets,
+                                  documents, compact=True)
         fingerprint = inputs_fingerprint(mesh_dir)
     problems = tuple(f"{p.where}: [{p.code}] {p.message}" for p in resolution.problems
                      if p.severity == "error")
