@@ -28,8 +28,7 @@ from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from ._declaration import ContainerDecl, Declaration, FirewallIntent, GrantDecl, HeldDecl, SecretRef
-from ._plan import container_causes
-from ._rotation import server_held_secrets
+from ._plan import container_change
 
 ADD, REMOVE, CHANGE = "+", "-", "~"
 
@@ -185,6 +184,7 @@ SECTION_NAMES: tuple[str, ...] = (
     ("node", "mesh", "address", "certificate", "firewall-address")
     + tuple(s.name for s in SECTIONS) + ("container-order",))
 """Every section, in the order changes are listed."""
+_RANK = {name: i for i, name in enumerate(SECTION_NAMES)}
 
 _SCALARS: dict[str, Callable[[Declaration], Optional[str]]] = {
     "mesh": lambda d: d.mesh,
@@ -209,33 +209,30 @@ def _keyed(section: _Section, d: Optional[Declaration]) -> dict[str, Any]:
 def _container_change(node: str, old: Optional[Declaration], new: Optional[Declaration],
                       key: str, b: Optional[ContainerDecl],
                       a: Optional[ContainerDecl]) -> Optional[DeclarationChange]:
-    section = SECTIONS[0]
-    if b is None:
-        assert a is not None and new is not None
-        return DeclarationChange(node, "container", key, ADD, pvector(section.added(a)),
-                                 "create", new.containers.index(a), None, a)
-    if a is None:
-        return DeclarationChange(node, "container", key, REMOVE, pvector(section.added(b)),
-                                 "remove", None, b, None)
+    """A container's change, as resolver/_plan.container_change classifies it (the plan's
+    create, remove, recreate or in-place); a container equal in all but what that ignores
+    (nothing, today) still lists its differing fields."""
     if a == b:
         return None
-    assert old is not None and new is not None
-    held = server_held_secrets(new, a) & server_held_secrets(old, b)
-    causes = container_causes(b, a, held)
-    if causes:
-        return DeclarationChange(node, "container", key, CHANGE, pvector(causes), "recreate",
-                                 None, b, a)
-    return DeclarationChange(node, "container", key, CHANGE,
-                             pvector(_fields(b, a) or ["in force on the running server"]),
-                             "in-place", None, b, a)
+    decided = container_change(node, old, new, b, a)
+    if b is None:
+        assert a is not None and new is not None
+        return DeclarationChange(node, "container", key, ADD, pvector(SECTIONS[0].added(a)),
+                                 "create", new.containers.index(a), None, a)
+    if a is None:
+        return DeclarationChange(node, "container", key, REMOVE,
+                                 pvector(SECTIONS[0].added(b)), "remove", None, b, None)
+    if decided is None:  # not a change the plan names: its fields say what differs
+        return DeclarationChange(node, "container", key, CHANGE, pvector(_fields(b, a)),
+                                 "in-place", None, b, a)
+    return DeclarationChange(node, "container", key, CHANGE, decided.causes, decided.action,
+                             None, b, a)
 
 
 def _node_changes(node: str, old: Optional[Declaration],
                   new: Optional[Declaration]) -> list[DeclarationChange]:
     changes: list[DeclarationChange] = []
     if old is None or new is None:
-        there = new if old is None else old
-        assert there is not None
         changes.append(DeclarationChange(
             node, "node", node, ADD if old is None else REMOVE,
             pvector([f"node {node} {'joins' if old is None else 'leaves'} the mesh"]),
@@ -277,8 +274,7 @@ def _node_changes(node: str, old: Optional[Declaration],
                 node, "container-order", "containers", CHANGE,
                 pvector([f"they run in the order {', '.join(now)}"]), before=tuple(was),
                 after=tuple(now)))
-    rank = {name: i for i, name in enumerate(SECTION_NAMES)}
-    return sorted(changes, key=lambda c: (rank[c.section], c.subject))
+    return sorted(changes, key=lambda c: (_RANK[c.section], c.subject))
 
 
 def declaration_changes(old: Mapping[str, Declaration],

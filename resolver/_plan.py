@@ -70,25 +70,32 @@ def container_changes(old: Mapping[str, Declaration],
         before = {c.name: c for c in (old[node].containers if node in old else ())}
         after = {c.name: c for c in (new[node].containers if node in new else ())}
         for name in sorted(set(before) | set(after)):
-            b: Optional[ContainerDecl] = before.get(name)
-            a: Optional[ContainerDecl] = after.get(name)
-            if b is None:
-                assert a is not None  # a name of before or after
-                changes.append(ContainerChange(node, name, a.instance, "create"))
-            elif a is None:
-                changes.append(ContainerChange(node, name, b.instance, "remove"))
-            else:
-                held = server_held_secrets(new[node], a) & server_held_secrets(old[node], b)
-                causes = container_causes(b, a, held)
-                if causes:
-                    changes.append(ContainerChange(node, name, a.instance, "recreate",
-                                                   pvector(causes)))
-                    continue
-                moved = _in_place_causes(b, a, held)
-                if moved:
-                    changes.append(ContainerChange(node, name, a.instance, "in-place",
-                                                   pvector(moved)))
+            change = container_change(node, old.get(node), new.get(node), before.get(name),
+                                      after.get(name))
+            if change is not None:
+                changes.append(change)
     return changes
+
+
+def container_change(node: str, old: Optional[Declaration], new: Optional[Declaration],
+                     b: Optional[ContainerDecl], a: Optional[ContainerDecl]
+                     ) -> Optional[ContainerChange]:
+    """What the node does with one container (`b` before, `a` after, by name, in the node's
+    declarations `old` and `new`): create, remove, recreate or in-place, with its causes;
+    None when nothing changes for it."""
+    if b is None:
+        assert a is not None  # a name of before or after
+        return ContainerChange(node, a.name, a.instance, "create")
+    if a is None:
+        return ContainerChange(node, b.name, b.instance, "remove")
+    assert old is not None and new is not None  # both hold a container of that name
+    held = server_held_secrets(new, a) & server_held_secrets(old, b)
+    causes = container_causes(b, a, held)
+    if causes:
+        return ContainerChange(node, a.name, a.instance, "recreate", pvector(causes))
+    moved = _in_place_causes(b, a, held)
+    return ContainerChange(node, a.name, a.instance, "in-place", pvector(moved)) \
+        if moved else None
 
 
 def _in_place_causes(old: ContainerDecl, new: ContainerDecl, held: frozenset[str]) -> list[str]:
