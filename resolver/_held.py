@@ -21,7 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings
@@ -36,6 +36,10 @@ def held_candidates(r: Context, blocked: Blocked) -> dict[str, InstanceRendering
     return {n: r.declared[n] for n in r.names
             if n in blocked and n in r.declared
             and r.declared[n].node in r.nodes}
+
+
+KeptPorts = Mapping[str, Mapping[int, str]]
+"""node → host port → `instance/listen` holding it (kept_ports)."""
 
 
 def kept_ports(r: Context) -> dict[str, dict[int, str]]:

@@ -30,7 +30,7 @@ from typing import Container, Optional, Union
 from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem, Request
-from ._held import held_candidates, kept_ports
+from ._held import KeptPorts, held_candidates
 from ._model import Module
 from ._render import state_host_path
 
@@ -132,7 +132,10 @@ def check_mesh_scope(r: Context, blocked: Blocked) -> Findings:
     return tuple(found)
 
 
-def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals) -> Findings:
+def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals,
+                 kept: KeptPorts) -> Findings:
+    """Claims and fixed ports taken twice on a node, on a floor, or on a port the ledger keeps
+    for another instance (`kept`: held.kept_ports, worked out once per resolution)."""
     held = held_candidates(r, blocked)
     found: list[Problem] = []
     # (node, "claim", claim) or (node, "port", host port, protocol) → its takers
@@ -152,7 +155,7 @@ def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals) ->
             for p in container.ports:
                 by_node.setdefault((rendering.node, "port", p.host_port, p.protocol),
                                    []).append(name)
-    found.extend(_fixed_on_kept(r, blocked, held))
+    found.extend(_fixed_on_kept(r, blocked, held, kept))
     for key, names in sorted(by_node.items(), key=lambda kv: str(kv[0])):
         names = sorted(set(names))
         node = key[0]
@@ -181,12 +184,12 @@ def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals) ->
     return tuple(found)
 
 
-def _fixed_on_kept(r: Context, blocked: Blocked, held: Container[str]) -> list[Problem]:
+def _fixed_on_kept(r: Context, blocked: Blocked, held: Container[str],
+                   kept: KeptPorts) -> list[Problem]:
     """Live instances whose module fixes a host port the ledger keeps for another instance
     (or for another listen of the same one) on that node: refused, naming both; the holder
     keeps its port. A holder now placed on another node (a move this plan makes) holds
     nothing on the old node any more."""
-    kept = kept_ports(r)
     found: list[Problem] = []
     for name in r.placed(blocked):
         if name in held:
@@ -245,10 +248,9 @@ def check_state_paths(r: Context, blocked: Blocked) -> Findings:
     return tuple(found)
 
 
-def check_floors(r: Context) -> tuple[Findings, FloorRefusals]:
+def check_floors(r: Context, kept: KeptPorts) -> tuple[Findings, FloorRefusals]:
     """(the floor conflicts, the floors and ssh-ports not applied because a kept host port
-    collides with them)."""
-    kept = kept_ports(r)
+    collides with them); `kept`: held.kept_ports."""
     found: list[Problem] = []
     refused: set[int] = set()
     ssh_conflicts: set[str] = set()

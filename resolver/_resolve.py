@@ -41,7 +41,7 @@ from ._declaration import (
     Problem,
     Request,
 )
-from ._held import held_candidates, held_instances, keeps_optional, was_bound
+from ._held import held_candidates, held_instances, keeps_optional, kept_ports, was_bound
 from ._ports import assign_ports, new_ports
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
@@ -84,9 +84,10 @@ def resolution(r: Context) -> Resolution:
     moves, changes = check_moves(r)
     stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves)
     stated, blocked = _stated(stated, blocked, check_mesh_scope(r, blocked))
-    floor_conflicts, floors = check_floors(r)  # the floors not applied
+    kept = kept_ports(r)  # node → host port → its holder: what floors and fixed ports meet
+    floor_conflicts, floors = check_floors(r, kept)  # the floors not applied
     stated, blocked = _stated(stated, blocked, floor_conflicts)
-    stated, blocked = _stated(stated, blocked, check_claims(r, blocked, floors))
+    stated, blocked = _stated(stated, blocked, check_claims(r, blocked, floors, kept))
     stated, blocked = _stated(stated, blocked, check_state_paths(r, blocked))
     stated, blocked = _stated(stated, blocked, check_defaults(r))
     stated, blocked = _stated(stated, blocked, check_exposures(r))
