@@ -48,6 +48,7 @@ from ._errors import (  # noqa: F401
     one_line,
 )
 from ._rotation import (  # noqa: F401
+    SLOTS,
     RotationError,
     accepted_generations,
     begin_rotation,
@@ -381,7 +382,7 @@ __all__ = [
     # Certificates
     "certificate_reason", "certificate_requests", "epoch_seconds", "renewal_due",
     # Rotation
-    "accepted_generations", "begin_rotation", "declared_grants", "describe_rotation",
+    "SLOTS", "accepted_generations", "begin_rotation", "declared_grants", "describe_rotation",
     "first_generation", "grant_view", "holder_applied", "holder_generation", "holder_nodes",
     "idle_slot", "in_progress", "is_dual", "is_own_secret", "next_generation_number",
     "provider_applied", "provider_first", "provider_generations", "record_applied",

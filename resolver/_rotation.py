@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # annotations only: no import at run time, so no circle
     from ._inputs import Catalogue
     from ._model import Mesh
 
+#: The two login slots of a dual-login credential (PostgreSQL logins, broker accounts,
+#: registry entries): a new generation takes the one the active generation does not use.
 SLOTS = ("a", "b")
 OWN_SECRET_PREFIX = "secret/"
 

@@ -90,7 +90,8 @@ def _run(args, out) -> int:
     inputs = load_mesh_dir(args.directory)
     now = args.now or now_iso()
     previous = read_declarations(Path(args.out)) if args.out else {}
-    compared, against = previous_declarations(args.directory, args.out, args.against)
+    compared, against = previous_declarations(args.directory, args.out, args.against,
+                                              in_out=previous if args.out else None)
     control_key = None
     if args.key:
         from executors.common.keys import load_private_key

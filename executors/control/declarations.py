@@ -46,14 +46,18 @@ def read_declarations(directory) -> dict[str, Declaration]:
     return found
 
 
-def previous_declarations(mesh_dir, out=None, against=None
+def previous_declarations(mesh_dir, out=None, against=None,
+                          in_out: Optional[dict[str, Declaration]] = None
                           ) -> tuple[Optional[dict[str, Declaration]], str]:
     """(the declarations a plan compares with, where they are): `against` when named, else
-    the output directory `out`, else the control plane's copies of what it last published
-    (`DIR/.control/out`); (None, why) when there is nothing to compare with."""
-    for directory, what in ((against, "--against"), (out, "--out")):
-        if directory is not None:
-            return read_declarations(directory), f"the declarations in {directory} ({what})"
+    the output directory `out` (`in_out`: those the caller read there already), else the
+    control plane's copies of what it last published (`DIR/.control/out`); (None, why) when
+    there is nothing to compare with."""
+    if against is not None:
+        return read_declarations(against), f"the declarations in {against} (--against)"
+    if out is not None:
+        found = read_declarations(out) if in_out is None else in_out
+        return found, f"the declarations in {out} (--out)"
     published = ControlState(mesh_dir).out
     if published.is_dir():
         return read_declarations(published), f"the declarations last published ({published})"

@@ -40,7 +40,7 @@ from urllib.parse import unquote
 
 import attrs
 
-from resolver import GrantDecl
+from resolver import SLOTS, GrantDecl
 
 from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_matches: this module's API)
     DEFAULT_VHOST,
@@ -60,10 +60,9 @@ from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_m
 
 from executors.node.extensions import SecretSource
 
-from .base import ProvisionError
+from .base import ProvisionError, idle_slot_of
 
 FULL = ".*"
-SLOTS = ("a", "b")
 
 
 @attrs.frozen
@@ -183,10 +182,9 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredAccount],
             untouched.append((f"{kind} {name}", f"marked {mark}, but the mesh never manages "
                                                  "the admin account or the default vhost"))
         elif kind == USER and name in observed.users:
-            login, _, slot = name.rpartition("_")
-            idle = slot in SLOTS and login in logins
+            idle = idle_slot_of(name, logins)
             calls.append(Call("delete-user", name,
-                              f"idle slot {slot} of {login}: its retired password goes"
+                              f"idle slot {idle} of {name[:-2]}: its retired password goes"
                               if idle else "grant gone: its login goes (its vhost and "
                               "messages are kept)", "DELETE", path("users", name)))
             calls.append(unmark_call(USER, name, "its account is deleted"))

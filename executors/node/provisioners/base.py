@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Optional
 
 import attrs
 
-from resolver import BindingDecl, Declaration, GrantDecl, MeshError, SecretRef
+from resolver import SLOTS, BindingDecl, Declaration, GrantDecl, MeshError, SecretRef
 
 from executors.common.report import Report
 
@@ -137,6 +137,13 @@ class BindingCheck:
 
     status: str
     message: str
+
+
+def idle_slot_of(account: str, logins: Iterable[str]) -> Optional[str]:
+    """The slot (`a`|`b`) when `account` is `<login>_<slot>` of one of `logins` (a grant's
+    second account, idle once its rotation ended), else None."""
+    login, _, slot = account.rpartition("_")
+    return slot if slot in SLOTS and login in set(logins) else None
 
 
 def issued_grants(grants: Iterable[GrantDecl], provider: str, kind: str, report: Report,

@@ -22,6 +22,8 @@ import attrs
 
 from resolver import GrantDecl, registry_user
 
+from .base import idle_slot_of
+
 MARK_PREFIX = "# mesh-mark:"
 
 
@@ -48,6 +50,7 @@ class Desired:
     credential: str
     generation: int
     consumer: str
+    login: str = ""  # the account whose slot entry (<login>_a, <login>_b) this is
 
 
 def desired_entries(grant: GrantDecl) -> list[Desired]:
@@ -55,13 +58,14 @@ def desired_entries(grant: GrantDecl) -> list[Desired]:
     and, while a rotation retires the other slot's generation, `<login>_<other>` with that one
     (holders still log in with it); an idle slot's entry is removed as no longer granted. An
     account issued before accounts had two slots has its one entry `<login>`."""
+    login = grant.login if grant.slot else ""
     wanted = [Desired(registry_user(grant.login, grant.slot), grant.credential.credential,
-                      grant.credential.generation or 0, grant.consumer)]
+                      grant.credential.generation or 0, grant.consumer, login)]
     if grant.slot and grant.retiring is not None and grant.retiring_slot \
             and grant.retiring_slot != grant.slot:
         wanted.append(Desired(registry_user(grant.login, grant.retiring_slot),
                               grant.credential.credential, grant.retiring.generation or 0,
-                              grant.consumer))
+                              grant.consumer, login))
     return wanted
 
 
@@ -105,6 +109,7 @@ def diff(mesh: str, provider: str, desired: Sequence[Desired], observed: Observe
     ours = mark(mesh, provider)
     have = entries(observed)
     wanted = {d.user: d for d in desired}
+    logins = {d.login for d in desired if d.login}
     steps = []
     for user, want in sorted(wanted.items()):
         entry = have.get(user)
@@ -122,10 +127,8 @@ def diff(mesh: str, provider: str, desired: Sequence[Desired], observed: Observe
                 steps.append(Step("set", user, f"its hash is not of {what}"))
     for user, entry in sorted(have.items()):
         if user not in wanted and entry.mark == ours:
-            login, _, slot = user.rpartition("_")
-            idle = slot in ("a", "b") and any(w.user.rpartition("_")[0] == login
-                                              for w in desired)
-            steps.append(Step("remove", user, f"idle slot {slot} of {login}: its retired "
+            idle = idle_slot_of(user, logins)
+            steps.append(Step("remove", user, f"idle slot {idle} of {user[:-2]}: its retired "
                               "password goes" if idle else "no longer granted (its node or "
                               "the push account went): the account is removed"))
     return steps
