@@ -27,6 +27,7 @@ from pika import exceptions
 
 import _pg
 import _rabbit
+from _background import repeatedly
 from executors.node.runner import load_declarations
 from resolver import dump_ledger, load_ledger
 from test_admin_rotation_broker import Mesh
@@ -110,17 +111,8 @@ def walk(mesh: Mesh, credential: str) -> tuple[Consumer, list[str]]:
     declaration, _ = provider_applies(mesh)
     consumer.applies(declaration)
     assert consumer.dial(), consumer.failures
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            consumer.dial()
-            time.sleep(0.05)
-
-    dialler = threading.Thread(target=loop, daemon=True)
-    dialler.start()
     ops: list[str] = []
-    try:
+    with repeatedly(consumer.dial):
         mesh.cli("rotate", mesh.dir, credential)
         for _ in range(4):  # provider, then holder, until the old generation retired
             declaration, report = provider_applies(mesh)
@@ -137,9 +129,6 @@ def walk(mesh: Mesh, credential: str) -> tuple[Consumer, list[str]]:
                 if op.op in ("create-user", "update-user", "delete-user")]
         consumer.dial()
         time.sleep(0.3)
-    finally:
-        stop.set()
-        dialler.join(30)
     return consumer, ops
 
 

@@ -32,6 +32,7 @@ from executors.control.issuer import rotate
 from executors.node.node_paths import NodePaths
 from executors.node.provisioners.htpasswd import htpasswd_path, provision_accounts
 
+from _background import repeatedly
 from _registry_helpers import REGISTRY_BINARY, RegistryProcess
 from test_registry_tls import ca, issued, keys, load, mesh_text, public, resolve  # noqa: F401
 
@@ -110,31 +111,21 @@ class Walk:
         changed = self.registry_applies()
         self.puller_applies()
         self.log_in()
-        stop = threading.Event()
-
-        def loop():
-            while not stop.is_set():
-                self.log_in()
-                time.sleep(0.05)
-
-        thread = threading.Thread(target=loop, daemon=True)
-        thread.start()
         try:
-            self.ledger = rotate(self.ledger, [PULL], self.inputs.mesh)
-            for _ in range(4):
+            with repeatedly(self.log_in):
+                self.ledger = rotate(self.ledger, [PULL], self.inputs.mesh)
+                for _ in range(4):
+                    changed += self.registry_applies()
+                    self.log_in()  # right after the registry's apply, before the puller's
+                    self.puller_applies()
+                    self.log_in()
+                    credential = self.ledger.credentials[PULL]
+                    if credential.pending is None and credential.retiring is None:
+                        break
                 changed += self.registry_applies()
-                self.log_in()  # right after the registry's apply, before the puller's
-                self.puller_applies()
                 self.log_in()
-                credential = self.ledger.credentials[PULL]
-                if credential.pending is None and credential.retiring is None:
-                    break
-            changed += self.registry_applies()
-            self.log_in()
-            time.sleep(0.3)
+                time.sleep(0.3)
         finally:
-            stop.set()
-            thread.join(30)
             self.registry.stop()
         return changed
 
