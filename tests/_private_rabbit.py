@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 
 import requests
 
+from _locks import built
 from _meshop import free_range
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -55,23 +56,22 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(address: str = "127.0.0.1") -> int:
-    """A free port in 10000–19999 (and below the kernel's ephemeral range): apart from the
+def free_ports(count: int, address: str = "127.0.0.1") -> int:
+    """The first of `count` consecutive free ports in 10000–19999 (and below the kernel's ephemeral range): apart from the
     host-port ranges the fleet tests give their meshes (21000–29007, tests/_meshop.py). A port
     the kernel handed out by binding port 0 lies inside the ephemeral range: while the broker
     is stopped, the agent's own reconnect attempts (or any outbound connection on the
     machine) may be given it as their local port, and the broker then cannot listen on it
     again after the restart."""
-    return free_range(1, address, within=(10000, min(20000, _ephemeral_low())))
+    return free_range(count, address, within=(10000, min(20000, _ephemeral_low())))
 
 
 class PrivateRabbit:
     def __init__(self, listen: Sequence[str] = ("127.0.0.1",)):
         self.dir = Path(tempfile.mkdtemp(prefix="mesh-test-rabbit-"))
         self.listen = tuple(listen)
-        self.port = free_port()
-        self.api_port = free_port()
-        self.dist_port = free_port()
+        # AMQP, management and distribution: three distinct ports the first start() draws
+        self.port = self.api_port = self.dist_port = 0
         self.name = f"mesht{os.getpid()}x{secrets.token_hex(3)}@localhost"
         self.password = secrets.token_urlsafe(16)
         self.password_file = self.dir / "admin-password"
@@ -119,8 +119,17 @@ class PrivateRabbit:
                 shutil.chown(path, "rabbitmq")
 
     def start(self, timeout: float = 90) -> "PrivateRabbit":
-        if not (self.dir / "rabbitmq.conf").exists():
+        if (self.dir / "rabbitmq.conf").exists():  # a restart: the ports it listened on
+            return self._start(timeout)
+        # Another worker's broker may draw the same free ports between this draw and its
+        # listening: one worker at a time draws and starts (tests/_locks.py)
+        with built("private-rabbit-ports"):
+            self.port = free_ports(3)
+            self.api_port, self.dist_port = self.port + 1, self.port + 2
             self._write_config()
+            return self._start(timeout)
+
+    def _start(self, timeout: float) -> "PrivateRabbit":
         log = open(self.dir / "server.out", "a")
         self.process = subprocess.Popen(
             ["runuser", "-u", "rabbitmq", "--", str(RABBIT_BIN / "rabbitmq-server")],
