@@ -105,7 +105,7 @@ def main() -> int:
             print(f"  mesh apply (creating {n}): {first:.2f}s")
             first, _ = timed(compose_command, cwd=work_path, env=env)
             print(f"  docker-compose up -d (creating {n}): {first:.2f}s")
-            from executors.node.apply import apply_declaration
+            from executors.node.apply.pipeline import apply_declaration
             from resolver import Declaration, structure
 
             decl = structure(json.loads(Path(declaration).read_text()), Declaration)

@@ -149,8 +149,8 @@ def worker(job: dict, ready, done) -> None:
     import pika
 
     from executors.common import amqp, messages
-    from executors.node.agent import Agent, check_body
-    from executors.node.agent_config import AgentConfig, BrokerLogin
+    from executors.node.agent.loop import Agent, check_body
+    from executors.node.agent.config import AgentConfig, BrokerLogin
 
     host, port = job["amqp"].split(":")
     connection = pika.BlockingConnection(pika.ConnectionParameters(

@@ -44,9 +44,9 @@ sys.path.insert(0, str(REPO))
 
 from pyrsistent import pvector  # noqa: E402
 
-from executors.node import firewall as fw  # noqa: E402
-from executors.node.firewall_readback import keeps_ssh_floor, read_back  # noqa: E402
-from executors.node.firewall_render import render  # noqa: E402
+from executors.node.firewall import executor as fw# noqa: E402
+from executors.node.firewall.readback import keeps_ssh_floor, read_back  # noqa: E402
+from executors.node.firewall.render import render  # noqa: E402
 from resolver import FirewallAllow, FirewallFloor, FirewallIntent  # noqa: E402
 
 PAIRS = 5000

@@ -1,4 +1,4 @@
-"""`after()` (executors/node/apply_diff.py) is the model of what `mesh apply` does; here it is
+"""`after()` (executors/node/apply/diff.py) is the model of what `mesh apply` does; here it is
 checked against the real executor and the real Docker Engine, with few examples (each is a real
 apply).
 
@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyrsistent import pvector
 
-from executors.node.apply import NodePaths, apply_declaration, observe, render
-from executors.node.apply_diff import after, diff
+from executors.node.apply.pipeline import NodePaths, apply_declaration, observe, render
+from executors.node.apply.diff import after, diff
 from resolver import AccessDecl, MountDecl, SecretRef, StateDirDecl, secret_token
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Properties of the pure apply diff (executors/node/apply_diff.py).
+"""Properties of the pure apply diff (executors/node/apply/diff.py).
 
 - Convergence: applying a plan (through the model `after`) leaves nothing to do.
 - Determinism: the same inputs give the same plan, whatever order sets were given in.
@@ -14,7 +14,7 @@ import attrs
 from hypothesis import given, settings, strategies as st
 from pyrsistent import pmap
 
-from executors.node.apply_diff import (
+from executors.node.apply.diff import (
     AccessFacts,
     Applied,
     Candidate,

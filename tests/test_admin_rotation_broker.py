@@ -25,7 +25,7 @@ import _pg
 import _rabbit
 from _meshdir import run_cli
 from executors.common import keys
-from executors.node.runner import load_declarations, secret_source_from
+from executors.node.apply.runner import load_declarations, secret_source_from
 from executors.node.provisioners import Endpoint, provision_grants
 from executors.common.report import LivePrinter, Report
 

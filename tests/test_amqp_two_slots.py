@@ -28,7 +28,7 @@ from pika import exceptions
 import _pg
 import _rabbit
 from _background import repeatedly
-from executors.node.runner import load_declarations
+from executors.node.apply.runner import load_declarations
 from resolver import dump_ledger, load_ledger
 from test_admin_rotation_broker import Mesh
 

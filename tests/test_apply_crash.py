@@ -21,7 +21,7 @@ from pyrsistent import pmap
 
 from resolver import BindingDecl, SecretRef, StateDirDecl
 
-from executors.node.apply import NodePaths, observe, render
+from executors.node.apply.pipeline import NodePaths, observe, render
 from _docker import (cleanup, container, declaration, engine, env_image, env_of, free_port,
                      http_get, http_health, unique_mesh, write_declaration)
 

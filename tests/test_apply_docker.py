@@ -14,8 +14,8 @@ from pyrsistent import pvector
 from resolver import HealthDecl, SecretRef, secret_token
 
 from executors.cli import main as cli
-from executors.node.apply import NodePaths, apply_declaration, observe, render
-from executors.node.apply_diff import diff
+from executors.node.apply.pipeline import NodePaths, apply_declaration, observe, render
+from executors.node.apply.diff import diff
 from _docker import (cleanup, container, declaration, engine, env_image, env_of, free_port,
                      http_get, http_health, unique_mesh, write_declaration)
 

@@ -1,4 +1,4 @@
-"""The quick no-op check of `mesh apply` (executors/node/apply_fast.py) against the real engine.
+"""The quick no-op check of `mesh apply` (executors/node/apply/fast.py) against the real engine.
 
 It must answer exactly as the full path does for a converged node (text, --json, --dry-run),
 and decline to the full path for every kind of drift, which then fixes it, after which the
@@ -24,7 +24,7 @@ from pyrsistent import pmap, pvector
 from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, FirewallIntent,
                       SecretRef, StateDirDecl, secret_token)
 
-from executors.node import apply_fast
+from executors.node.apply import fast as apply_fast
 
 from executors.cli import main as cli
 

@@ -16,7 +16,7 @@ from resolver import AccessDecl, BindingDecl, MountDecl, SecretRef, StateDirDecl
 from executors.cli import main as cli
 
 from executors.common import keys
-from executors.node.apply import apply_declaration
+from executors.node.apply.pipeline import apply_declaration
 from _docker import cleanup, container, declaration, engine, env_image, unique_mesh, \
     write_declaration
 
@@ -293,7 +293,7 @@ def test_the_digest_recorded_is_the_contents_not_the_digest_a_file_claims(
 def test_one_declaration_is_a_file_or_the_newest_of_a_spool(tmp_path):
     """`mesh verify` and `mesh firewall` read one declaration: a file, or of a spool
     directory the newest by serial (the one `mesh apply` applies), whatever the names."""
-    from executors.node.runner import load_declaration
+    from executors.node.apply.runner import load_declaration
 
     spool = tmp_path / "spool"
     spool.mkdir()

@@ -9,7 +9,7 @@ keeps A's MAC for that address; docker-proxy accepts connections to B's publishe
 connection to B goes to A's MAC, i.e. nowhere, until the entry ages out: 8 s at the very least
 (a STALE entry: 5 s delay_first_probe_time, then 3 unicast probes a second apart) and up to
 about 45 s (a REACHABLE one: base_reachable_time 30 s, randomised ×0.5–1.5), 28 s when
-measured here. The apply (executors/node/neighbours.py) deletes the entry naming a removed
+measured here. The apply (executors/node/apply/neighbours.py) deletes the entry naming a removed
 container's MAC, and replaces an entry naming another MAC than a started container's. Three
 scenarios: one apply removes A and creates B; the apply removes A and another tool starts B;
 another tool's container (derived MAC) is removed and the apply creates B with a fixed MAC.
@@ -43,7 +43,7 @@ import docker
 import pytest
 
 from executors.node import docker_engine
-from executors.node.apply import apply_declaration
+from executors.node.apply.pipeline import apply_declaration
 from _docker import HTTP_PORT, cleanup, container, declaration, engine, env_image, free_port, \
     http_get, unique_mesh
 

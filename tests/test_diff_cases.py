@@ -27,8 +27,8 @@ import attrs
 import pytest
 from pyrsistent import pmap
 
-from executors.node import apply_diff
-from executors.node import firewall as fw
+from executors.node.apply import diff as apply_diff
+from executors.node.firewall import executor as fw
 from executors.node.provisioners import amqp_plan as amqp
 from executors.node.provisioners import postgres_plan as postgres
 

@@ -21,8 +21,8 @@ from executors.control.control_state import ControlState
 from executors.control.delivery_key import ensure_delivery_key
 from executors.control.enrolment import write_node_into_mesh
 from executors.control.inbox import handle_enrolment
-from executors.node.agent_config import AgentConfig, PendingEnrolment
-from executors.node.enrol import EnrolmentRefused, believe
+from executors.node.agent.config import AgentConfig, PendingEnrolment
+from executors.node.agent.enrol import EnrolmentRefused, believe
 from resolver import InputError, Mesh, Node
 
 

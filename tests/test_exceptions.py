@@ -23,7 +23,7 @@ from resolver import MeshError
 EXEMPT = {
     # apply_fast imports the standard library only (its whole point is not to import the
     # resolver); _Decline never leaves try_noop, which turns any exception into "decline".
-    "executors.node.apply_fast._Decline",
+    "executors.node.apply.fast._Decline",
 }
 
 

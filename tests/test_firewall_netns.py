@@ -101,7 +101,7 @@ def test_second_apply_with_nothing_changed_performs_no_transaction(topology, fre
     # The library call agrees: no step, no transaction.
     code = (
         "import json, sys, resolver\n"
-        "from executors.node.firewall import apply_firewall\n"
+        "from executors.node.firewall.executor import apply_firewall\n"
         "d = resolver.structure(json.load(open(sys.argv[1])), resolver.Declaration)\n"
         "r = apply_firewall(d.firewall, sys.argv[2])\n"
         "print(json.dumps({'steps': len(r.steps), 'transactions': r.transactions, 'ok': r.ok}))\n"
@@ -133,8 +133,8 @@ def test_broker_floor_opens_to_mesh_sources_only(topology, fresh, tmp_path):
 
 BROKEN_APPLY = """
 import json, sys, attrs, resolver
-from executors.node import firewall as fw
-from executors.node.firewall_render import render
+from executors.node.firewall import executor as fw
+from executors.node.firewall.render import render
 d = resolver.structure(json.load(open(sys.argv[1])), resolver.Declaration)
 state, how = sys.argv[2], sys.argv[3]
 good = render(d.firewall)

@@ -18,7 +18,7 @@ from _fleet import FleetMesh
 from executors.common import messages
 from executors.common.amqp import FleetNames
 from executors.common.keys import load_private_key, unseal
-from executors.node.agent_config import load_config
+from executors.node.agent.config import load_config
 
 pytestmark = pytest.mark.integration
 

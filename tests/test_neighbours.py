@@ -1,4 +1,4 @@
-"""executors/node/neighbours.py: which host neighbour entries a started container needs
+"""executors/node/apply/neighbours.py: which host neighbour entries a started container needs
 replaced (pure, with data), and when the Engine's bridges are not this process's to touch
 (a unix socket served from another network namespace, a TCP engine). The behaviour against the
 real Engine is tests/test_apply_neighbours.py."""
@@ -16,7 +16,7 @@ import time
 import docker
 import pytest
 
-from executors.node.neighbours import (
+from executors.node.apply.neighbours import (
     Address,
     Fix,
     bridge_of,

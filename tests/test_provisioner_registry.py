@@ -28,7 +28,7 @@ from executors.node.provisioners import (
     provision_grants,
 )
 from executors.node.provisioners import registry
-from executors.node.verify import NO_PROVISIONER, OK, verify_binding
+from executors.node.verify.check import NO_PROVISIONER, OK, verify_binding
 
 KIND = "bucket+key"
 

@@ -83,8 +83,8 @@ def test_scan_allows_pure_imports():
 # The executors' diffs and renderings are pure functions too (observe → diff → apply keeps
 # only observe and apply impure); they are held to the same rule.
 # They may import each other and nothing else of the executors.
-PURE_EXECUTOR_MODULES = ["node/apply_diff.py", "node/firewall_render.py",
-                         "node/firewall_readback.py", "node/firewall_meaning.py",
+PURE_EXECUTOR_MODULES = ["node/apply/diff.py", "node/firewall/render.py",
+                         "node/firewall/readback.py", "node/firewall/meaning.py",
                          "common/marks.py"]
 PURE_EXECUTOR_IMPORTS = {"executors." + name[:-3].replace("/", ".")
                          for name in PURE_EXECUTOR_MODULES}

@@ -192,7 +192,7 @@ def test_no_module_of_resolver_imports_another_in_a_circle():
 
 
 def test_no_circle_runs_through_resolver_and_executors_together():
-    assert any(m.startswith("resolver") for m in WHOLE_GRAPH["executors.node.apply_render"])
+    assert any(m.startswith("resolver") for m in WHOLE_GRAPH["executors.node.apply.render"])
     assert not any(m.startswith("executors") for name, targets in WHOLE_GRAPH.items()
                    if name.startswith("resolver") for m in targets), "the resolver imports an executor"
     found = cycles(WHOLE_GRAPH)

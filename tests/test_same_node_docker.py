@@ -12,7 +12,7 @@ in it, n3 is not); broker@n1 is the mesh's broker (its port is a floor open to t
 nodes); a listener on n1's port 22 stands for sshd. Containers dial exactly what their
 binding says: the value of their environment. Last, app@n1 (fixed MAC) leaves the mesh and a
 second web takes its address in the same apply: n4 must get its page at once (the host's
-neighbour entries, executors/node/neighbours.py), so this runs with the firewall on as well as
+neighbour entries, executors/node/apply/neighbours.py), so this runs with the firewall on as well as
 against the host's Engine (tests/test_apply_neighbours.py).
 """
 

@@ -35,7 +35,7 @@ from executors.cli import main as cli
 from executors.common import keys
 from executors.node.provisioners import Endpoint, provision_grants
 from executors.common.report import Report
-from executors.node.verify import verify_declaration
+from executors.node.verify.check import verify_declaration
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +214,7 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
 
     import resolver
     from _meshdir import FIXTURES, prepare, run_cli
-    from executors.node.runner import secret_source_from
+    from executors.node.apply.runner import secret_source_from
     from executors.control.loading import load_mesh_dir
 
     pg_admin = _pg.require_pg()

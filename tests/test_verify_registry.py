@@ -18,7 +18,7 @@ from resolver import Declaration, RegistryLogin, SecretRef
 
 from _docker import engine
 from _registry_helpers import RegistryProcess, closed_port
-from executors.node.verify import verify_declaration
+from executors.node.verify.check import verify_declaration
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from executors.node.verify_registry import refused_by_registry
+from executors.node.verify.registry import refused_by_registry
 
 REFUSED = 'login attempt to http://{r}/v2/ failed with status: 401 Unauthorized'
 TOKEN_REFUSED = 'Get "https://{r}/v2/": unauthorized: incorrect username or password'

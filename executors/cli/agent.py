@@ -4,8 +4,8 @@ The agent runs in the foreground (systemd: Type=simple), one line per event on s
 stops on SIGTERM or SIGINT once the apply under way is done. `enrol` creates the node's key (as
 `mesh node-key` does), writes the configuration and sends the enrolment request with the
 one-time token; it then waits for the control node's answer (--wait SECONDS bounds the wait;
-the agent takes the answer when it starts, if it comes later). executors/node/agent.py and
-executors/node/enrol.py are the work.
+the agent takes the answer when it starts, if it comes later). executors/node/agent/loop.py and
+executors/node/agent/enrol.py are the work.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def run(args, out=None) -> int:
         from resolver import MeshError
 
         raise MeshError("mesh agent needs --config FILE (or `mesh agent enrol TOKEN …` first)")
-    from executors.node.agent import Agent
-    from executors.node.agent_config import load_config
-    from executors.node.enrol import wait_for_answer
+    from executors.node.agent.loop import Agent
+    from executors.node.agent.config import load_config
+    from executors.node.agent.enrol import wait_for_answer
 
     config = load_config(args.config)
     say = _say(config.node)
@@ -93,7 +93,7 @@ def run(args, out=None) -> int:
 
 def run_enrol(args, out) -> int:
     from executors.common.enrol_token import decode
-    from executors.node.enrol import start, wait_for_answer
+    from executors.node.agent.enrol import start, wait_for_answer
 
     say = _say(decode(args.token).node)
     config = start(args.token, config_path=args.enrol_config, key_path=args.key,

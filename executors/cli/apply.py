@@ -11,7 +11,7 @@ A DECLARATION may be a file (JSON or YAML of resolver.unstructure(declaration)) 
 directory of them; of all given, only the newest by serial is applied, the rest are reported
 as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
 to this node) opened with `--key FILE` (the node's private key).
-The apply itself is executors/node/runner.py's `apply_files`, the one path every caller
+The apply itself is executors/node/apply/runner.py's `apply_files`, the one path every caller
 (this verb, the node agent) takes. A no-op is answered first by apply_fast's check (standard library only), which declines to this
 full path on any doubt; `--no-fast` or MESH_APPLY_NO_FAST=1 skips it. Heavy imports (the
 resolver, the docker SDK) happen only on the full path.
@@ -80,8 +80,8 @@ def register(subparsers) -> None:
 
 def run(args, out=None) -> int:
     out = out or sys.stdout
-    from executors.node import apply_fast
-    from executors.node.apply_options import ApplyOptions
+    from executors.node.apply import fast as apply_fast
+    from executors.node.apply.options import ApplyOptions
 
     options = ApplyOptions(
         declarations=tuple(args.declarations), state_root=args.state_root,
@@ -94,7 +94,7 @@ def run(args, out=None) -> int:
         if code is not None:
             return code
     from executors.common.report import LivePrinter, Report
-    from executors.node.runner import apply_files, succeeded
+    from executors.node.apply.runner import apply_files, succeeded
 
     report = apply_files(options, Report(printer=LivePrinter()))
     if options.json:
@@ -109,7 +109,7 @@ def print_summary(report: Report, out) -> None:
     facts = report.facts
     print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
           f"serial in force {facts.get('serial_applied')}", file=out)
-    from executors.node.apply_fast import print_held
+    from executors.node.apply.fast import print_held
 
     print_held(facts, out)
     for entry in facts.get("superseded", []):

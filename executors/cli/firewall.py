@@ -3,7 +3,7 @@
 Invariants:
 - Reads one declaration file (YAML or JSON of resolver.unstructure(Declaration)); bad input is
   reported as file:line:col (exit 2), never a traceback.
-- Touches table `inet mesh` in the current network namespace only (see executors/node/firewall.py).
+- Touches table `inet mesh` in the current network namespace only (see executors/node/firewall/executor.py).
 - Exit 0 when the table matches (changed or not), 1 when refused or failed.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import sys
 
-from executors.node.firewall import DEFAULT_STATE_DIR, apply_firewall
-from executors.node.firewall_render import FirewallError, render
-from executors.node.runner import firewall_bridges, load_declaration
+from executors.node.firewall.executor import DEFAULT_STATE_DIR, apply_firewall
+from executors.node.firewall.render import FirewallError, render
+from executors.node.apply.runner import firewall_bridges, load_declaration
 
 
 def run(args) -> int:

@@ -21,8 +21,8 @@ import json
 import os
 import sys
 
-from executors.node.runner import load_declaration, secret_source_from
-from executors.node.verify import engine_client, engine_locator, verify_declaration
+from executors.node.apply.runner import load_declaration, secret_source_from
+from executors.node.verify.check import engine_client, engine_locator, verify_declaration
 
 
 def register(subparsers) -> None:

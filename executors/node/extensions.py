@@ -2,7 +2,7 @@
 intent true, and what makes grants of one kind true on their provider.
 
 Each is a typed `Protocol`: anything with these methods fits, nothing needs to inherit from
-it. `mesh apply` (node/runner.py, node/apply.py), `mesh verify` (node/verify.py) and
+it. `mesh apply` (node/apply/runner.py, node/apply/pipeline.py), `mesh verify` (node/verify/check.py) and
 `mesh firewall` call them; the provisioners of this repository are listed in one registry
 (node/provisioners/registry.py), which is also what says a grant kind has none.
 
@@ -56,7 +56,7 @@ class SecretSource(Protocol):
 class Firewall(Protocol):
     """What makes a node's firewall intent true on the machine (`mesh apply`'s firewall phase).
 
-    The one in this repository is node/runner.py's `firewall_hook` over node/firewall.py:
+    The one in this repository is node/apply/runner.py's `firewall_hook` over node/firewall/executor.py:
     render the intent as one nftables transaction for table `inet mesh`, observe the running
     table, replace it when its digest differs."""
 

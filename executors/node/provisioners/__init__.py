@@ -20,8 +20,8 @@ module here imports another in a circle. This package re-exports the names calle
 
 from executors.node.extensions import SecretSource
 
-from .admin_login import check_admins, read_admin, refused_message
-from .base import (
+from executors.node.provisioners.admin_login import check_admins, read_admin, refused_message
+from executors.node.provisioners.base import (
     AMQP_KIND,
     POSTGRES_KIND,
     Admin,
@@ -37,8 +37,8 @@ from .base import (
     needs_provisioning,
     wait_ready,
 )
-from .grants import provision, provision_grants, summarise
-from .registry import REGISTRY, no_provisioner, provisioner_for
+from executors.node.provisioners.grants import provision, provision_grants, summarise
+from executors.node.provisioners.registry import REGISTRY, no_provisioner, provisioner_for
 
 __all__ = ["AMQP_KIND", "POSTGRES_KIND", "REGISTRY", "Admin", "AdminReading", "BindingCheck",
            "Endpoint", "GrantOutcome", "ProvisionError", "ProvisionResult", "SecretSource",

@@ -28,7 +28,7 @@ from executors.node.extensions import Provisioner
 
 from executors.node.extensions import SecretSource
 
-from .base import (
+from executors.node.provisioners.base import (
     Admin,
     AdminReading,
     Endpoint,
@@ -38,7 +38,7 @@ from .base import (
     derive_endpoint,
     wait_ready,
 )
-from .registry import provisioner_for
+from executors.node.provisioners.registry import provisioner_for
 
 
 def read_admin(provisioner: Provisioner, endpoint: Endpoint, admin: Admin,

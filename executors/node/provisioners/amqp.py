@@ -23,8 +23,8 @@ from resolver import BindingDecl, GrantDecl
 from executors.common.broker_api import HTTP_TIMEOUT, Api, ApiError
 from executors.common.report import Report
 
-from .amqp_plan import after, diff, parse  # the protocol's pure methods, re-exported
-from .amqp_plan import (
+from executors.node.provisioners.amqp_plan import after, diff, parse  # the protocol's pure methods, re-exported
+from executors.node.provisioners.amqp_plan import (
     DesiredAccount,
     Observed,
     tags_of,
@@ -35,7 +35,7 @@ from .amqp_plan import (
 )
 from executors.node.extensions import SecretSource
 
-from .base import (
+from executors.node.provisioners.base import (
     AMQP_KIND,
     AUTH_FAILED,
     MISSING,

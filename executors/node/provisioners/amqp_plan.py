@@ -60,7 +60,7 @@ from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_m
 
 from executors.node.extensions import SecretSource
 
-from .base import ProvisionError, idle_slot_of
+from executors.node.provisioners.base import ProvisionError, idle_slot_of
 
 FULL = ".*"
 

@@ -30,8 +30,8 @@ from executors.common.report import Report
 
 from executors.node.extensions import SecretSource
 
-from .admin_login import put_admin_in_force, wait_for_admin
-from .base import (
+from executors.node.provisioners.admin_login import put_admin_in_force, wait_for_admin
+from executors.node.provisioners.base import (
     Endpoint,
     GrantOutcome,
     ProvisionError,
@@ -42,7 +42,7 @@ from .base import (
     idle_providers,
     issued_grants,
 )
-from .registry import FILE_KINDS, no_provisioner, provisioner_for
+from executors.node.provisioners.registry import FILE_KINDS, no_provisioner, provisioner_for
 
 
 def _providers(declaration: Declaration,

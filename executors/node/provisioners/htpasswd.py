@@ -32,8 +32,8 @@ from executors.common.report import Report
 
 from executors.node.extensions import SecretSource
 
-from .base import GrantOutcome, ProvisionResult, issued_grants
-from .htpasswd_plan import after, desired_entries, diff, entries, parse, text
+from executors.node.provisioners.base import GrantOutcome, ProvisionResult, issued_grants
+from executors.node.provisioners.htpasswd_plan import after, desired_entries, diff, entries, parse, text
 
 KIND = ACCOUNT_KIND
 

@@ -22,7 +22,7 @@ import attrs
 
 from resolver import GrantDecl, registry_user
 
-from .base import idle_slot_of
+from executors.node.provisioners.base import idle_slot_of
 
 MARK_PREFIX = "# mesh-mark:"
 

@@ -24,7 +24,7 @@ from executors.common.report import Report
 
 from executors.node.extensions import SecretSource
 
-from .base import (
+from executors.node.provisioners.base import (
     AUTH_FAILED,
     MISSING,
     OK,
@@ -40,8 +40,8 @@ from .base import (
     credential_name,
     wait_ready,
 )
-from .postgres_plan import after, diff, parse  # the protocol's pure methods, re-exported
-from .postgres_plan import (
+from executors.node.provisioners.postgres_plan import after, diff, parse  # the protocol's pure methods, re-exported
+from executors.node.provisioners.postgres_plan import (
     Observed,
     Statement,
     _ident,

@@ -39,7 +39,7 @@ from resolver import GrantDecl
 
 from executors.node.extensions import SecretSource
 
-from .base import ProvisionError
+from executors.node.provisioners.base import ProvisionError
 
 SLOTS = ("a", "b")
 

@@ -25,7 +25,7 @@ from resolver import MeshError
 
 from executors.node.extensions import Provisioner
 
-from .base import AMQP_KIND, POSTGRES_KIND
+from executors.node.provisioners.base import AMQP_KIND, POSTGRES_KIND
 
 KNOWN: Mapping[str, str] = {
     POSTGRES_KIND: "executors.node.provisioners.postgres",

@@ -23,7 +23,7 @@ Invariants:
   returned, so an apply driving an Engine elsewhere (another namespace, another machine) never
   rewrites a bridge of the same name that is not the container's.
 - `align` never raises: what it could not do is returned as problems, for the caller to report.
-- `HostNeighbours` is what `mesh apply` (apply_exec.py) calls around each container it removes
+- `HostNeighbours` is what `mesh apply` (execute.py) calls around each container it removes
   and starts: it asks the Engine's namespace once per apply and says every problem.
 """
 

@@ -24,7 +24,7 @@ from resolver import Declaration
 from executors.node.extensions import SecretSource
 from executors.node.provisioners.base import AUTH_FAILED, OK, UNREACHABLE, _one_line
 
-from .verify_result import NOT_PROVISIONED, Result
+from executors.node.verify.result import NOT_PROVISIONED, Result
 
 KIND = "registry+account"
 Engine = Callable[[], object]  # returns a docker.APIClient for this node's engine

@@ -22,8 +22,8 @@ from typing import Callable, Optional, Union
 
 import attrs
 
-from .firewall_meaning import ANY_BRIDGE, local_source
-from .firewall_render import (
+from executors.node.firewall.meaning import ANY_BRIDGE, local_source
+from executors.node.firewall.render import (
     ANYWHERE,
     BRIDGES_SET,
     ESTABLISHED,

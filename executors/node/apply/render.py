@@ -30,10 +30,10 @@ from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declarat
                       fill_secret_tokens, secret_token, secret_tokens)
 from resolver import server_held_secrets
 
-from . import docker_engine as engine
-from .extensions import SecretSource
-from .node_paths import NodePaths
-from .apply_diff import (
+from executors.node import docker_engine as engine
+from executors.node.extensions import SecretSource
+from executors.node.node_paths import NodePaths
+from executors.node.apply.diff import (
     Desired,
     DesiredAccess,
     DesiredContainer,

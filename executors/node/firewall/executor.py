@@ -24,10 +24,10 @@ import attrs
 from resolver import FirewallIntent, MeshError
 
 from executors.common.atomic import write_atomic
-from .node_paths import DEFAULT_STATE_ROOT, FIREWALL_DIGEST_FILE, NodePaths
+from executors.node.node_paths import DEFAULT_STATE_ROOT, FIREWALL_DIGEST_FILE, NodePaths
 
-from .firewall_readback import keeps_ssh_floor
-from .firewall_render import (
+from executors.node.firewall.readback import keeps_ssh_floor
+from executors.node.firewall.render import (
     DEFAULT_BRIDGES,
     FAMILY,
     TABLE,

@@ -46,7 +46,7 @@ from executors.common import amqp, messages
 from executors.common.amqp import BrokerError, FleetNames
 from executors.common.atomic import write_atomic
 from executors.common.keys import load_private_key, unseal
-from executors.node.agent_config import AgentConfig
+from executors.node.agent.config import AgentConfig
 from executors.node.node_paths import NodePaths
 
 PREFETCH = 100
@@ -116,7 +116,7 @@ def check_body(body: dict, config: AgentConfig):
 def apply_with_runner(options, say: Callable[[str], None]):
     """The one apply code path (executors/node/runner.apply_files), printing every step."""
     from executors.common.report import LivePrinter, Report
-    from executors.node.runner import apply_files
+    from executors.node.apply.runner import apply_files
 
     return apply_files(options, Report(printer=LivePrinter()))
 
@@ -333,7 +333,7 @@ class Agent:
         return outcomes
 
     def _options(self, declarations: list[str], secrets_file: Path):
-        from executors.node.apply_options import ApplyOptions
+        from executors.node.apply.options import ApplyOptions
 
         return ApplyOptions(declarations=declarations, state_root=self.config.state_root,
                             secrets=str(secrets_file), key=self.config.key,
@@ -350,8 +350,8 @@ class Agent:
             self.next_drift = self.clock() + self.drift_interval
 
     def _verify(self, declaration, secrets_file: Path) -> dict:
-        from executors.node.runner import secret_source_from
-        from executors.node.verify import engine_client, engine_locator, verify_declaration
+        from executors.node.apply.runner import secret_source_from
+        from executors.node.verify.check import engine_client, engine_locator, verify_declaration
 
         source = secret_source_from(str(secrets_file), self.config.key, self.config.node)
         engine = engine_client(self.config.docker_host)

@@ -45,9 +45,9 @@ from executors.common.marks import (
     LABEL_MESH,
     digest_from_chain_name,
 )
-from .node_paths import NodePaths
+from executors.node.node_paths import NodePaths
 
-from .apply_options import ApplyOptions
+from executors.node.apply.options import ApplyOptions
 
 RECORD_VERSION = 3  # noop.json; 2: the executor's files under <state root>/.mesh;
 # 3: containers say whether they have a health check (answered.json must vouch for those)
@@ -375,7 +375,7 @@ def held_facts(declaration) -> list[dict]:
 
 
 def noop_record(declaration, desired, inputs: dict, firewall_digest: Optional[str]) -> dict:
-    """What the check needs, from the full path's rendered desired state (called by apply.py
+    """What the check needs, from the full path's rendered desired state (called by pipeline.py
     after a successful apply; `firewall_digest` when the firewall executor applied the intent)."""
     files: dict = {"env": {}, "bindings": {}}
     for f in desired.files:

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .apply_options import ApplyOptions
+from executors.node.apply.options import ApplyOptions
 
 if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
     from resolver import Declaration
@@ -134,7 +134,7 @@ def secret_source_from(secrets_file, key_file, node: str):
 def runtime_bridges(api, intent, say) -> tuple:
     """The bridges same-node consumers arrive on: the Engine's default network's interface
     (where `mesh apply` creates containers); Docker's default name when it cannot say."""
-    from executors.node.firewall_render import DEFAULT_BRIDGES
+    from executors.node.firewall.render import DEFAULT_BRIDGES
 
     if not intent.local or api is None:
         return DEFAULT_BRIDGES
@@ -155,7 +155,7 @@ def firewall_bridges(intent, *, given=None, docker_host=None, say=lambda line: N
     """The bridges `mesh firewall` renders same-node openings for: those `given` (--bridge);
     else, when same-node consumers are let in, the Engine's default bridge (as `mesh apply`
     asks it), or Docker's default name when no Engine answers."""
-    from executors.node.firewall_render import DEFAULT_BRIDGES
+    from executors.node.firewall.render import DEFAULT_BRIDGES
 
     if given:
         return tuple(given)
@@ -169,7 +169,7 @@ def firewall_bridges(intent, *, given=None, docker_host=None, say=lambda line: N
 def firewall_hook(state_root: str, api=None):
     """The firewall executor as an apply hook, or None when it is not installed. Its digest
     file lives with the executor's own files (`<state root>/.mesh/firewall.digest`)."""
-    if importlib.util.find_spec("executors.node.firewall") is None:
+    if importlib.util.find_spec("executors.node.firewall.executor") is None:
         return None
     from executors.node.node_paths import NodePaths
 
@@ -178,7 +178,7 @@ def firewall_hook(state_root: str, api=None):
     def apply_intent(intent, report: Report, dry_run: bool) -> None:
         from resolver import MeshError
 
-        from executors.node.firewall import apply_firewall  # imported only for a declared intent
+        from executors.node.firewall.executor import apply_firewall  # imported only for a declared intent
 
         try:
             bridges = runtime_bridges(api, intent, report.say)
@@ -241,13 +241,13 @@ def apply_files(options: ApplyOptions, report: "Report") -> "Report":
     (`facts["result"]`: applied, dry-run, superseded, refused or failed)."""
     from requests.exceptions import RequestException
 
-    from executors.node import apply_fast
+    from executors.node.apply import fast as apply_fast
 
     noop_inputs = None if options.dry_run else _noop_inputs(apply_fast, options)
     declarations = load_declarations(options.declarations)
     node = declarations[0][1].node
     secret_source = secret_source_from(options.secrets, options.key, node)
-    from executors.node import apply as apply_module
+    from executors.node.apply import pipeline as apply_module
     from executors.node import docker_engine
     from executors.node.node_paths import NodePaths, default_file_root
 

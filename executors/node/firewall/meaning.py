@@ -15,7 +15,7 @@ from typing import Iterable
 
 from resolver import FirewallIntent
 
-from .firewall_render import ANYWHERE, DEFAULT_BRIDGES, _address, parse_source
+from executors.node.firewall.render import ANYWHERE, DEFAULT_BRIDGES, _address, parse_source
 
 ANY_BRIDGE = "*"  # a same-node opening not limited to the runtime's bridges (never rendered)
 

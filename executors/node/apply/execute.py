@@ -30,9 +30,9 @@ from pyrsistent import pmap
 from resolver import MeshError
 
 from executors.common import applied_record
-from . import docker_engine as engine
-from .neighbours import HostNeighbours
-from .apply_diff import (
+from executors.node import docker_engine as engine
+from executors.node.apply.neighbours import HostNeighbours
+from executors.node.apply.diff import (
     AccessFacts,
     Applied,
     ContainerFacts,
@@ -44,8 +44,8 @@ from .apply_diff import (
     Op,
     Plan,
 )
-from .apply_render import Rendered
-from .node_paths import NodePaths
+from executors.node.apply.render import Rendered
+from executors.node.node_paths import NodePaths
 from executors.common.atomic import write_atomic, write_exclusive
 from executors.common.report import Report
 

@@ -28,7 +28,7 @@ from resolver import MeshError
 
 from executors.common import amqp, enrol_token, messages
 from executors.common.keys import create_node_key, load_private_key, public_key_b64, seal, unseal
-from executors.node.agent_config import (AgentConfig, BrokerLogin, PendingEnrolment,
+from executors.node.agent.config import (AgentConfig, BrokerLogin, PendingEnrolment,
                                          load_config, write_config)
 
 

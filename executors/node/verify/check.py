@@ -52,14 +52,14 @@ from executors.node.provisioners.base import (
     derive_endpoint,
 )
 from executors.node.provisioners.registry import no_provisioner, provisioner_for
-from executors.node.verify_result import (  # noqa: F401  (part of this module's API)
+from executors.node.verify.result import (  # noqa: F401  (part of this module's API)
     NO_PROVISIONER,
     NOT_PROVISIONED,
     REQUIRES_NOTHING,
     STATUSES,
     Result,
 )
-from executors.node.verify_registry import verify_registry_logins
+from executors.node.verify.registry import verify_registry_logins
 
 # container name → (pid of its first process, state); pid None unless it runs
 Locate = Callable[[str], tuple[Optional[int], str]]
@@ -172,7 +172,7 @@ def engine_client(docker_host: Optional[str]) -> Callable[[], object]:
     api: list = []
 
     def engine():
-        from . import docker_engine
+        from executors.node import docker_engine
 
         if not api:
             api.append(docker_engine.connect(docker_host, timeout=30))
@@ -186,7 +186,7 @@ def engine_locator(docker_host: Optional[str], engine=None) -> Locate:
     engine = engine or engine_client(docker_host)
 
     def locate(name: str) -> tuple[Optional[int], str]:
-        from . import docker_engine
+        from executors.node import docker_engine
 
         return docker_engine.container_pid(engine(), name)
 
@@ -277,7 +277,7 @@ def verify_declaration(declaration: Declaration, secret_source: Optional[SecretS
                        timeout: float = 5.0, locate: Optional[Locate] = None,
                        engine: Optional[Callable[[], object]] = None) -> list[Result]:
     """A result per binding, per provider admin on this node, per registry account of this
-    node (with `engine`: the node's Docker Engine logs in, verify_registry.py), then a
+    node (with `engine`: the node's Docker Engine logs in, registry.py), then a
     `requires-nothing` result per instance with none of either.
 
     With `locate`, each binding is checked from inside its consumer's containers; without

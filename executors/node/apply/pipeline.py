@@ -39,9 +39,9 @@ import attrs
 from resolver import Declaration, declaration_digest
 
 from executors.common import applied_record
-from .apply_fast import held_facts
-from .apply_diff import Candidate, choose_latest, diff
-from .apply_exec import (  # noqa: F401  (observe: part of this module's API)
+from executors.node.apply.fast import held_facts
+from executors.node.apply.diff import Candidate, choose_latest, diff
+from executors.node.apply.execute import (  # noqa: F401  (observe: part of this module's API)
     RECORD_OP,
     _execute,
     _Executor,
@@ -51,9 +51,9 @@ from .apply_exec import (  # noqa: F401  (observe: part of this module's API)
     read_record,
     write_record,
 )
-from .apply_render import Rendered, render  # noqa: F401  (render: part of this module's API)
-from .extensions import Firewall, SecretSource
-from .node_paths import DEFAULT_FILE_ROOT, DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
+from executors.node.apply.render import Rendered, render  # noqa: F401  (render: part of this module's API)
+from executors.node.extensions import Firewall, SecretSource
+from executors.node.node_paths import DEFAULT_FILE_ROOT, DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
 from executors.common.report import Report
 
 # The hooks an apply runs (extensions.py documents the firewall and the secret source):
@@ -90,11 +90,11 @@ class _Lock:
 
 def _write_noop_record(paths: NodePaths, declaration: Declaration, rendered: Rendered,
                        inputs: dict, firewall_applied: bool) -> None:
-    from .apply_fast import noop_record
+    from executors.node.apply.fast import noop_record
 
     firewall_digest = None
     if declaration.firewall is not None and firewall_applied:
-        from .firewall import read_recorded_digest  # what the firewall executor made the
+        from executors.node.firewall.executor import read_recorded_digest  # what the firewall executor made the
         firewall_digest = read_recorded_digest(str(paths.root))  # table carry, and recorded
     _write_json(paths.noop_record, noop_record(declaration, rendered.desired, inputs,
                                                firewall_digest))
