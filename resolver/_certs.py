@@ -95,6 +95,3 @@ def certificate_requests(mesh: Mesh, ledger: Ledger, now: Optional[str] = None) 
             requests.append(Request(kind="certificate", id=node, holders=pvector([node]),
                                     reason=reason))
     return requests
-
-
-__all__ = ["epoch_seconds", "renewal_due", "certificate_reason", "certificate_requests"]

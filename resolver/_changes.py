@@ -353,5 +353,7 @@ def change_counts(changes: Sequence[DeclarationChange]) -> tuple[int, int, int]:
             sum(c.action == REMOVE for c in changes))
 
 
-__all__ = ["DeclarationChange", "SECTION_NAMES", "apply_changes", "change_counts",
-           "declaration_changes"]
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = [
+    "declaration_changes", "apply_changes", "change_counts", "DeclarationChange", "SECTION_NAMES",
+]

@@ -53,3 +53,7 @@ def validate(catalogue: Catalogue, mesh: Mesh, ledger: Ledger = EMPTY_LEDGER,
         faults += validate_artifact_store_modules(catalogue, sources)
         faults += validate_build_graph(catalogue, sources)
     return sorted(set(faults))
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["validate"]

@@ -118,7 +118,8 @@ class ChosenBy(enum.StrEnum):
     """The only candidate in the mesh."""
 
 
-# The codes as module constants (`resolver.HELD`), the spelling most callers use.
+# The codes as module constants (`codes.HELD`), the spelling the resolver's stages use; outside
+# resolver/ they are spelled as members of the public enum (`resolver.ProblemCode.HELD`).
 NO_PROVIDER = ProblemCode.NO_PROVIDER
 PROVIDER_NOT_ASSIGNED = ProblemCode.PROVIDER_NOT_ASSIGNED
 PROVIDER_NODE_UNKNOWN = ProblemCode.PROVIDER_NODE_UNKNOWN
@@ -154,3 +155,7 @@ STALE_STATE_FROM = ProblemCode.STALE_STATE_FROM
 REQUIREMENT_STATES: tuple[ProblemCode, ...] = (
     NO_PROVIDER, PROVIDER_NOT_ASSIGNED, PROVIDER_NODE_UNKNOWN, AMBIGUOUS_PROVIDER, NOT_A_PROVIDER)
 """The codes an unsatisfied requirement carries as its `state`."""
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["ProblemCode", "Severity", "ChosenBy"]

@@ -357,3 +357,13 @@ class Change:
     kind: str
     subject: str
     message: str
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = [
+    "Declaration", "ContainerDecl", "PublishedPort", "HealthDecl", "MountDecl", "StateDirDecl",
+    "AccessDecl", "FileDecl", "SecretRef", "RegistryLogin", "BindingDecl", "GrantDecl",
+    "ProviderDecl", "HeldDecl", "FirewallIntent", "FirewallFloor", "FirewallAllow",
+    "FirewallLocal", "FirewallExposure", "Binding", "Problem", "Request", "InstanceRendering",
+    "Change",
+]

@@ -207,10 +207,8 @@ def load_inputs(documents: Mapping[str, tuple[Union[str, bytes, Parsed], str]]) 
     return Inputs(catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources)
 
 
-__all__ = [
-    "Inputs", "dump_ledger", "dump_yaml", "load_inputs", "load_ledger", "load_mesh",
-    "load_module", "load_provisions", "resolve_inputs",
-]
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["resolve_inputs", "load_inputs", "Inputs"]
 
 
 def resolve_inputs(inputs: Inputs, ledger: Optional[Ledger] = None, *,

@@ -59,3 +59,9 @@ class ResolutionError(MeshError):
 
 class PlaceholderSyntaxError(MeshError, ValueError):
     """An env value whose `${…}` cannot be read (an unclosed `${`)."""
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = [
+    "MeshError", "InputError", "Fault", "ResolutionError", "PlaceholderSyntaxError", "one_line",
+]

@@ -2,10 +2,10 @@
 
 Invariants:
 - Pure: check_exposures returns its findings as values (resolver/_context.py). Each
-  instance's rendering carries the openings it needs (resolver/_render.py); the
-  assembly merges them per node (resolver/_assemble.py). A provider's assigned port is open to
-  exactly: the node addresses of its consumers on
-  other nodes; the containers of its consumers on its own node (by the MAC address each is
+  instance's rendering carries the openings it needs (resolver/_render_bindings.py,
+  resolver/_render.py); the assembly merges them per node (resolver/_assemble.py). A
+  provider's assigned port is open to exactly: the node addresses of its consumers on other
+  nodes; the containers of its consumers on its own node (by the MAC address each is
   created with); the sources its instance's `expose:` names. Besides, every node keeps its
   floors: ssh from anywhere, the broker's port from the mesh's nodes, mesh.yaml's `floors`.
 - Every opening is of a port the mesh assigned (the listen's host port, as published and as
@@ -36,6 +36,7 @@ from ._declaration import (
     FirewallLocal,
     Problem,
 )
+from ._model import Instance, Module
 
 #: The exposure source that opens a listen to every address.
 ANYWHERE = "any"
@@ -87,24 +88,27 @@ def assign_macs(mesh: str, containers: list[str],
     return macs
 
 
-def consumer_container_macs(r: Context, bound: Mapping[tuple[str, str], Bound],
+def consumer_container_macs(mesh: str, bound: Mapping[tuple[str, str], Bound],
                             name_of: Callable[[str, str, str], str],
-                            node: Mapping[str, str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+                            node: Mapping[str, str], instances: Mapping[str, Instance],
+                            modules: Mapping[str, Module]
+                            ) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(container name → MAC, instance → its containers' MACs) for every instance bound to a
-    provider on its own node; `name_of(mesh, instance, container)` names a container, `node`
-    maps every instance to its node."""
+    provider on its own node, in mesh `mesh`; `name_of(mesh, instance, container)` names a
+    container, `node` maps every instance to its node, `modules` every bound one to its
+    module."""
     local = sorted({b.consumer for b in bound.values() if node[b.consumer] == node[b.provider]})
     names: dict[str, list[str]] = {}  # instance → its container names (parts switched on)
     for name in local:
-        inst = r.instances[name]
-        names[name] = [name_of(r.mesh.mesh, name, c.name) for c in r.placed_module(name).containers
+        inst = instances[name]
+        names[name] = [name_of(mesh, name, c.name) for c in modules[name].containers
                        if c.part is None or c.part in inst.parts]
     per_node: dict[str, list[str]] = {}
     for name in local:
         per_node.setdefault(node[name], []).extend(names[name])
     mac_of: dict[str, str] = {}
     for node_name in sorted(per_node):
-        mac_of.update(assign_macs(r.mesh.mesh, per_node[node_name]))
+        mac_of.update(assign_macs(mesh, per_node[node_name]))
     return mac_of, {name: sorted(mac_of[c] for c in names[name]) for name in local}
 
 
@@ -143,15 +147,15 @@ def check_exposures(r: Context) -> Findings:
     return tuple(found)
 
 
-def exposures_of(r: Context, name: str,
+def exposures_of(name: str, inst: Instance, module: Module,
                  assigned: Mapping[tuple[str, str], int]) -> PVector[FirewallExposure]:
-    """The openings beyond the mesh that instance `name`'s `expose:` asks for on its node."""
-    inst = r.instances[name]
+    """The openings beyond the mesh that instance `name` (`inst`, of `module`) asks for on its
+    node with its `expose:`."""
     found: list[FirewallExposure] = []
     for listen_name, exposure in sorted(inst.expose.items()):
         if (name, listen_name) not in assigned:
             continue
-        listen = r.placed_module(name).listens[listen_name]
+        listen = module.listens[listen_name]
         sources = sorted({c for c in map(canonical_source, exposure.to) if c is not None},
                          key=_source_order)
         why = f"{name}/{listen_name} exposed" + (f": {exposure.reason}" if exposure.reason

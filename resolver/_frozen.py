@@ -80,3 +80,7 @@ class FrozenMap(dict[_K, _V]):
 
 #: The empty FrozenMap, shared (a default costs nothing).
 EMPTY_FROZEN: FrozenMap[Any, Any] = FrozenMap()
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["FrozenMap"]

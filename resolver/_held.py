@@ -21,11 +21,12 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Container, Iterable, Mapping
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings
 from ._declaration import HeldDecl, InstanceRendering, Problem
+from ._ledger import PortAssignment
 from ._model import Require
 from ._select import Selection
 
@@ -42,17 +43,19 @@ KeptPorts = Mapping[str, Mapping[int, str]]
 """node → host port → `instance/listen` holding it (kept_ports)."""
 
 
-def kept_ports(r: Context) -> dict[str, dict[int, str]]:
+def kept_ports(ports: Mapping[str, Mapping[str, PortAssignment]], instances: Container[str],
+               declared: Mapping[str, InstanceRendering]) -> dict[str, dict[int, str]]:
     """node → host port → `instance/listen` for every port kept for an instance still in
-    mesh.yaml: recorded in the ledger, or published by its last written rendering."""
+    mesh.yaml (`instances`): recorded in the ledger (`ports`), or published by its last written
+    rendering (`declared`)."""
     kept: dict[str, dict[int, str]] = {}
-    for name, entries in sorted(r.ledger.ports.items()):
-        if name in r.instances:
+    for name, entries in sorted(ports.items()):
+        if name in instances:
             for listen_name, entry in sorted(entries.items()):
                 kept.setdefault(entry.node, {}).setdefault(entry.port,
                                                            f"{name}/{listen_name}")
-    for name, rendering in sorted(r.declared.items()):
-        if name in r.instances:
+    for name, rendering in sorted(declared.items()):
+        if name in instances:
             for container in rendering.containers:
                 for p in container.ports:
                     kept.setdefault(rendering.node, {}).setdefault(

@@ -58,3 +58,7 @@ class Sources:
 
 #: The sources of documents built in code: no positions, so faults name key paths.
 NO_SOURCES = Sources()
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["Catalogue", "Sources"]

@@ -9,8 +9,8 @@ Invariants:
   is gone (released, and the plan says so).
 - Every key is a string so the ledger round-trips through YAML unchanged.
 - `nodes` and `declared` record what was written out, not what was resolved: only
-  resolver.record_declared (called by whatever writes declarations) changes them, so a serial
-  or a held rendering always refers to a declaration a node may have been handed.
+  resolver.rendering.record_declared (called by whatever writes declarations) changes them, so a
+  serial or a held rendering always refers to a declaration a node may have been handed.
 """
 
 from __future__ import annotations
@@ -125,14 +125,8 @@ class Ledger:
 #: The ledger of a mesh where nothing was issued yet (a missing ledger file).
 EMPTY_LEDGER = Ledger()
 
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
 __all__ = [
-    "LEDGER_VERSION",
-    "PortAssignment",
-    "Generation",
-    "Credential",
-    "Certificate",
-    "NodeSerial",
-    "BuildRecord",
-    "Ledger",
-    "EMPTY_LEDGER",
+    "Ledger", "EMPTY_LEDGER", "PortAssignment", "Generation", "Credential", "Certificate",
+    "NodeSerial", "BuildRecord",
 ]

@@ -261,3 +261,7 @@ def load_mesh_dir(path: str, reader: MeshReader) -> Inputs:
         raise InputError(faults)
     ledger_path = ledger.path if ledger is not None else join(mesh_dir, DEFAULT_LEDGER)
     return attrs.evolve(inputs, mesh_dir=mesh_dir, ledger_path=ledger_path)
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["load_mesh_dir", "MeshReader", "ReadFault"]

@@ -300,3 +300,11 @@ class Mesh:
     host_ports: PortRange = PortRange()
     floors: PVector[Floor] = EMPTY_VEC
     ca: CaConfig = CaConfig()
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = [
+    "Mesh", "Node", "Instance", "Exposure", "Floor", "PortRange", "CaConfig", "Substrate",
+    "Module", "Container", "Listen", "Provide", "Require", "Access", "Mount", "StateDir", "Health",
+    "HttpCheck", "Artifact", "Part", "SecretRotation", "Provisions", "Provision", "GRANT_KINDS",
+]

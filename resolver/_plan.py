@@ -105,3 +105,7 @@ def _in_place_causes(old: ContainerDecl, new: ContainerDecl, held: frozenset[str
             f"running server; only its env file is rewritten"
             for cred in sorted(held) if cred in before and cred in after
             and before[cred] != after[cred]]
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["container_changes", "ContainerChange"]

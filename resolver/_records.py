@@ -62,6 +62,3 @@ def record_declared(resolution: Resolution, nodes: Optional[Iterable[str]] = Non
         if rendering.node in written:
             declared = declared.set(name, rendering)
     return attrs.evolve(ledger, nodes=serials, declared=declared)
-
-
-__all__ = ["next_serial", "newest_written", "record_declared"]

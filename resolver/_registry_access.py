@@ -136,7 +136,3 @@ def registry_accounts(r: Context, store: str, store_node: str, registry: str
 def with_auth(container: ContainerDecl, store: str) -> ContainerDecl:
     mount = MountDecl("auth", f"{AUTH_HOST_DIR}/{store}", AUTH_CONTAINER_DIR, True)
     return attrs.evolve(container, mounts=container.mounts.append(mount))
-
-
-__all__ = ["ACCOUNT_KIND", "MeshRegistry", "registry_accounts", "with_auth", "pull_credential",
-           "push_credential", "account_user"]

@@ -5,7 +5,7 @@ Invariants:
 - Everything the resolver decides is here; nothing it decides is anywhere else.
 - `renderings` holds the rendering of every instance declared live in this resolution (not
   the held ones: theirs is the ledger's, unchanged). What was written out is recorded in the
-  ledger only by resolver.record_declared, called by whatever writes declarations.
+  ledger only by resolver.rendering.record_declared, called by whatever writes declarations.
 - `ledger` is the input ledger with what this resolution issued (ports, logins, bindings) and
   released; it never advances the record of what was declared (serials, renderings).
 """
@@ -47,3 +47,7 @@ class Resolution:
     def held(self) -> list[str]:
         """Instances refused now and declared at their last good rendering."""
         return sorted({h.instance for d in self.declarations.values() for h in d.held})
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["Resolution"]

@@ -4,11 +4,12 @@ Invariants:
 - Pure and deterministic: the same inputs give the same Resolution, whatever the order of
   nodes, modules or instances in the input (everything is walked in sorted order).
 - Resolution is a fixed sequence of pure stages (`resolution`): each is a function of the
-  frozen Context (resolver/_context.py) and of values the stages before it returned (the
-  instances blocked so far, the floors refused, the bindings); it returns its findings and
-  whatever it computed, and changes nothing it was handed. Problems are stated in stage order
-  and a stage's blocks are merged into `blocked` before the next stage runs, so the order of
-  problems (and of the codes a blocked instance lists) is that order.
+  frozen Context (resolver/_context.py), or of the parts of it it reads, and of values the
+  stages before it returned (the instances blocked so far, the floors refused, the
+  bindings); it returns its findings and whatever it computed, and changes nothing it was
+  handed. Problems are stated in stage order and a stage's blocks are merged into `blocked`
+  before the next stage runs, so the order of problems (and of the codes a blocked instance
+  lists) is that order.
 - A refusal blocks exactly the instances it names (and, through bindings, their consumers);
   nothing else changes because of it. A blocked instance that was declared before (the
   ledger's `declared` holds its last written rendering) is held: its node's declaration keeps
@@ -25,7 +26,7 @@ Invariants:
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Iterable, Optional, Union
+from typing import Iterable, Mapping, Optional, Union
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -67,7 +68,8 @@ from ._refusals import (
     check_state_paths,
 )
 from ._firewall import check_exposures
-from ._render import render_instances
+from ._render import local_openings, render_instances
+from ._render_bindings import live_instances, own_secrets, render_bindings, render_providers
 from ._resolution import Resolution
 from ._select import Selection, select_provider
 
@@ -76,15 +78,17 @@ _Wanted = Union[str, tuple[str, str]]
 
 
 def resolution(r: Context) -> Resolution:
-    """The stages of a resolution, composed in order: each is handed the frozen Context (and
-    what it needs of the stages before it: the instances blocked so far, the floors refused,
-    the bindings) and returns what it finds as values; the problems are stated in this order
-    and each stage's blocks join `blocked` before the next stage asks."""
+    """The stages of a resolution, composed in order: each is handed the frozen Context, or
+    the parts of it it reads, and what it needs of the stages before it (the instances
+    blocked so far, the floors refused, the bindings, the ports, the live instances, the
+    parts of the renderings) and returns what it finds as values; the problems are stated
+    in this order and each stage's blocks join `blocked` before the next stage asks."""
     placement = check_placement(r)
     moves, changes = check_moves(r)
     stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves)
     stated, blocked = _stated(stated, blocked, check_mesh_scope(r, blocked))
-    kept = kept_ports(r)  # node → host port → its holder: what floors and fixed ports meet
+    # node → host port → its holder: what floors and fixed ports meet
+    kept = kept_ports(r.ledger.ports, r.instances, r.declared)
     floor_conflicts, floors = check_floors(r, kept)  # the floors not applied
     stated, blocked = _stated(stated, blocked, floor_conflicts)
     stated, blocked = _stated(stated, blocked, check_claims(r, blocked, floors, kept))
@@ -101,16 +105,26 @@ def resolution(r: Context) -> Resolution:
     stated, blocked = _stated(stated, blocked, propagated)
     # no block is added after this point: `blocked` is final
     registry = mesh_registry(r, blocked, assigned)
-    logins = assign_logins(r, bound)
-    renderings, bindings, rendered = render_instances(r, blocked, bound, assigned, logins,
-                                                      registry)
+    logins = assign_logins(r.recorded_logins, bound)
+    live = live_instances(r.placed(blocked), r.instances, r.modules_of, r.mesh.nodes,
+                          r.catalogue.modules, r.catalogue.provisions)
+    own = own_secrets(live, r.credentials)
+    consumed = render_bindings(live, bound, assigned, logins, r.credentials, own.refs)
+    providers = render_providers(live, assigned, r.credentials, own.refs)
+    local = local_openings(r.mesh.mesh, live, bound, assigned)
+    renderings = render_instances(live, r.mesh, r.ledger, registry, assigned, own.refs,
+                                  consumed, providers, local)
+    bindings, rendered = consumed.bindings, own.requests + consumed.requests
+    # the rest of what those stages returned is in the renderings now: let it go, so a large
+    # mesh keeps no second set of it alive (for the collector to walk) while the rest runs
+    del live, own, consumed, providers, local
     held, held_problems = held_instances(r, blocked, stated)
     declarations, accounts = assemble(r, floors, renderings, held, registry)
     # every request of every stage, merged here (duplicates kept: the count per node
     # check_public_keys states is of requests made, as it always was)
     all_requests = [*rendered, *accounts,
                     *certificate_requests(r.mesh, r.ledger, r.now),
-                    *tls_requests(r, registry)]
+                    *tls_requests(r.mesh, r.ledger, r.now, registry)]
     problems = stated + held_problems + check_public_keys(r, all_requests)
     new_bindings: dict[str, dict[str, str]] = {}
     for (consumer, as_), b in bound.items():
@@ -142,7 +156,7 @@ def resolution(r: Context) -> Resolution:
                                  registry.address if registry is not None else None),
         registry=registry.address if registry is not None else None,
         registry_instance=registry.instance if registry is not None else None,
-        renderings=FrozenMap(renderings),
+        renderings=renderings,
     )
 
 
@@ -364,17 +378,19 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], 
 
 # ---------------------------------------------------------------------- logins
 
-def assign_logins(r: Context, bound: dict[tuple[str, str], Bound]) -> dict[str, str]:
+def assign_logins(recorded: Mapping[str, str], bound: Mapping[tuple[str, str], Bound]
+                  ) -> dict[str, str]:
     """Credential id → its login for every binding that carries a credential: the one the
-    ledger records, else a new one derived (unique among the logins recorded and given)."""
+    ledger records (`recorded`), else a new one derived (unique among the logins recorded and
+    given)."""
     logins: dict[str, str] = {}
-    used = set(r.ledger.logins.values())
+    used = set(recorded.values())
     for key in sorted(bound):  # (consumer, as): the keys are that order, made once
         b = bound[key]
         if b.credential is None or b.credential in logins:
             continue
-        recorded = r.recorded_logins.get(b.credential)
-        logins[b.credential] = recorded or derive_login(b.credential, b.consumer, used)
+        logins[b.credential] = (recorded.get(b.credential)
+                                or derive_login(b.credential, b.consumer, used))
     return logins
 
 
@@ -409,11 +425,12 @@ def mesh_registry(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], 
     return None if chosen is None else MeshRegistry(stores[chosen], chosen, nodes[chosen])
 
 
-def tls_requests(r: Context, registry: Optional[MeshRegistry]) -> list[Request]:
+def tls_requests(mesh: Mesh, ledger: Ledger, now: Optional[str],
+                 registry: Optional[MeshRegistry]) -> list[Request]:
     """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
     if registry is None:
         return []
-    reason = tls_reason(r.mesh, r.ledger, registry.instance, registry.node, r.now)
+    reason = tls_reason(mesh, ledger, registry.instance, registry.node, now)
     return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
 
 
@@ -434,3 +451,7 @@ def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Source
         if faults:
             raise InputError(faults)
     return resolution(Context.of(catalogue, mesh, ledger, sources, now))
+
+
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["resolve"]

@@ -326,14 +326,8 @@ def report_applied(ledger: Ledger, credential_id: str, node: str, *,
     return attrs.evolve(ledger, credentials=ledger.credentials.set(credential_id, credential))
 
 
-__all__ = [
-    "RotationError", "SLOTS", "OWN_SECRET_PREFIX", "provider_first", "is_dual", "holder_nodes", "next_generation_number", "idle_slot",
-    "in_progress", "first_generation", "begin_rotation", "reseal", "provider_applied",
-    "holder_applied",
-    "waiting_holders", "holder_generation", "provider_generations", "accepted_generations",
-    "grant_view", "window_holders", "describe_rotation", "report_applied", "record_applied",
-    "declared_grants", "is_own_secret", "server_held_credentials", "server_held_secrets",
-]
+# What the package's root takes from this module (resolver/__init__.py joins these lists).
+__all__ = ["RotationError"]
 
 
 def declared_grants(declaration: Declaration) -> dict[str, int]:

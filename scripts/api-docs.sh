@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The resolver's API reference, generated from its docstrings by pdoc (the test extra installs
-# it): one HTML page per public module, the package's `__all__` being the public API.
+# it): one HTML page for the package's root and one per public submodule (those the root's
+# `__all__` names), each module's `__all__` being its public API.
 #   bash scripts/api-docs.sh [OUTPUT_DIR]     (default: build/api, which git ignores)
 set -euo pipefail
 cd "$(dirname "$0")/.."

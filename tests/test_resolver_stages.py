@@ -33,7 +33,9 @@ MUTABLE_BOOKKEEPERS = {
 STAGE_VALUES = {"_context.py": {"Context", "FloorRefusals"}, "_bound.py": {"Bound"},
                 "_declaration.py": {"Problem", "InstanceRendering", "Binding", "Request"},
                 "_registry_access.py": {"MeshRegistry"}, "_resolution.py": {"Resolution"},
-                "_select.py": {"Selection"}}
+                "_select.py": {"Selection"},
+                "_render_bindings.py": {"Live", "OwnSecrets", "Consumed"},
+                "_render.py": {"LocalOpenings", "Images"}}
 
 
 def _frozen_classes(path: Path) -> set[str]:
@@ -79,7 +81,7 @@ def test_a_held_instance_names_every_refusal_in_the_order_stated():
     """The blocked mapping stages pass on keeps each instance's codes in stated order; the
     held problem lists them (its position is the first refusal's)."""
     resolution = resolver.resolve(*_resolve_args("refusals/held-typo"))
-    held = [p for p in resolution.problems if p.code == resolver.HELD]
+    held = [p for p in resolution.problems if p.code == resolver.ProblemCode.HELD]
     assert held
     for problem in held:
         refusals = [p for p in resolution.problems

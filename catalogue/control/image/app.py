@@ -124,7 +124,7 @@ SUPERVISOR = Supervisor()
 
 
 def ca_certificate() -> bytes:
-    from resolver import load_mesh
+    from resolver.documents import load_mesh
 
     from executors.control.ca import ca_cert_path
 

@@ -1,0 +1,302 @@
+"""The two ends of every binding as rendering states them: what each live instance is, what a
+consumer is told, what its provider grants it and opens for it, and what a provider serves.
+
+Invariants:
+- Pure stages of resolution() (resolver/_resolve.py), each handed the parts of the inputs it
+  reads and returning one frozen value; the credential requests a stage's references need are
+  part of that value, and resolution() merges them with every other stage's.
+- Every value a consumer is told comes from one place: the provider node's address and the
+  host port assigned to the provider's listen; the firewall allow of a consumer on another
+  node is of that same port, so the two ends agree by construction.
+- Secrets appear only as `${secret:<credential id>}` tokens plus a SecretRef with the
+  generation in force; nothing here holds a value.
+- Everything is attributed to one instance: a consumer's binding values, and by provider
+  node its grants and firewall allows; a provider's ProviderDecls with its admin credential.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Mapping, Optional
+
+import attrs
+from pyrsistent import pvector
+from pyrsistent.typing import PVector
+
+from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id, two_slots
+from ._declaration import (
+    Binding,
+    BindingDecl,
+    FirewallAllow,
+    GrantDecl,
+    ProviderDecl,
+    Request,
+    SecretRef,
+)
+from ._frozen import FrozenMap
+from ._ledger import Credential
+from ._model import Instance, Listen, Module, Node, Provision
+from ._placeholders import secret_token
+from ._rotation import grant_view
+from ._secrets import secret_ref
+from ._shape import Told
+
+HolderVectors = dict[tuple[str, ...], PVector[str]]
+"""One sorted holders vector per set of holders, shared by the requests of one stage (they are
+values: sharing is invisible, and a large mesh makes thousands; see secret_ref)."""
+
+
+@attrs.frozen
+class Live:
+    """The live instances (not blocked, once `blocked` is final) as rendering reads them, in
+    plain dicts for the hot lookups (a pmap lookup costs several times a dict's)."""
+
+    names: tuple[str, ...]
+    """The live instances, sorted: the order rendering walks them in."""
+    instances: Mapping[str, Instance]
+    """Every instance of mesh.yaml."""
+    node_of: Mapping[str, str]
+    """Every instance → its node."""
+    modules: Mapping[str, Module]
+    """Every live instance → its module (check_placement refused any whose module is unknown)."""
+    address: Mapping[str, str]
+    """Every node → its address."""
+    listens_of: Mapping[str, Mapping[str, Listen]]
+    """Every module of the catalogue (by name) → its listens."""
+    provisions: Mapping[str, Provision]
+    """The catalogue's provisions."""
+
+
+def live_instances(names: Iterable[str], instances: Mapping[str, Instance],
+                   modules_of: Mapping[str, Optional[Module]], nodes: Mapping[str, Node],
+                   modules: Mapping[str, Module], provisions: Mapping[str, Provision]) -> Live:
+    """The Live view of the instances `names` (the placed ones: not blocked), from mesh.yaml's
+    `instances` and `nodes`, each instance's module (`modules_of`), and the catalogue's
+    `modules` and `provisions`."""
+    live = tuple(names)
+    placed: dict[str, Module] = {}
+    for name in live:
+        module = modules_of[name]
+        assert module is not None, name  # check_placement refused it otherwise
+        placed[name] = module
+    return Live(
+        names=live, instances=instances,
+        node_of={name: inst.node for name, inst in instances.items()},
+        modules=placed,
+        address={name: node.address for name, node in nodes.items()},
+        listens_of={name: dict(module.listens) for name, module in modules.items()},
+        provisions=dict(provisions))
+
+
+# ---------------------------------------------------------------------- module-own secrets
+
+@attrs.frozen
+class OwnSecrets:
+    """Each live instance's module-own secrets: one credential each, held by the instance's
+    node only."""
+
+    refs: Mapping[tuple[str, str], SecretRef]
+    """(instance, secret name) → the reference its containers and provisioner are given."""
+    requests: tuple[Request, ...]
+    """What those references need issued or re-sealed, in (instance, secret) order."""
+
+
+def own_secrets(live: Live, credentials: Mapping[str, Credential]) -> OwnSecrets:
+    """The module-own secrets of every live instance, and the requests they need."""
+    refs: dict[tuple[str, str], SecretRef] = {}
+    requests: list[Request] = []
+    vectors: HolderVectors = {}
+    for name in live.names:
+        node = live.node_of[name]
+        for own in live.modules[name].secrets:
+            refs[(name, own)], needed = secret_ref(
+                credentials, secret_id(name, own), {node}, f"secret {own} of {name}",
+                vectors=vectors)
+            requests.extend(needed)
+    return OwnSecrets(refs=FrozenMap(refs), requests=tuple(requests))
+
+
+# ---------------------------------------------------------------------- the consumer's end
+
+@attrs.frozen
+class Consumed:
+    """What every bound consumer is told and needs, by consumer (a consumer with no binding is
+    in none of the maps), each part frozen once the consumer's last binding is rendered."""
+
+    bindings: tuple[Binding, ...]
+    """The plan's bindings, in (consumer, requirement) order."""
+    decls: Mapping[str, PVector[BindingDecl]]
+    """Consumer → its bindings as its declaration lists them."""
+    told: Mapping[str, Mapping[str, Told]]
+    """Consumer → requirement (`as`) → its binding: what the consumer's env is filled from."""
+    grants: Mapping[str, FrozenMap[str, PVector[GrantDecl]]]
+    """Consumer → provider node → the grants made for it there (consumers with a login)."""
+    allows: Mapping[str, FrozenMap[str, PVector[FirewallAllow]]]
+    """Consumer → provider node → the allows of its node's address (providers elsewhere)."""
+    requests: tuple[Request, ...]
+    """What the references given out need issued or re-sealed, in binding order."""
+
+
+def render_bindings(live: Live, bound: Mapping[tuple[str, str], Bound],
+                    assigned: Mapping[tuple[str, str], int], logins: Mapping[str, str],
+                    credentials: Mapping[str, Credential],
+                    own: Mapping[tuple[str, str], SecretRef]) -> Consumed:
+    """Binding values, grants and firewall allows of every binding in `bound` (both ends
+    live), rendered in (consumer, requirement) order: each consumer's are consecutive, so each
+    consumer's parts are frozen as soon as its last binding is rendered. `own`: the module-own
+    secrets (a provider's admin credential is one)."""
+    node_of, address, instances = live.node_of, live.address, live.instances
+    # one SecretRef per (credential, generation): references are values, so sharing is
+    # invisible (keyed by itself: no key tuple kept for each)
+    interned: dict[SecretRef, SecretRef] = {}
+    vectors: HolderVectors = {}
+    one_source = {at: pvector([at]) for at in set(address.values())}  # an allow's sources
+    admin_of: dict[tuple[str, str], Optional[str]] = {}  # (module, provision) → admin secret
+    bindings: list[Binding] = []
+    requests: list[Request] = []
+    decls_of: dict[str, PVector[BindingDecl]] = {}
+    told_of: dict[str, Mapping[str, Told]] = {}
+    granted_of: dict[str, FrozenMap[str, PVector[GrantDecl]]] = {}
+    allowed_of: dict[str, FrozenMap[str, PVector[FirewallAllow]]] = {}
+    ordered = sorted(bound)
+    decls: list[BindingDecl] = []
+    told: dict[str, Told] = {}
+    grants: defaultdict[str, list[GrantDecl]] = defaultdict(list)
+    allows: defaultdict[str, list[FirewallAllow]] = defaultdict(list)
+    for index, key in enumerate(ordered):
+        b = bound[key]
+        req = b.requirement
+        provider_node = node_of[b.provider]
+        consumer_node = node_of[b.consumer]
+        port = assigned[(b.provider, b.listen)]
+        values = _Missing(host=address[provider_node], port=str(port))
+        secret: Optional[SecretRef] = None
+        if b.credential is not None:
+            login = logins[b.credential]
+            cred = credentials.get(b.credential)
+            active = cred.active if cred is not None else None
+            dual = two_slots(b.kind, active.slot if active is not None else None,
+                             active is not None)
+            slot = (active.slot if active is not None and active.slot else "a") if dual else None
+            given, needed = secret_ref(
+                credentials, b.credential, {provider_node, consumer_node},
+                f"{req.provision} for {b.consumer} from {b.provider}", slot, vectors=vectors)
+            requests.extend(needed)
+            secret = interned.setdefault(given, given)
+            values["user"] = f"{login}_{slot}" if dual else login
+            values[RESOURCE_KEYS[b.kind]] = login
+            values["password"] = secret_token(b.credential)
+            # the provider is told the newest generation (pending, during a rotation) and the
+            # one it must still accept; holders stay on `active` until the provider applied
+            newest, retiring = grant_view(cred) if cred is not None and active is not None \
+                else (None, None)
+            grant_secret = secret
+            if newest:
+                newest_ref = SecretRef(b.credential, newest.generation)
+                grant_secret = interned.setdefault(newest_ref, newest_ref)
+            retiring_ref: Optional[SecretRef] = None
+            if retiring:
+                retiring_ref = SecretRef(b.credential, retiring.generation)
+                retiring_ref = interned.setdefault(retiring_ref, retiring_ref)
+            assert req.provision is not None  # only a provision grants a login
+            provider_module = instances[b.provider].module
+            if (provider_module, req.provision) not in admin_of:
+                admin_of[(provider_module, req.provision)] = next(
+                    (p.admin for p in live.modules[b.provider].provides
+                     if p.provision == req.provision), None)
+            admin_name = admin_of[(provider_module, req.provision)]
+            grants[provider_node].append(GrantDecl(
+                provision=req.provision, kind=b.kind, provider=b.provider,
+                consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
+                credential=grant_secret, slot=newest.slot if newest else slot,
+                retiring=retiring_ref, retiring_slot=retiring.slot if retiring else None,
+                admin=own.get((b.provider, admin_name)) if admin_name else None))
+        template: Optional[str] = None
+        if req.provision is not None:
+            template = live.provisions[req.provision].url
+        else:
+            template = "http://{host}:{port}"
+        if template:
+            values["url"] = template.format_map(values)
+        frozen = FrozenMap(values)
+        bindings.append(binding_record(b, consumer_node, provider_node, port, frozen, secret))
+        decl = BindingDecl(b.consumer, req.as_, b.provider, req.provision, frozen, secret,
+                           b.kind)
+        decls.append(decl)
+        told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
+        if provider_node != consumer_node:
+            listen = live.listens_of[instances[b.provider].module][b.listen]
+            allows[provider_node].append(FirewallAllow(
+                port, listen.protocol, one_source[address[consumer_node]],
+                f"{b.provider}/{b.listen}"))
+        if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
+            decls_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
+            told_of[b.consumer] = told
+            if grants:
+                granted_of[b.consumer] = FrozenMap({node: pvector(sorted(g, key=_grant_order))
+                                                   for node, g in grants.items()})
+            if allows:
+                allowed_of[b.consumer] = FrozenMap({node: pvector(a)
+                                                   for node, a in allows.items()})
+            decls, told, grants, allows = [], {}, defaultdict(list), defaultdict(list)
+    return Consumed(bindings=tuple(bindings), decls=decls_of, told=told_of, grants=granted_of,
+                    allows=allowed_of, requests=tuple(requests))
+
+
+# ---------------------------------------------------------------------- the provider's end
+
+def render_providers(live: Live, assigned: Mapping[tuple[str, str], int],
+                     credentials: Mapping[str, Credential],
+                     own: Mapping[tuple[str, str], SecretRef]
+                     ) -> Mapping[str, PVector[ProviderDecl]]:
+    """Live instance → what it provides (only those providing something with an assigned
+    port), with its provisioner's admin credential (`own`: the module-own secrets) and the
+    pending generation of that credential's rotation in progress."""
+    providers_of: dict[str, PVector[ProviderDecl]] = {}
+    for name in live.names:
+        module = live.modules[name]
+        if not module.provides:
+            continue
+        provided: list[ProviderDecl] = []
+        for provide in module.provides:
+            if (name, provide.listen) not in assigned:
+                continue
+            definition = live.provisions.get(provide.provision)
+            provided.append(ProviderDecl(
+                instance=name, provision=provide.provision,
+                kind=definition.grant if definition is not None else "none",
+                listen=provide.listen, port=assigned[(name, provide.listen)],
+                container_port=live.listens_of[live.instances[name].module][provide.listen].port,
+                admin=own.get((name, provide.admin)) if provide.admin else None,
+                admin_pending=_pending_ref(credentials, secret_id(name, provide.admin))
+                if provide.admin else None))
+        if provided:
+            providers_of[name] = pvector(sorted(provided, key=_provider_order))
+    return FrozenMap(providers_of)
+
+
+def _pending_ref(credentials: Mapping[str, Credential], cred_id: str) -> Optional[SecretRef]:
+    """The pending generation of a rotation of `cred_id` in progress, or None."""
+    cred = credentials.get(cred_id)
+    pending = cred.pending if cred is not None else None
+    return SecretRef(cred_id, pending.generation) if pending is not None else None
+
+
+def _provider_order(p: ProviderDecl) -> tuple[str, str]:
+    return (p.instance, p.provision)
+
+
+def _binding_order(b: BindingDecl) -> tuple[str, str]:
+    return (b.consumer, b.requirement)
+
+
+def _grant_order(g: GrantDecl) -> tuple[str, str, str]:
+    return (g.provider, g.consumer, g.provision)
+
+
+class _Missing(dict[str, str]):
+    """Binding values for a url template: a key it does not hold stays as `{key}`."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+

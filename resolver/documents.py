@@ -1,0 +1,32 @@
+"""Documents as text: loading each one with its faults located, writing the ledger and YAML
+back, the strict converter between plain data and the model, the JSON Schema of every
+document, and the path rules of a mesh directory.
+
+`resolver.load_mesh_dir` and `resolver.load_inputs` load a whole mesh; the names here load,
+parse or write one document at a time, for tools that work on documents themselves (the
+`mesh` command's loading, schema and plan verbs, the agent, the tests). Every loader raises
+one `resolver.InputError` holding every fault of its document.
+"""
+
+from ._convert import document_key, unstructure, unstructure_full, yaml_key
+from ._documents import (dump_ledger, dump_yaml, load_ledger, load_mesh, load_module,
+                         load_provisions)
+from ._load import (DocumentPositions, Parsed, load_document, parse_document, parse_yaml,
+                    structure)
+from ._mesh_dir import MESH_FILE, MeshPaths, mesh_paths
+from ._schema import document_names, json_schema
+from ._yaml import LIMITS
+
+__all__ = [
+    # One document from text (or bytes, or a Parsed document), every fault located
+    "load_mesh", "load_module", "load_provisions", "load_ledger", "load_document",
+    "parse_document", "parse_yaml", "Parsed", "DocumentPositions", "LIMITS",
+    # Back to text
+    "dump_ledger", "dump_yaml",
+    # The strict converter between plain data and the model
+    "structure", "unstructure", "unstructure_full", "yaml_key", "document_key",
+    # The JSON Schema of every document
+    "document_names", "json_schema",
+    # Where a mesh directory's documents are, without loading them
+    "MESH_FILE", "MeshPaths", "mesh_paths",
+]
