@@ -29,7 +29,8 @@ from pyrsistent import pvector
 
 from executors.node.apply.pipeline import NodePaths, apply_declaration, observe, render
 from executors.node.apply.diff import after, diff
-from resolver import AccessDecl, MountDecl, SecretRef, StateDirDecl, secret_token
+from resolver import AccessDecl, MountDecl, SecretRef, StateDirDecl
+from resolver.rendering import secret_token
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +151,7 @@ def test_after_predicts_what_the_real_executor_leaves_on_the_node(first, second,
         one = build(mesh, 1, first, image, base)
         report = apply_declaration(one, api=api, state_root=paths.state_root,
                                    secret_source=secret_value, stop_timeout=1)
-        assert report.facts["result"] == "applied", report.facts
+        assert report.result == "applied", report.to_json()
         disturb(api, what, paths, base, mesh)
         if absent_access and second[2]:
             shutil.rmtree(base / "data" / second[2][0][0])
@@ -161,7 +162,7 @@ def test_after_predicts_what_the_real_executor_leaves_on_the_node(first, second,
         predicted = after(rendered.desired, before, plan.ops)
         report = apply_declaration(two, api=api, state_root=paths.state_root,
                                    secret_source=secret_value, stop_timeout=1)
-        assert report.facts["result"] == ("refused" if plan.refused else "applied"), report.facts
+        assert report.result == ("refused" if plan.refused else "applied"), report.to_json()
         now = observe(api, paths, rendered.desired)
         assert comparable(now) == comparable(predicted)
         assert diff(rendered.desired, now).ops == ()

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import attrs
 from hypothesis import given, settings, strategies as st
 from pyrsistent import pmap
 
@@ -217,7 +216,7 @@ def test_a_running_container_no_apply_saw_answer_is_awaited(desired, observed, d
     # independent draws rarely observe a declared container running with its declared digest
     # (the derandomized `ci` profile drew none that was unanswered): some declared containers
     # are observed that way here, answered or not
-    observed = attrs.evolve(observed, containers=observed.containers.update({
+    observed = observed._replace(containers=observed.containers.update({
         c.name: ContainerFacts(c.name, c.digest, True, "running", c.run_once, c.summary,
                                answered=data.draw(st.booleans()))
         for c in desired.containers if data.draw(st.booleans())}))

@@ -78,7 +78,8 @@ def test_sigkill_at_random_points_then_rerun_converges(tmp_path):
 
     # sealed values for every generation used, in a ledger file opened by the node key
     from executors.common import keys
-    from resolver import Credential, Generation, Ledger, dump_ledger
+    from resolver import Credential, Generation, Ledger
+    from resolver.documents import dump_ledger
 
     public = keys.create_node_key(tmp_path / "n1.key")
     generations = {}

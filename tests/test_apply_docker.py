@@ -11,7 +11,8 @@ import attrs
 import pytest
 from pyrsistent import pvector
 
-from resolver import HealthDecl, SecretRef, secret_token
+from resolver import HealthDecl, SecretRef
+from resolver.rendering import secret_token
 
 from executors.cli import main as cli
 from executors.node.apply.pipeline import NodePaths, apply_declaration, observe, render
@@ -122,13 +123,13 @@ def test_rotation_reaches_the_container_and_the_report_states_generations(
 
     report = apply_declaration(decl(1, 1), api=api, state_root=state,
                                secret_source=secrets_by_generation, stop_timeout=1)
-    assert report.facts["generations"] == {"app-db": 1}
+    assert report.generations == {"app-db": 1}
     assert env_of(http_get(f"http://127.0.0.1:{port}/cgi-bin/env"))["DB_PASSWORD"] == \
         "pw-app-db-g1"
     report = apply_declaration(decl(2, 2), api=api, state_root=state,
                                secret_source=secrets_by_generation, stop_timeout=1)
-    assert report.facts["result"] == "applied"
-    assert report.facts["generations"] == {"app-db": 2} and report.facts["serial_applied"] == 2
+    assert report.result == "applied"
+    assert report.generations == {"app-db": 2} and report.serial_applied == 2
     causes = {op.op: op.cause for op in report.ops}
     assert causes["recreate-container"] == "config digest changed: env DB_PASSWORD"
     assert causes["write-file"] == "contents changed"
@@ -256,11 +257,11 @@ def test_health_distinguishes_running_from_answering(api, mesh, tmp_path):
                       health=HealthDecl(kind="command", command=pvector(["false"]), timeout=2))
     report = apply_declaration(declaration(mesh, containers=[good, cmd, never]), api=api,
                                state_root=tmp_path / "s", stop_timeout=1)
-    assert report.facts["health"] == {f"{mesh}-good": "answering", f"{mesh}-cmd": "answering",
+    assert report.health == {f"{mesh}-good": "answering", f"{mesh}-cmd": "answering",
                                       f"{mesh}-never": "running, not answering"}
     last = [op for op in report.ops if op.subject == f"{mesh}-never"][0]
     assert not last.ok and "did not answer within 2s" in last.result
-    assert report.facts["result"] == "failed"
+    assert report.result == "failed"
 
 
 def test_applying_a_sequence_ends_in_the_state_of_its_last_declaration(api, mesh, tmp_path):
@@ -277,7 +278,7 @@ def test_applying_a_sequence_ends_in_the_state_of_its_last_declaration(api, mesh
     ]
     for decl in sequence:
         assert apply_declaration(decl, api=api, state_root=state,
-                                 stop_timeout=1).facts["result"] == "applied"
+                                 stop_timeout=1).result == "applied"
     last = sequence[-1]
     rendered = render(last, NodePaths(state))
     observed = observe(api, NodePaths(state), rendered.desired)
@@ -383,7 +384,7 @@ def test_an_image_named_by_digest_is_pulled_only_when_missing(api, mesh, tmp_pat
         said = io.StringIO()
         report = apply_declaration(decl, api=api, state_root=tmp_path / "s", stop_timeout=1,
                                    report=Report(printer=LivePrinter(stream=said)))
-        assert report.facts["result"] == "applied", report.to_json()
+        assert report.result == "applied", report.to_json()
         assert f"pulling {reference} (not present on this node)" in said.getvalue()
         assert api.inspect_container(f"{mesh}-web")["Config"]["Image"] == reference
         cleanup(api, mesh)

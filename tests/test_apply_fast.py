@@ -22,7 +22,8 @@ import pytest
 from pyrsistent import pmap, pvector
 
 from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, FirewallIntent,
-                      SecretRef, StateDirDecl, secret_token)
+                      SecretRef, StateDirDecl)
+from resolver.rendering import secret_token
 
 from executors.node.apply import fast as apply_fast
 
@@ -123,7 +124,8 @@ def test_the_check_answers_a_converged_node_exactly_as_the_full_path_does(node, 
 
 def test_a_no_op_with_sealed_secrets_answers_as_the_full_path_and_a_new_ledger_declines(
         api, mesh, tmp_path, capsys):
-    from resolver import Credential, Generation, Ledger, dump_ledger
+    from resolver import Credential, Generation, Ledger
+    from resolver.documents import dump_ledger
 
     key_path = tmp_path / "n1.key"
     public = keys.create_node_key(key_path)
@@ -279,7 +281,7 @@ def parsed(*argv):
     argv = [*map(str, argv)]
     if "--docker-host" not in argv:
         argv += ["--docker-host", docker_host()]
-    return parser.parse_args(["apply", *argv])
+    return cmd_apply.options_from(parser.parse_args(["apply", *argv]))
 
 
 def test_the_check_declines_what_it_does_not_handle(node, capsys, monkeypatch):

@@ -11,7 +11,8 @@ import attrs
 import pytest
 from pyrsistent import pmap, pvector
 
-from resolver import AccessDecl, BindingDecl, MountDecl, SecretRef, StateDirDecl, secret_token
+from resolver import AccessDecl, BindingDecl, MountDecl, SecretRef, StateDirDecl
+from resolver.rendering import secret_token
 
 from executors.cli import main as cli
 
@@ -148,7 +149,8 @@ def test_a_present_accessed_path_is_used_as_it_is(api, mesh, tmp_path, capsys):
 
 def _sealed_ledger(tmp_path, values: dict[tuple[str, int], str]):
     """A ledger file holding `values` sealed to node n1, and n1's key file."""
-    from resolver import Credential, Generation, Ledger, dump_ledger
+    from resolver import Credential, Generation, Ledger
+    from resolver.documents import dump_ledger
 
     key_path = tmp_path / "n1.key"
     public = keys.create_node_key(key_path)
@@ -273,17 +275,17 @@ def test_the_digest_recorded_is_the_contents_not_the_digest_a_file_claims(
     """A declaration edited by hand keeps the `digest` it was written with; the node records
     the digest of what it applied (the resolver's declaration_digest), so `mesh applied`
     cannot take the edited declaration for the one the mesh declared."""
-    import resolver
+    from resolver import rendering
 
     target = tmp_path / "data"
     decl = declaration(mesh, state_dirs=[StateDirDecl(str(target), 0, 0, "0700",
                                                       "app@n1", "data")])
-    claimed = resolver.declaration_digest(attrs.evolve(decl, state_dirs=pvector()))
+    claimed = rendering.declaration_digest(attrs.evolve(decl, state_dirs=pvector()))
     edited = attrs.evolve(decl, digest=claimed)  # says it is the declaration without the dir
     path = write_declaration(tmp_path / "d.json", edited)
     code, report, _ = apply_json(capsys, path, "--state-root", tmp_path / "state")
     assert code == 0, report
-    actual = resolver.declaration_digest(decl)
+    actual = rendering.declaration_digest(decl)
     assert actual != claimed
     assert report["digest"] == actual
     record = json.loads((tmp_path / "state" / ".mesh" / "applied.json").read_text())

@@ -109,7 +109,7 @@ def raw_container(api, name: str, port: int) -> None:
 def apply(api, state, mesh, serial, *containers):
     report = apply_declaration(declaration(mesh, serial=serial, containers=list(containers)),
                                api=api, state_root=state, stop_timeout=1)
-    assert report.facts["result"] == "applied", report.to_json()
+    assert report.result == "applied", report.to_json()
     assert report.notices == [], report.notices
     return {(o.op, o.subject): o.result for o in report.ops if o.op.endswith("-container")}
 
@@ -247,7 +247,7 @@ def test_an_engine_served_from_another_network_namespace_is_a_notice_and_nothing
         server.kill()
         server.wait()
     for report in (first, second):
-        assert report.facts["result"] == "applied", report.to_json()
+        assert report.result == "applied", report.to_json()
         assert len(report.notices) == 1, report.notices
         assert "another network namespace" in report.notices[0]["message"]
     assert [(o.op, o.result) for o in second.ops if o.op.endswith("-container")] == [

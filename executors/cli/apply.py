@@ -7,7 +7,7 @@ reported on every apply with its kind, never counted as in force, and the exit c
 The record `<state root>/.mesh/applied.json` names the new serial only when every phase
 succeeded; otherwise it keeps the last good serial and states what failed.
 Every step is printed to stderr as it happens; `--json` prints the final report to stdout.
-A DECLARATION may be a file (JSON or YAML of resolver.unstructure(declaration)) or a spool
+A DECLARATION may be a file (JSON or YAML of resolver.documents.unstructure(declaration)) or a spool
 directory of them; of all given, only the newest by serial is applied, the rest are reported
 as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
 to this node) opened with `--key FILE` (the node's private key).
@@ -19,19 +19,27 @@ resolver, the docker SDK) happen only on the full path.
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import Optional, Sequence, TextIO
 
-if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
-    from executors.common.report import Report
+# Only what the no-op check needs is imported at the top (standard library only, like it):
+# the full path's modules (the resolver, attrs, the docker SDK) are imported in `run` when it
+# runs, never for an answered no-op.
+from executors.node.apply import fast as apply_fast
+from executors.node.apply.options import ApplyOptions
+from executors.node.apply.outcome import write_outcome
+from executors.node.node_paths import (
+    DEFAULT_STATE_ROOT,
+    FILE_ROOT_ENV,
+    STATE_ROOT_ENV,
+    default_file_root,
+    default_state_root,
+)
 
 
-def register(subparsers) -> None:
-    from executors.node.node_paths import (DEFAULT_STATE_ROOT, FILE_ROOT_ENV, STATE_ROOT_ENV,
-                                           default_file_root, default_state_root)
-
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "apply",
         help="make this node match the newest of its declarations (containers, files, dirs)",
@@ -78,70 +86,36 @@ def register(subparsers) -> None:
 # --------------------------------------------------------------------------- run
 
 
-def run(args, out=None) -> int:
-    out = out or sys.stdout
-    from executors.node.apply import fast as apply_fast
-    from executors.node.apply.options import ApplyOptions
-
-    options = ApplyOptions(
+def options_from(args: argparse.Namespace) -> ApplyOptions:
+    """The apply asked for by `mesh apply`'s arguments."""
+    return ApplyOptions(
         declarations=tuple(args.declarations), state_root=args.state_root,
         file_root=args.file_root, secrets=args.secrets, key=args.key,
         docker_host=args.docker_host, stop_timeout=args.stop_timeout,
         no_firewall=args.no_firewall, no_fast=args.no_fast, dry_run=args.dry_run,
         json=args.json)
+
+
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    options = options_from(args)
     if not apply_fast.fast_path_disabled(options):
         code = apply_fast.try_noop(options, out)
         if code is not None:
             return code
+    # the full path: imported only now (start-up cost of a no-op answered above)
     from executors.common.report import LivePrinter, Report
-    from executors.node.apply.runner import apply_files, succeeded
+    from executors.node.apply.runner import apply_files
 
-    report = apply_files(options, Report(printer=LivePrinter()))
-    if options.json:
-        json.dump(report.to_json(), out, indent=2, sort_keys=True)
-        out.write("\n")
-    else:
-        print_summary(report, out)
-    return 0 if succeeded(report) else 1
+    outcome = apply_files(options, Report(printer=LivePrinter()))
+    write_outcome(outcome, options.json, out)
+    return 0 if outcome.succeeded else 1
 
 
-def print_summary(report: Report, out) -> None:
-    facts = report.facts
-    print(f"node {facts.get('node')} (mesh {facts.get('mesh')}): {facts.get('result')}; "
-          f"serial in force {facts.get('serial_applied')}", file=out)
-    from executors.node.apply.fast import print_held
-
-    print_held(facts, out)
-    for entry in facts.get("superseded", []):
-        print(f"  superseded: {entry['file']} (serial {entry['serial']}) by serial "
-              f"{entry['superseded_by']}", file=out)
-    for check in report.checks:  # observations, not operations
-        print(f"  checked {check.op} {check.subject}: {check.result}", file=out)
-    for op in report.ops:
-        print(f"  {op.op} {op.subject}: {op.cause} → {op.result}", file=out)
-    for refusal in facts.get("refusals", []):
-        print(f"  refused: {refusal['subject']}: {refusal['message']}", file=out)
-    for outcome in (facts.get("provisioned") or {}).get("outcomes", []):
-        if outcome["status"] == "not-provisioned":
-            print(f"  not provisioned (warning): {outcome['kind']} grant of "
-                  f"{outcome['consumer']} on {outcome['provider']}, credential "
-                  f"{outcome['credential']}: no provisioner for this kind; create it by hand",
-                  file=out)
-    if facts.get("failed_phase"):
-        print(f"  failed in the {facts['failed_phase']} phase: serial "
-              f"{facts.get('serial_applied')} stays in force (applied.json says so)", file=out)
-    generations = facts.get("generations") or {}
-    if generations:
-        print("  credential generations in force: "
-              + ", ".join(f"{c} {g}" for c, g in sorted(generations.items())), file=out)
-    if not report.ops and facts.get("result") == "applied":
-        print("  nothing to change", file=out)
-
-
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m executors.cli.apply …`: the same as `mesh apply …` (which, too, loads no
     other subcommand of the `mesh` CLI)."""
-    from .main import main as cli_main
+    from .main import main as cli_main  # the CLI imports this verb: imported here, no circle
 
     return cli_main(["apply", *(sys.argv[1:] if argv is None else argv)])
 

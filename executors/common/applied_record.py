@@ -2,7 +2,8 @@
 
 Invariants:
 - Pure: plain data in, plain data out (the JSON document `<state root>/.mesh/applied.json`);
-  no I/O, clock or environment.
+  no I/O, clock or environment. Standard library only: the no-op check of `mesh apply`
+  (node/apply/fast.py) reads the record with `in_force` too, without loading attrs.
 - The record names a declaration (`serial`, `digest`, `generations`, `granted`) as in force only
   when an apply of it succeeded in every phase: the admin checks, the firewall, the containers
   (directories, files, containers, run-once steps) and provisioning. A failed apply keeps the
@@ -20,9 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
-
-import attrs
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Optional, Sequence, TypedDict
 
 from .marks import APPLIED_RECORD_VERSION as RECORD_VERSION
 
@@ -30,16 +30,24 @@ PHASES = ("checks", "firewall", "containers", "provisioning")
 APPLIED, FAILED = "applied", "failed"
 
 
-@attrs.frozen
-class Attempt:
+class InForce(TypedDict):
+    """The declaration a record names as in force."""
+
+    serial: int
+    digest: str
+    generations: dict[str, int]
+    granted: dict[str, int]
+
+
+class Attempt(NamedTuple):
     """One real apply of a declaration on a node, as it ended."""
 
     mesh: str
     node: str
     serial: int
     digest: str
-    generations: Mapping[str, int] = attrs.field(factory=dict)  # held by containers and files
-    granted: Mapping[str, int] = attrs.field(factory=dict)  # put in force on the providers
+    generations: Mapping[str, int] = MappingProxyType({})  # held by containers and files
+    granted: Mapping[str, int] = MappingProxyType({})  # put in force on the providers
     not_provisioned: Sequence[Mapping[str, str]] = ()  # grants of a kind nothing provisions
     phase: Optional[str] = None  # the phase that failed; None: every phase succeeded
     failures: Sequence[Mapping[str, str]] = ()  # {op, subject, result} of each failure
@@ -49,17 +57,24 @@ class Attempt:
         return self.phase is None
 
 
-def in_force(record: Optional[Mapping]) -> Optional[dict]:
+def _counts(value: object) -> dict[str, int]:
+    return {str(k): int(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def in_force(record: Optional[Mapping[str, object]]) -> Optional[InForce]:
     """The declaration a record says is in force: {serial, digest, generations, granted}, or
     None when none ever was (or the record is unreadable)."""
-    if not isinstance(record, Mapping) or not isinstance(record.get("serial"), int):
+    if not isinstance(record, Mapping):
         return None
-    return {"serial": record["serial"], "digest": record.get("digest", ""),
-            "generations": dict(record.get("generations") or {}),
-            "granted": dict(record.get("granted") or {})}
+    serial = record.get("serial")
+    if not isinstance(serial, int):
+        return None
+    return {"serial": serial, "digest": str(record.get("digest", "")),
+            "generations": _counts(record.get("generations")),
+            "granted": _counts(record.get("granted"))}
 
 
-def newest_serial(record: Optional[Mapping]) -> Optional[int]:
+def newest_serial(record: Optional[Mapping[str, object]]) -> Optional[int]:
     """The newest serial this node has seen applied or attempted (older ones are superseded)."""
     serials = []
     good = in_force(record)
@@ -71,7 +86,7 @@ def newest_serial(record: Optional[Mapping]) -> Optional[int]:
     return max(serials) if serials else None
 
 
-def record_after(previous: Optional[Mapping], attempt: Attempt) -> dict:
+def record_after(previous: Optional[Mapping[str, object]], attempt: Attempt) -> dict[str, object]:
     """The record once `attempt` ended, given the record before it."""
     head = {"version": RECORD_VERSION, "mesh": attempt.mesh, "node": attempt.node}
     if attempt.succeeded:
@@ -79,21 +94,25 @@ def record_after(previous: Optional[Mapping], attempt: Attempt) -> dict:
                 "generations": dict(sorted(attempt.generations.items())),
                 "granted": dict(sorted(attempt.granted.items())),
                 "not_provisioned": [dict(g) for g in attempt.not_provisioned], "failed": None}
-    good = in_force(previous) or {"serial": None, "digest": None, "generations": {},
-                                  "granted": {}}
-    kept = previous.get("not_provisioned", []) if isinstance(previous, Mapping) else []
+    good: Mapping[str, object] = in_force(previous) or {
+        "serial": None, "digest": None, "generations": {}, "granted": {}}
+    kept = previous.get("not_provisioned") if isinstance(previous, Mapping) else None
     return {**head, "result": FAILED, **good,
-            "not_provisioned": list(kept),
+            "not_provisioned": list(kept) if isinstance(kept, list) else [],
             "failed": {"serial": attempt.serial, "digest": attempt.digest,
                        "phase": attempt.phase,
                        "operations": [dict(f) for f in attempt.failures],
                        "granted": dict(sorted(attempt.granted.items()))}}
 
 
-def describe_failure(record: Mapping) -> str:
+def describe_failure(record: Mapping[str, object]) -> str:
     """One sentence: what the last apply attempted and what failed."""
-    failed = record.get("failed") or {}
-    operations = failed.get("operations") or []
+    failed = record.get("failed")
+    if not isinstance(failed, Mapping):
+        failed = {}
+    operations = failed.get("operations")
+    if not isinstance(operations, list):
+        operations = []
     what = "; ".join(f"{o.get('op')} {o.get('subject')}: {o.get('result')}"
                      for o in operations[:5]) or "no operation named"
     more = f" (and {len(operations) - 5} more)" if len(operations) > 5 else ""
@@ -101,7 +120,8 @@ def describe_failure(record: Mapping) -> str:
             f"in the {failed.get('phase')} phase: {what}{more}")
 
 
-def acceptance(record: object, node: str, declared_digest: str) -> tuple[Optional[str], dict]:
+def acceptance(record: object, node: str,
+               declared_digest: str) -> tuple[Optional[str], dict[str, int]]:
     """(why not, granted): `mesh applied` records `node`'s report only when why-not is None;
     then `granted` is what its providers put in force."""
     if not isinstance(record, Mapping):
@@ -120,5 +140,4 @@ def acceptance(record: object, node: str, declared_digest: str) -> tuple[Optiona
         return (f"{node} reported declaration {record.get('digest')}, but the mesh declares "
                 f"{declared_digest} for it now: nothing recorded (apply the newest declaration "
                 f"on {node}, then report it)"), {}
-    granted = record.get("granted") or {}
-    return None, {str(k): int(v) for k, v in granted.items()}
+    return None, _counts(record.get("granted"))

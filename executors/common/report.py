@@ -81,7 +81,7 @@ class LivePrinter:
 class SilentPrinter(LivePrinter):
     """A printer that prints nothing (library use, tests)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(stream=None)
 
     def line(self, mark: str, text: str) -> None:
@@ -93,13 +93,13 @@ class SilentPrinter(LivePrinter):
 
 @attrs.define
 class Report:
-    """The operations of one run, in order, plus notices and free-form facts (`facts`)."""
+    """The event log of one run: its operations and checks in order, and its notices. What the
+    run decided is its own value (e.g. `mesh apply`'s ApplyOutcome), never kept here."""
 
     printer: LivePrinter = attrs.field(factory=SilentPrinter)
     ops: list[Operation] = attrs.field(factory=list)
     checks: list[Operation] = attrs.field(factory=list)  # observations: nothing changed by them
     notices: list[dict[str, str]] = attrs.field(factory=list)
-    facts: dict[str, Any] = attrs.field(factory=dict)  # serial, generations, superseded, …
 
     def begin(self, op: str, subject: str, cause: str, *, check: bool = False) -> Operation:
         """Announce an operation (or, with check=True, an observation) and return it."""
@@ -141,5 +141,5 @@ class Report:
         return [o for o in self.checks + self.ops if not o.ok]
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.facts, "ops": [op.to_json() for op in self.ops],
+        return {"ops": [op.to_json() for op in self.ops],
                 "checks": [c.to_json() for c in self.checks], "notices": list(self.notices)}

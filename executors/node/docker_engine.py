@@ -11,11 +11,10 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 import urllib.request
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import attrs
 import docker
@@ -59,35 +58,17 @@ class ContainerSpec:
     placeholders: tuple[str, ...] = ()
 
 
-@attrs.frozen
-class Listed:
-    name: str
-    id: str
-    state: str  # running | exited | created | …
-    labels: dict = attrs.field(eq=False)
-
-
 def connect(base_url: Optional[str] = None, timeout: int = 120) -> docker.APIClient:
     return docker.APIClient(base_url=base_url or ENGINE_SOCKET,
                             version=API_VERSION, timeout=timeout)
 
 
-def list_managed(api: docker.APIClient, mesh: str) -> list[Listed]:
-    rows = api.containers(all=True, filters={"label": f"{LABEL_MESH}={mesh}"})
-    listed = []
-    for row in rows:
-        names = [n.lstrip("/") for n in row.get("Names") or []]
-        listed.append(Listed(names[0] if names else row["Id"][:12], row["Id"],
-                             row.get("State", ""), row.get("Labels") or {}))
-    return listed
-
-
-def summary_of(labels: dict) -> dict[str, str]:
-    try:
-        summary = json.loads(labels.get(LABEL_SUMMARY, "{}"))
-    except ValueError:
-        return {}
-    return summary if isinstance(summary, dict) else {}
+def managed_rows(api: docker.APIClient, mesh: str) -> list[Mapping[str, object]]:
+    """The Engine's rows (GET /containers/json) of every container of `mesh`, running or not:
+    one label-filtered list call (apply/reads.py turns them into facts)."""
+    rows: list[Mapping[str, object]] = api.containers(
+        all=True, filters={"label": f"{LABEL_MESH}={mesh}"})
+    return rows
 
 
 def _is_ours(api: docker.APIClient, name: str, mesh: str) -> Optional[bool]:
@@ -112,24 +93,29 @@ def remove(api: docker.APIClient, name: str, mesh: str, stop_timeout: int) -> No
         pass
 
 
-def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
-           say: Callable[[str], None]) -> str:
-    """Create (not start) the container; pulls a `repo@sha256:` image only when it is missing."""
+def _create_container(api: docker.APIClient, spec: ContainerSpec) -> str:
+    """One create call for `spec`: the container's ID."""
     host_config = api.create_host_config(
         port_bindings={port: (ip, host_port) for port, ip, host_port in spec.ports},
         binds={source: {"bind": target, "mode": mode} for source, target, mode in spec.binds},
         restart_policy={"Name": spec.restart} if spec.restart != "no" else None,
     )
-    arguments = dict(
+    ports: Sequence[Any] = [(int(port.split("/")[0]), port.split("/")[1])
+                            for port, _, _ in spec.ports]
+    created = api.create_container(
         image=spec.image, command=list(spec.command) if spec.command is not None else None,
         name=spec.name, environment=list(spec.environment), labels=dict(spec.labels),
-        ports=[(int(port.split("/")[0]), port.split("/")[1]) for port, _, _ in spec.ports],
-        host_config=host_config,
-    )
-    if spec.mac is not None:  # API 1.41: the container's MAC on the default network
-        arguments["mac_address"] = spec.mac
+        ports=list(ports), host_config=host_config,
+        # API 1.41: the container's MAC on the default network (None: the Engine derives it)
+        mac_address=spec.mac)
+    return str(created["Id"])
+
+
+def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
+           say: Callable[[str], None]) -> str:
+    """Create (not start) the container; pulls a `repo@sha256:` image only when it is missing."""
     try:
-        return api.create_container(**arguments)["Id"]
+        return _create_container(api, spec)
     except ImageNotFound:
         if "@" not in spec.image:
             raise EngineError(f"image {spec.image} is not present on this node (an image ID "
@@ -150,7 +136,7 @@ def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
                     next_tick = time.monotonic() + TICK_SECONDS
         except APIError as exc:
             raise EngineError(f"pulling {spec.image} failed: {exc.explanation or exc}") from None
-        return api.create_container(**arguments)["Id"]
+        return _create_container(api, spec)
     except APIError as exc:
         if exc.status_code == 409:
             if _is_ours(api, spec.name, mesh) is False:
@@ -158,7 +144,7 @@ def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
                                   "not manage; it was not touched (rename or remove it)") from None
             # ours: left over by an interrupted apply; replace it
             api.remove_container(spec.name, force=True)
-            return api.create_container(**arguments)["Id"]
+            return _create_container(api, spec)
         raise EngineError(f"creating {spec.name} failed: {exc.explanation or exc}") from None
 
 
@@ -201,7 +187,7 @@ def default_bridge(api: docker.APIClient) -> str:
     name = (network.get("Options") or {}).get(BRIDGE_NAME_OPTION)
     if not name:
         raise EngineError(f"the default network names no bridge interface ({BRIDGE_NAME_OPTION})")
-    return name
+    return str(name)
 
 
 def container_pid(api: docker.APIClient, name: str) -> tuple[Optional[int], str]:
@@ -218,7 +204,7 @@ def container_pid(api: docker.APIClient, name: str) -> tuple[Optional[int], str]
 def container_id(api: docker.APIClient, name: str) -> Optional[str]:
     """The full ID of the container called `name`, None when there is none."""
     try:
-        return api.inspect_container(name)["Id"]
+        return str(api.inspect_container(name)["Id"])
     except NotFound:
         return None
 
@@ -230,24 +216,27 @@ def container_ip(api: docker.APIClient, name: str) -> Optional[str]:
         return None
     for network in networks.values():
         if network.get("IPAddress"):
-            return network["IPAddress"]
+            return str(network["IPAddress"])
     return None
 
 
-def probe(api: docker.APIClient, name: str, kind: str, *, command=None, host=None, port=None,
-          path: str = "/") -> bool:
+def probe(api: docker.APIClient, name: str, kind: str, *,
+          command: Optional[Sequence[str]] = None, host: Optional[str] = None,
+          port: Optional[int] = None, path: str = "/") -> bool:
     """One attempt of a health check; True when it answers."""
     try:
         if kind == "command":
-            exec_id = api.exec_create(name, list(command or ["true"]), stdout=False, stderr=False)
+            exec_id = str(api.exec_create(name, list(command or ["true"]), stdout=False,
+                                          stderr=False)["Id"])
             api.exec_start(exec_id)
-            return api.exec_inspect(exec_id).get("ExitCode") == 0
+            return bool(api.exec_inspect(exec_id).get("ExitCode") == 0)
         if kind == "tcp":
             with socket.create_connection((host, port), timeout=2):
                 return True
         if kind == "http":
             with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=3) as reply:
-                return 200 <= reply.status < 500
+                status: int = reply.status
+                return 200 <= status < 500
     except (OSError, APIError, ValueError):
         return False
     raise EngineError(f"unknown health check kind {kind!r}")

@@ -8,10 +8,11 @@ Invariants:
   answered.json (which containers an apply saw answer their health check), firewall.digest
   and the apply lock. An instance name never starts with a dot, and a declared
   state or accessed path inside `.mesh/` is refused at render, so neither can reach the other.
-- Where instances' state lives on a node is the resolver's rule (`resolver.STATE_ROOT`: the
-  declarations name `<state root>/<instance>/<path>`), so the resolver owns the default; this
+- Where instances' state lives on a node is the resolver's rule
+  (`resolver.rendering.STATE_ROOT`: the declarations name `<state root>/<instance>/<path>`), so
+  the resolver owns the default; this
   module is the executors' one place that names it (`DEFAULT_STATE_ROOT`, its value checked
-  equal to `resolver.STATE_ROOT` by tests/test_state_layout.py) and every file of the
+  equal to `resolver.rendering.STATE_ROOT` by tests/test_state_layout.py) and every file of the
   executor's own directory. It imports the standard library only: the no-op check of
   `mesh apply` (apply_fast) and the verb's argument defaults read it without paying for attrs.
 - Nodes applied by an earlier version kept the executor's files directly under the state root.
@@ -26,9 +27,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Union
 
 EXECUTOR_DIR = ".mesh"
-DEFAULT_STATE_ROOT = "/var/lib/mesh"  # = resolver.STATE_ROOT, spelled out: no resolver import here
+DEFAULT_STATE_ROOT = "/var/lib/mesh"  # = resolver.rendering.STATE_ROOT, spelled out: no import
 STATE_ROOT_ENV = "MESH_STATE_ROOT"  # overrides the default of `mesh apply --state-root`
 FILE_ROOT_ENV = "MESH_FILE_ROOT"  # overrides the default of `mesh apply --file-root`
 DEFAULT_FILE_ROOT = "/"
@@ -59,15 +61,18 @@ class NodePaths:
     check can use it for the cost of pathlib alone."""
 
     __slots__ = ("state_root", "file_root")
+    state_root: Path
+    file_root: Path
 
-    def __init__(self, state_root, file_root=DEFAULT_FILE_ROOT) -> None:
+    def __init__(self, state_root: Union[str, "os.PathLike[str]"],
+                 file_root: Union[str, "os.PathLike[str]"] = DEFAULT_FILE_ROOT) -> None:
         object.__setattr__(self, "state_root", Path(state_root))
         object.__setattr__(self, "file_root", Path(file_root))
 
-    def __setattr__(self, name, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"NodePaths is immutable ({name})")
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return (isinstance(other, NodePaths) and other.state_root == self.state_root
                 and other.file_root == self.file_root)
 

@@ -1,10 +1,10 @@
 """Observing a node and executing a plan's operations: the imperative half of `mesh apply`.
 
 Invariants:
-- observe reads exactly what the pure diff compares: declared directories, accessed paths, the
-  files the mesh writes (env/ and bindings/ under the executor's own directory), the managed
-  containers (one label-filtered list call), run-once markers, the applied record and
-  answered.json (which containers an apply saw answer their health check).
+- observe reads exactly what the pure diff (compare.py) compares, through reads.py (the one
+  owner of observing, shared with the no-op check): declared directories, accessed paths, the
+  files the mesh writes, run-once markers, the applied record and answered.json; the managed
+  containers come from one label-filtered list call through the docker SDK.
 - Rendering is the only place secret values exist; an operation writes them only into files
   of mode 0600 and containers' environments, never into a cause, a label or the report.
 - Every write is atomic (temp, fsync, rename), so a SIGKILL at any point leaves either the old
@@ -16,33 +16,27 @@ Invariants:
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import attrs
-from pyrsistent import pmap
+import docker
 
 from resolver import MeshError
 
-from executors.common import applied_record
+from executors.common.report import Operation
 from executors.node import docker_engine as engine
 from executors.node.apply.neighbours import HostNeighbours
-from executors.node.apply.diff import (
-    AccessFacts,
-    Applied,
-    ContainerFacts,
-    Desired,
-    DesiredDir,
-    DirFacts,
-    FileFacts,
-    Observed,
-    Op,
-    Plan,
+from executors.node.apply.compare import Desired, DesiredDir, Observed, Op, Plan
+from executors.node.apply.reads import (  # noqa: F401  (read_record: part of this module's API)
+    container_facts,
+    observe_files,
+    read_answered,
+    read_list,
+    read_record,
 )
 from executors.node.apply.render import Rendered
 from executors.node.node_paths import NodePaths
@@ -56,104 +50,23 @@ PRIVATE = 0o600
 # --------------------------------------------------------------------------- files
 
 
-def _read_json(path: Path, default):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return default
-    except ValueError:  # unreadable record: treat as absent, the diff will rewrite it
-        return default
-
-
-def _write_json(path: Path, data) -> None:
+def _write_json(path: Path, data: object) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", PRIVATE)
 
 
-def _read_answered(paths: NodePaths) -> dict:
-    """container name → the container ID an apply saw answer its health check."""
-    record = _read_json(paths.answered_record, {})
-    return record if isinstance(record, dict) else {}
-
-
-def read_record(paths: NodePaths) -> Optional[dict]:
-    """The node's applied record (applied_record's format), None when absent or unreadable."""
-    record = _read_json(paths.applied, None)
-    return record if isinstance(record, dict) else None
-
-
-def write_record(paths: NodePaths, record: dict) -> None:
+def write_record(paths: NodePaths, record: Mapping[str, object]) -> None:
     _write_json(paths.applied, record)
 
 
 # --------------------------------------------------------------------------- observe
 
 
-def _dir_facts(path: str, recorded: bool) -> DirFacts:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return DirFacts(path, "absent", recorded=recorded)
-    if not stat.S_ISDIR(st.st_mode):
-        return DirFacts(path, "other", st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), False,
-                        recorded)
-    with os.scandir(path) as entries:
-        empty = next(entries, None) is None
-    return DirFacts(path, "dir", st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), empty, recorded)
-
-
-def _file_facts(directory: Path) -> dict[str, FileFacts]:
-    facts = {}
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
-        return facts
-    for entry in entries:
-        if entry.name.startswith(".") or not entry.name.endswith(".env") or not entry.is_file():
-            continue  # temp files of an interrupted write are not the mesh's files
-        data = Path(entry.path).read_bytes()
-        facts[entry.path] = FileFacts(entry.path, hashlib.sha256(data).hexdigest(),
-                                      stat.S_IMODE(entry.stat().st_mode))
-    return facts
-
-
-def observe(api, paths: NodePaths, desired: Desired) -> Observed:
-    recorded = set(_read_json(paths.dirs_record, []))
-    dirs = {d.path: _dir_facts(d.path, d.path in recorded) for d in desired.dirs}
-    accesses = {a.path: AccessFacts(a.path, os.path.exists(a.path),
-                                    os.access(a.path, os.R_OK), os.access(a.path, os.W_OK))
-                for a in desired.accesses}
-    files = {**_file_facts(paths.env_dir), **_file_facts(paths.bindings_dir)}
-    # declared files elsewhere: those declared now, and those written before (to remove them)
-    written = set(_read_json(paths.files_record, []))
-    for path in written | {f.path for f in desired.files if not paths.owns(f.path)}:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            files[path] = FileFacts(path, hashlib.sha256(Path(path).read_bytes()).hexdigest(),
-                                    stat.S_IMODE(st.st_mode))
-    containers = {}
-    answered = _read_answered(paths)
-    for row in engine.list_managed(api, desired.mesh):
-        containers[row.name] = ContainerFacts(
-            row.name, row.labels.get(engine.LABEL_DIGEST, ""), row.state == "running",
-            row.state, row.labels.get(engine.LABEL_RUN_ONCE) == "true",
-            pmap(engine.summary_of(row.labels)), answered.get(row.name) == row.id)
-    markers = {}
-    if paths.steps_dir.is_dir():
-        for entry in os.scandir(paths.steps_dir):
-            if entry.name.endswith(".digest") and not entry.name.startswith("."):
-                markers[entry.name[: -len(".digest")]] = Path(entry.path).read_text().strip()
-    record = read_record(paths)
-    good = applied_record.in_force(record)
-    applied = None
-    if good is not None:
-        result = (record.get("result", "unrecorded")
-                  if record.get("version") == applied_record.RECORD_VERSION else "unrecorded")
-        applied = Applied(good["serial"], good["digest"], pmap(good["generations"]), result)
-    return Observed(pmap(dirs), pmap(accesses), pmap(files), pmap(containers), pmap(markers),
-                    applied)
+def observe(api: docker.APIClient, paths: NodePaths, desired: Desired) -> Observed:
+    """What `diff` compares: the node's files as reads.py reads them (the no-op check reads
+    them there too), and the managed containers from one label-filtered list call."""
+    files = observe_files(paths, desired)
+    rows = engine.managed_rows(api, desired.mesh)
+    return files._replace(containers=container_facts(rows, read_answered(paths)))
 
 
 # --------------------------------------------------------------------------- execute
@@ -161,12 +74,12 @@ def observe(api, paths: NodePaths, desired: Desired) -> Observed:
 
 @attrs.define
 class _Executor:
-    api: object
+    api: docker.APIClient
     paths: NodePaths
     rendered: Rendered
     report: Report
     stop_timeout: int
-    health: dict = attrs.field(factory=dict)  # container → running | answering | not answering
+    health: dict[str, str] = attrs.field(factory=dict)  # container → running | answering | not answering
     neighbours: HostNeighbours = attrs.field()  # the host's neighbour entries (neighbours.py)
 
     @neighbours.default
@@ -176,13 +89,13 @@ class _Executor:
 
     # directories ---------------------------------------------------------
     def _record_dir(self, path: str) -> None:
-        recorded = set(_read_json(self.paths.dirs_record, [])) | {path}
+        recorded = set(read_list(self.paths.dirs_record)) | {path}
         _write_json(self.paths.dirs_record, sorted(recorded))
 
     def _want_dir(self, path: str) -> DesiredDir:
         return next(d for d in self.rendered.desired.dirs if d.path == path)
 
-    def create_dir(self, op: Op, _) -> str:
+    def create_dir(self, op: Op, operation: Operation) -> str:
         want = self._want_dir(op.subject)
         target = Path(op.subject)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -193,25 +106,25 @@ class _Executor:
         self._record_dir(op.subject)
         return "done"
 
-    def fix_dir(self, op: Op, _) -> str:
+    def fix_dir(self, op: Op, operation: Operation) -> str:
         want = self._want_dir(op.subject)
         os.chown(op.subject, want.uid, want.gid)
         os.chmod(op.subject, want.mode)
         self._record_dir(op.subject)
         return "done"
 
-    def adopt_dir(self, op: Op, _) -> str:
+    def adopt_dir(self, op: Op, operation: Operation) -> str:
         self._record_dir(op.subject)
         return "recorded"
 
     # files ---------------------------------------------------------------
     def _record_file(self, path: str, present: bool) -> None:
-        recorded = set(_read_json(self.paths.files_record, []))
+        recorded = set(read_list(self.paths.files_record))
         changed = recorded | {path} if present else recorded - {path}
         if changed != recorded:
             _write_json(self.paths.files_record, sorted(changed))
 
-    def write_file(self, op: Op, _) -> str:
+    def write_file(self, op: Op, operation: Operation) -> str:
         if self.paths.owns(op.subject):  # env and binding files: the executor's own, 0600
             write_atomic(op.subject, self.rendered.contents[op.subject], PRIVATE)
             return "written (0600)"
@@ -221,7 +134,7 @@ class _Executor:
         write_atomic(op.subject, self.rendered.contents[op.subject], want.mode)
         return f"written ({want.mode:04o})"
 
-    def remove_file(self, op: Op, _) -> str:
+    def remove_file(self, op: Op, operation: Operation) -> str:
         try:
             os.unlink(op.subject)
         except FileNotFoundError:
@@ -240,7 +153,7 @@ class _Executor:
     # only once its check answered, so an apply killed in between leaves it unconfirmed and
     # the next apply awaits it (await-health) rather than taking "running" for done.
     def _set_answered(self, name: str, container_id: Optional[str]) -> None:
-        record = _read_answered(self.paths)
+        record = read_answered(self.paths)
         changed = dict(record)
         if container_id is None:
             changed.pop(name, None)
@@ -249,7 +162,7 @@ class _Executor:
         if changed != record:
             _write_json(self.paths.answered_record, changed)
 
-    def _stop_and_remove(self, name: str, operation) -> str:
+    def _stop_and_remove(self, name: str, operation: Operation) -> str:
         """Returns what to add to the operation's result (the host neighbour entries deleted
         that still named the removed container's MAC: neighbours.py)."""
         leaving = self.neighbours.before_removal(name, operation)
@@ -257,12 +170,12 @@ class _Executor:
         engine.remove(self.api, name, self.rendered.desired.mesh, self.stop_timeout)
         return self.neighbours.after_removal(leaving, operation)
 
-    def remove_container(self, op: Op, operation) -> str:
+    def remove_container(self, op: Op, operation: Operation) -> str:
         forgotten = self._stop_and_remove(op.subject, operation)
         self._set_answered(op.subject, None)
         return "removed" + forgotten
 
-    def _create_and_start(self, op, operation) -> str:
+    def _create_and_start(self, op: Op, operation: Operation) -> str:
         self._set_answered(op.subject, None)
         spec = self.rendered.specs[op.subject]
         for path in spec.placeholders:  # empty until its provisioner fills it; never replaced
@@ -278,31 +191,33 @@ class _Executor:
         aligned = self.neighbours.after_start(op.subject, operation)
         return self._await_health(op.subject, operation, container_id) + aligned
 
-    def create_container(self, op: Op, operation) -> str:
+    def create_container(self, op: Op, operation: Operation) -> str:
         return self._create_and_start(op, operation)
 
-    def recreate_container(self, op: Op, operation) -> str:
+    def recreate_container(self, op: Op, operation: Operation) -> str:
         forgotten = self._stop_and_remove(op.subject, operation)
         return self._create_and_start(op, operation) + forgotten
 
-    def start_container(self, op: Op, operation) -> str:
+    def start_container(self, op: Op, operation: Operation) -> str:
         self._set_answered(op.subject, None)
         engine.start(self.api, op.subject)
         aligned = self.neighbours.after_start(op.subject, operation)
         return self._await_health(op.subject, operation,
                                   engine.container_id(self.api, op.subject)) + aligned
 
-    def await_health(self, op: Op, operation) -> str:
+    def await_health(self, op: Op, operation: Operation) -> str:
         """A running container no apply has seen answer (the one that started it was killed
         while waiting): wait for its check now, bounded as after a start."""
         return self._await_health(op.subject, operation, engine.container_id(self.api, op.subject))
 
-    def _await_health(self, name: str, operation, container_id: Optional[str]) -> str:
+    def _await_health(self, name: str, operation: Operation,
+                      container_id: Optional[str]) -> str:
         if name not in self.rendered.health:
             self.health[name] = "running"
             return "running"
         check, address = self.rendered.health[name]
-        host, port = address, check.host_port
+        host: Optional[str] = address
+        port = check.host_port
         if check.kind in ("tcp", "http") and port is None:  # not published: ask the bridge
             host, port = engine.container_ip(self.api, name), check.port
 
@@ -324,7 +239,7 @@ class _Executor:
             self._set_answered(name, container_id)
         return f"running, answering ({check.kind} check, {took:.1f}s)"
 
-    def run_step(self, op: Op, operation) -> str:
+    def run_step(self, op: Op, operation: Operation) -> str:
         mesh = self.rendered.desired.mesh
         engine.remove(self.api, op.subject, mesh, 0)  # a leftover of an earlier run
         engine.create(self.api, self.rendered.specs[op.subject], mesh,
@@ -339,7 +254,7 @@ class _Executor:
         engine.remove(self.api, op.subject, mesh, 0)
         return "exit 0 (completed; marker recorded)"
 
-    def forget_step(self, op: Op, _) -> str:
+    def forget_step(self, op: Op, operation: Operation) -> str:
         try:
             os.unlink(self.paths.marker(op.subject))
         except FileNotFoundError:
@@ -379,7 +294,7 @@ def _execute(plan: Plan, executor: _Executor,
             result = handler(op, operation)
         except _StepFailed as failed:
             report.end(operation, f"failed: {failed}", ok=False, detail=failed.last_lines)
-        except (engine.EngineError, OSError, engine.docker.errors.DockerException) as exc:
+        except (engine.EngineError, OSError, docker.errors.DockerException) as exc:
             report.end(operation, f"failed: {_explain(exc)}", ok=False)
         else:
             report.end(operation, result)
@@ -396,7 +311,7 @@ def _execute(plan: Plan, executor: _Executor,
 def _explain(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.errno is not None:
         return f"{exc.strerror or errno.errorcode.get(exc.errno, exc.errno)}: {exc.filename or ''}".rstrip(": ")
-    if isinstance(exc, engine.docker.errors.APIError):
+    if isinstance(exc, docker.errors.APIError):
         return str(exc.explanation or exc)
     return str(exc)
 

@@ -2,14 +2,19 @@
 
 Invariants:
 - Standard library only (json, os, hashlib, socket, fcntl; not even http.client, which pulls in
-  ssl and email): importing the resolver (cattrs, ruamel), attrs or the docker SDK costs far
-  more than the whole check.
+  ssl and email): importing the resolver (cattrs, ruamel), attrs, pyrsistent or the docker SDK
+  costs far more than the whole check. Its imports stay at the top of this module, and every
+  module it imports (options, compare, reads, outcome, node_paths, marks, applied_record) is
+  standard-library-only too.
 - It answers only for byte-identical inputs (declaration file, sealed secrets and key) to the
-  last successful full apply, whose record (`<state root>/.mesh/noop.json`) says what that
-  apply left (never written for a declaration that needs its provisioners or checks);
-  it then observes the same facts the full path observes (one container list call, the state
-  directories, accessed paths, the files the mesh writes, run-once markers, applied.json, and
-  answered.json for the containers with a health check).
+  last successful full apply, whose record (`<state root>/.mesh/noop.json`) holds what that
+  apply rendered (the desired state, reduced to what `diff` compares: config summaries are
+  left out, they only explain a changed digest; never written for a declaration that needs
+  its provisioners or checks).
+- What differs is decided by the full path's own comparison: the node is observed by
+  reads.py, as the full path observes it (the containers from one list call over the unix
+  socket instead of the SDK), and compare.diff of the recorded desired state against it must
+  have nothing to do, refuse or report. No rule of its own.
 - A firewall intent in force is checked as the firewall executor checks it: the recorded
   `<state root>/.mesh/firewall.digest` and one `list chains` of table inet mesh (the nftables
   binding, imported only then).
@@ -18,7 +23,8 @@ Invariants:
 - Any doubt declines (returns None) and the full path runs unchanged: an unusual argument, a
   grant, an unreadable file, an engine not on a unix socket, an answer not understood, another
   apply holding the lock. It never writes anything.
-- A no-op it reports is the full path's no-op report, same text and same --json document.
+- A no-op it reports is the full path's no-op outcome (outcome.py), printed by the same
+  functions: same text and same --json document.
 """
 
 from __future__ import annotations
@@ -29,28 +35,46 @@ import hashlib
 import json
 import os
 import socket
-import stat
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Mapping, Optional, TextIO, TypedDict
+from urllib.parse import quote
 
 from executors.common.marks import (
-    APPLIED_RECORD_VERSION,
     ENGINE_API_VERSION,
     ENGINE_SOCKET,
     FIREWALL_FAMILY,
     FIREWALL_TABLE,
-    LABEL_DIGEST,
     LABEL_MESH,
     digest_from_chain_name,
 )
+from executors.node.apply.compare import (
+    Desired,
+    DesiredAccess,
+    DesiredContainer,
+    DesiredDir,
+    DesiredFile,
+    Observed,
+    diff,
+)
+from executors.node.apply.options import ApplyOptions
+from executors.node.apply.outcome import (
+    ApplyOutcome,
+    ApplyResult,
+    Held,
+    held_of,
+    write_outcome,
+)
+from executors.node.apply.reads import container_facts, observe_files, read_answered
 from executors.node.node_paths import NodePaths
 
-from executors.node.apply.options import ApplyOptions
+if TYPE_CHECKING:  # the full path's types, named only: never imported by the check
+    from resolver import Declaration
 
-RECORD_VERSION = 3  # noop.json; 2: the executor's files under <state root>/.mesh;
-# 3: containers say whether they have a health check (answered.json must vouch for those)
+RECORD_VERSION = 4  # noop.json; 2: the executor's files under <state root>/.mesh;
+# 3: containers say whether they have a health check (answered.json must vouch for those);
+# 4: the desired state as compare.diff reads it (every declared file, with its mode)
 ENGINE_TIMEOUT = 10
 
 
@@ -58,29 +82,36 @@ class _Decline(Exception):
     """The check cannot vouch for a no-op; the full path decides."""
 
 
+class NoopInputs(TypedDict):
+    """What a no-op depends on besides the node (one-way digests, never a value)."""
+
+    declaration_sha256: str
+    secrets_sha256: Optional[str]
+
+
 # --------------------------------------------------------------------------- inputs
 
 
-def _sha256_file(path) -> str:
+def _sha256_file(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def noop_inputs(args) -> Optional[dict]:
+def noop_inputs(options: ApplyOptions) -> Optional[NoopInputs]:
     """The fingerprint of what a no-op depends on besides the node: the one declaration file's
     bytes and the sealed secrets' and key's bytes (a one-way digest; never a value). None when
     the invocation is not one the check handles (several files, a spool directory, YAML)."""
-    if len(args.declarations) != 1:
+    if len(options.declarations) != 1:
         return None
-    declaration = Path(args.declarations[0])
+    declaration = Path(options.declarations[0])
     if declaration.suffix != ".json" or not declaration.is_file():
         return None
     secrets = None
-    if (args.secrets is None) != (args.key is None):
+    if (options.secrets is None) != (options.key is None):
         return None  # the full path explains that they go together
-    if args.secrets is not None:
+    if options.secrets is not None and options.key is not None:
         digest = hashlib.sha256()
-        for part in (args.secrets, args.key):
+        for part in (options.secrets, options.key):
             with open(part, "rb") as handle:
                 data = handle.read()
             digest.update(len(data).to_bytes(8, "big") + data)
@@ -88,8 +119,8 @@ def noop_inputs(args) -> Optional[dict]:
     return {"declaration_sha256": _sha256_file(declaration), "secrets_sha256": secrets}
 
 
-def fast_path_disabled(args: ApplyOptions) -> bool:
-    return args.no_fast or \
+def fast_path_disabled(options: ApplyOptions) -> bool:
+    return options.no_fast or \
         os.environ.get("MESH_APPLY_NO_FAST", "") not in ("", "0")
 
 
@@ -132,116 +163,78 @@ def _get(path: str, target: str) -> tuple[int, bytes]:
     return int(rest.split(" ", 1)[0]), body
 
 
-def list_managed(docker_host: Optional[str], mesh: str) -> list[dict]:
-    """GET /containers/json?all=1 with the full path's label filter, over the unix socket."""
-    from urllib.parse import quote
-
+def managed_rows(docker_host: Optional[str], mesh: str) -> list[Mapping[str, object]]:
+    """GET /containers/json?all=1 with the full path's label filter, over the unix socket: the
+    rows docker_engine.managed_rows gets through the SDK."""
     filters = quote(json.dumps({"label": [f"{LABEL_MESH}={mesh}"]}))
     status, body = _get(_socket_path(docker_host),
                         f"/v{ENGINE_API_VERSION}/containers/json?all=1&filters={filters}")
     if status != 200:
         raise _Decline(f"engine answered {status}")
     rows = json.loads(body)
-    if not isinstance(rows, list):
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise _Decline("engine answer is not a list")
     return rows
 
 
-# --------------------------------------------------------------------------- the checks
+# --------------------------------------------------------------------------- the record
 
 
-def _read_json(path):
+def _read_json(path: Path) -> object:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
 
-def _check_applied(paths: NodePaths, record: dict) -> None:
-    applied = _read_json(paths.applied)
-    if not isinstance(applied, dict) or applied.get("version") != APPLIED_RECORD_VERSION \
-            or applied.get("result") != "applied":
-        raise _Decline("applied.json does not record a successful apply")
-    if (applied.get("serial"), applied.get("digest", ""), applied.get("generations", {})) != \
-            (record["serial"], record["digest"], record["generations"]):
-        raise _Decline("applied.json differs from the no-op record")
+def noop_record(declaration: Declaration, desired: Desired, inputs: NoopInputs,
+                firewall_digest: Optional[str]) -> dict[str, object]:
+    """What the check needs, from the full path's rendered desired state (called by pipeline.py
+    after a successful apply; `firewall_digest` when the firewall executor applied the intent)."""
+    return {
+        "version": RECORD_VERSION, "inputs": inputs,
+        "held": [h.to_json() for h in held_of(declaration.held)],
+        "firewall_intent": declaration.firewall is not None, "firewall_digest": firewall_digest,
+        "desired": {
+            "mesh": desired.mesh, "node": desired.node, "serial": desired.serial,
+            "digest": desired.digest, "generations": dict(desired.generations),
+            "dirs": [{"path": d.path, "uid": d.uid, "gid": d.gid, "mode": d.mode}
+                     for d in desired.dirs],
+            "accesses": [{"path": a.path, "mode": a.mode} for a in desired.accesses],
+            "files": [{"path": f.path, "sha256": f.sha256, "mode": f.mode}
+                      for f in desired.files],
+            "containers": [{"name": c.name, "run_once": c.run_once, "digest": c.digest,
+                            "health": c.health} for c in desired.containers]},
+    }
 
 
-def _check_dirs(paths: NodePaths, record: dict) -> None:
-    recorded = set(_read_json(paths.dirs_record)) if record["dirs"] else set()
-    for want in record["dirs"]:
-        if want["path"] not in recorded:
-            raise _Decline(f"{want['path']} is not in the mesh's record of directories")
-        st = os.lstat(want["path"])
-        if not stat.S_ISDIR(st.st_mode) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) \
-                != (want["uid"], want["gid"], want["mode"]):
-            raise _Decline(f"{want['path']} differs")
-    for want in record["accesses"]:
-        path = want["path"]
-        if not (os.path.exists(path) and os.access(path, os.R_OK)
-                and (want["mode"] != "rw" or os.access(path, os.W_OK))):
-            raise _Decline(f"{path} is not usable {want['mode']}")
+def _desired(record: Mapping[str, object]) -> Desired:
+    """The recorded desired state (any fault in it raises: the check declines)."""
+    d = record["desired"]
+    if not isinstance(d, dict):
+        raise _Decline("the record holds no desired state")
+    return Desired(
+        mesh=str(d["mesh"]), node=str(d["node"]), serial=int(d["serial"]),
+        digest=str(d["digest"]),
+        dirs=tuple(DesiredDir(str(x["path"]), int(x["uid"]), int(x["gid"]), int(x["mode"]))
+                   for x in d["dirs"]),
+        accesses=tuple(DesiredAccess(str(x["path"]), str(x["mode"])) for x in d["accesses"]),
+        files=tuple(DesiredFile(str(x["path"]), str(x["sha256"]), int(x["mode"]))
+                    for x in d["files"]),
+        containers=tuple(DesiredContainer(str(x["name"]), bool(x["run_once"]),
+                                          str(x["digest"]), {}, bool(x["health"]))
+                         for x in d["containers"]),
+        generations={str(k): int(v) for k, v in d["generations"].items()})
 
 
-def _check_files(paths: NodePaths, record: dict) -> None:
-    if set(record["files"]) != {"env", "bindings"}:
-        raise _Decline("files outside env/ and bindings/")
-    for kind, directory in (("env", paths.env_dir), ("bindings", paths.bindings_dir)):
-        want = record["files"][kind]
-        found = {}
-        try:
-            entries = list(os.scandir(directory))
-        except FileNotFoundError:
-            entries = []
-        for entry in entries:  # the same selection as the full path's observation
-            if entry.name.startswith(".") or not entry.name.endswith(".env") \
-                    or not entry.is_file():
-                continue
-            if stat.S_IMODE(entry.stat().st_mode) != 0o600:
-                raise _Decline(f"{entry.path} mode changed")
-            found[entry.name] = _sha256_file(entry.path)
-        if found != want:
-            raise _Decline(f"files in {directory} differ")
+def _held(record: Mapping[str, object]) -> tuple[Held, ...]:
+    """The held instances the record names (HeldJson entries; a fault raises: declined)."""
+    entries = record.get("held") or []
+    if not isinstance(entries, list):
+        raise _Decline("the record's held instances are not a list")
+    return tuple(Held(str(h["instance"]), str(h["code"]), str(h["message"]), str(h["where"]))
+                 for h in entries)
 
 
-def _check_markers(paths: NodePaths, record: dict) -> None:
-    want = {c["name"]: c["digest"] for c in record["containers"] if c["run_once"]}
-    found = {}
-    steps = paths.steps_dir
-    if steps.is_dir():
-        for entry in os.scandir(steps):
-            if entry.name.endswith(".digest") and not entry.name.startswith("."):
-                with open(entry.path, encoding="utf-8") as handle:
-                    found[entry.name[: -len(".digest")]] = handle.read().strip()
-    if found != want:
-        raise _Decline("run-once markers differ")
-
-
-def _answered(paths: NodePaths) -> dict:
-    try:
-        answered = _read_json(paths.answered_record)
-    except FileNotFoundError:
-        return {}
-    except ValueError:
-        raise _Decline("answered.json is unreadable") from None
-    return answered if isinstance(answered, dict) else {}
-
-
-def _check_containers(rows: list[dict], record: dict, answered: dict) -> None:
-    want = {c["name"]: c["digest"] for c in record["containers"] if not c["run_once"]}
-    checked = {c["name"] for c in record["containers"] if c["health"]}
-    seen = set()
-    for row in rows:
-        names = [n.lstrip("/") for n in row.get("Names") or []]
-        name = names[0] if names else row["Id"][:12]
-        labels = row.get("Labels") or {}
-        if name not in want or name in seen:  # not declared, or a run-once step's leftover
-            raise _Decline(f"container {name} is not a declared service")
-        if labels.get(LABEL_DIGEST, "") != want[name] or row.get("State", "") != "running":
-            raise _Decline(f"container {name} differs or is not running")
-        if name in checked and answered.get(name) != row.get("Id"):
-            raise _Decline(f"no apply saw container {name} answer its health check")
-        seen.add(name)
-    if seen != set(want):
-        raise _Decline("a declared container is missing")
+# --------------------------------------------------------------------------- the checks
 
 
 def _check_firewall(paths: NodePaths, digest: str) -> None:
@@ -250,7 +243,7 @@ def _check_firewall(paths: NodePaths, digest: str) -> None:
     with open(paths.firewall_digest, encoding="ascii") as handle:
         if handle.read().strip() != digest:
             raise _Decline("firewall.digest differs")
-    import nftables
+    import nftables  # the binding (an optional extra), only for a firewall intent in force
 
     rc, output, _ = nftables.Nftables().json_cmd({"nftables": [{"list": {"chains": {}}}]})
     if rc != 0:
@@ -263,41 +256,15 @@ def _check_firewall(paths: NodePaths, digest: str) -> None:
         raise _Decline("the running table is not the recorded one")
 
 
-# --------------------------------------------------------------------------- the report
-
-
-def _facts(record: dict, label: str, dry_run: bool) -> dict:
-    facts = {"superseded": [], "file": label, "mesh": record["mesh"], "node": record["node"],
-             "serial": record["serial"], "digest": record["digest"],
-             "serial_applied": record["serial"], "generations": dict(record["generations"]),
-             "held": list(record.get("held", [])),
-             "result": "dry-run" if dry_run else "applied"}
-    if not dry_run:
-        facts["health"] = {}
-    return facts
-
-
-def _print(facts: dict, as_json: bool, out) -> None:
-    if as_json:  # the full path's Report.to_json() with no operation, check or notice
-        json.dump({**facts, "ops": [], "checks": [], "notices": []}, out, indent=2,
-                  sort_keys=True)
-        out.write("\n")
-        return
-    print(f"node {facts['node']} (mesh {facts['mesh']}): {facts['result']}; "
-          f"serial in force {facts['serial_applied']}", file=out)
-    print_held(facts, out)
-    if facts["generations"]:
-        print("  credential generations in force: "
-              + ", ".join(f"{c} {g}" for c, g in sorted(facts["generations"].items())), file=out)
-    if facts["result"] == "applied":
-        print("  nothing to change", file=out)
-
-
-def print_held(facts: dict, out) -> None:
-    """The instances the declaration holds (refused in mesh.yaml, kept as last declared)."""
-    for held in facts.get("held") or ():
-        print(f"  held: {held['instance']} keeps its last good declaration: "
-              f"[{held['code']}] {held['where']}: {held['message']}", file=out)
+def _observe(paths: NodePaths, desired: Desired, docker_host: Optional[str]) -> Observed:
+    """The node as the full path observes it (execute.observe): reads.py, and the rows of the
+    Engine's list call fetched here (config summaries left unread: diff needs them only to
+    explain a changed digest, and a changed digest declines anyway)."""
+    files = observe_files(paths, desired)
+    containers = container_facts(managed_rows(docker_host, desired.mesh), read_answered(paths),
+                                 summaries=False)
+    return Observed(files.dirs, files.accesses, files.files, containers, files.markers,
+                    files.applied)
 
 
 def _say(began: float, message: str) -> None:
@@ -307,12 +274,12 @@ def _say(began: float, message: str) -> None:
 # --------------------------------------------------------------------------- the call
 
 
-def check(args) -> dict:
-    """The facts of a no-op report, or _Decline."""
-    inputs = noop_inputs(args)
+def check(options: ApplyOptions) -> ApplyOutcome:
+    """The outcome of a no-op, or _Decline."""
+    inputs = noop_inputs(options)
     if inputs is None:
         raise _Decline("not one JSON declaration file")
-    paths = NodePaths(args.state_root)
+    paths = NodePaths(options.state_root)
     try:
         lock = os.open(paths.lock, os.O_RDWR)
     except FileNotFoundError:
@@ -332,65 +299,40 @@ def check(args) -> dict:
                 or record.get("inputs") != inputs:
             raise _Decline("the declaration or sealed secrets differ from the last successful "
                            "apply's")
+        desired = _desired(record)
         firewall_digest = None
-        if record["firewall_intent"] and not args.no_firewall:
+        if record["firewall_intent"] and not options.no_firewall:
             firewall_digest = record.get("firewall_digest")
-            if not firewall_digest:
+            if not isinstance(firewall_digest, str) or not firewall_digest:
                 raise _Decline("the firewall intent was not applied by the last apply")
-        _check_applied(paths, record)
-        _check_dirs(paths, record)
-        _check_files(paths, record)
-        _check_markers(paths, record)
         if firewall_digest:
             _check_firewall(paths, firewall_digest)
-        _check_containers(list_managed(args.docker_host, record["mesh"]), record,
-                          _answered(paths))
+        plan = diff(desired, _observe(paths, desired, options.docker_host))
+        if not plan.nothing:
+            first = (plan.refusals or plan.notices or plan.ops)[0]
+            raise _Decline(f"{len(plan.ops)} operation(s) to apply ({first})")
     finally:
         os.close(lock)
-    return _facts(record, str(Path(args.declarations[0])), args.dry_run)
+    return ApplyOutcome(
+        ApplyResult.DRY_RUN if options.dry_run else ApplyResult.APPLIED,
+        mesh=desired.mesh, node=desired.node, serial=desired.serial,
+        file=str(Path(options.declarations[0])), superseded=(), held=_held(record),
+        digest=desired.digest, in_force_read=True, serial_applied=desired.serial,
+        generations=dict(desired.generations), health=None if options.dry_run else {})
 
 
-def try_noop(args, out) -> Optional[int]:
-    """Print the no-op report and return 0, or None: the full path must run."""
+def try_noop(options: ApplyOptions, out: TextIO) -> Optional[int]:
+    """Print the no-op outcome and return 0, or None: the full path must run."""
     began = time.monotonic()
     try:
-        facts = check(args)
+        outcome = check(options)
     except Exception as exc:  # any doubt, whatever it is: the full path decides and reports
         _say(began, f"no-op check declined ({exc or type(exc).__name__}); applying in full")
         return None
-    _say(began, f"no-op check: declaration serial {facts['serial']} for node {facts['node']} "
+    _say(began, f"no-op check: declaration serial {outcome.serial} for node {outcome.node} "
          "unchanged since its last successful apply; files, directories, run-once markers and "
          "containers observed as recorded")
-    _say(began, f"serial {facts['serial_applied']} in force; 0 operation(s); "
-         f"result: {facts['result']}")
-    _print(facts, args.json, out)
+    _say(began, f"serial {outcome.serial_applied} in force; 0 operation(s); "
+         f"result: {outcome.result.value}")
+    write_outcome(outcome, options.json, out)
     return 0
-
-
-def held_facts(declaration) -> list[dict]:
-    """The report's `held`: each instance the declaration holds, with its refusal."""
-    return [{"instance": h.instance, "code": h.code, "message": h.message,
-             "where": f"{h.file}:{h.line}:{h.col}" if h.line else h.file}
-            for h in getattr(declaration, "held", ())]
-
-
-def noop_record(declaration, desired, inputs: dict, firewall_digest: Optional[str]) -> dict:
-    """What the check needs, from the full path's rendered desired state (called by pipeline.py
-    after a successful apply; `firewall_digest` when the firewall executor applied the intent)."""
-    files: dict = {"env": {}, "bindings": {}}
-    for f in desired.files:
-        directory, name = os.path.split(f.path)
-        files.setdefault(os.path.basename(directory), {})[name] = f.sha256
-    return {
-        "version": RECORD_VERSION, "inputs": inputs,
-        "mesh": desired.mesh, "node": desired.node, "serial": desired.serial,
-        "digest": desired.digest, "generations": dict(desired.generations),
-        "held": held_facts(declaration),
-        "firewall_intent": declaration.firewall is not None, "firewall_digest": firewall_digest,
-        "containers": [{"name": c.name, "digest": c.digest, "run_once": c.run_once,
-                        "health": c.health} for c in desired.containers],
-        "dirs": [{"path": d.path, "uid": d.uid, "gid": d.gid, "mode": d.mode}
-                 for d in desired.dirs],
-        "accesses": [{"path": a.path, "mode": a.mode} for a in desired.accesses],
-        "files": files,
-    }

@@ -35,12 +35,13 @@ import os
 import socket
 import struct
 import subprocess
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import attrs
+import docker
 from docker.errors import NotFound
 
-from executors.common.report import Report
+from executors.common.report import Operation, Report
 
 IP_COMMAND = "ip"  # iproute2
 BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
@@ -68,7 +69,7 @@ class Fix:
 # --------------------------------------------------------------------------- pure
 
 
-def bridge_of(network: Mapping) -> Optional[str]:
+def bridge_of(network: Mapping[str, Any]) -> Optional[str]:
     """The Linux interface of a Docker network (its inspect data), None unless a bridge."""
     if network.get("Driver") != "bridge":
         return None
@@ -79,13 +80,13 @@ def bridge_of(network: Mapping) -> Optional[str]:
     return USER_BRIDGE_PREFIX + identifier[:12] if identifier else None
 
 
-def fixed_mac(inspect: Mapping) -> Optional[str]:
+def fixed_mac(inspect: Mapping[str, Any]) -> Optional[str]:
     """The MAC a container was created with (`mac_address`), from its inspect data; None when
     Docker derives it."""
     return (inspect.get("Config") or {}).get("MacAddress") or None
 
 
-def container_addresses(inspect: Mapping, bridges: Mapping[str, Optional[str]]) -> list[Address]:
+def container_addresses(inspect: Mapping[str, Any], bridges: Mapping[str, Optional[str]]) -> list[Address]:
     """Each (address, MAC, bridge) of a container (its inspect data); `bridges` maps a network
     ID to its interface (None: not a bridge). IPv4 and global IPv6 addresses alike."""
     networks = (inspect.get("NetworkSettings") or {}).get("Networks") or {}
@@ -146,7 +147,7 @@ def describe(fix: Fix) -> str:
 # --------------------------------------------------------------------------- impure
 
 
-def _engine_socket(api) -> Optional[str]:
+def _engine_socket(api: docker.APIClient) -> Optional[str]:
     """The path of the unix socket `api` reaches the Engine over, None for any other transport."""
     try:
         return getattr(api.get_adapter(api.base_url), "socket_path", None)
@@ -154,7 +155,7 @@ def _engine_socket(api) -> Optional[str]:
         return None
 
 
-def engine_namespace_problem(api) -> Optional[str]:
+def engine_namespace_problem(api: docker.APIClient) -> Optional[str]:
     """None when the Engine's bridges are in this process's network namespace; else why they
     cannot be taken to be (then nothing may be touched)."""
     path = _engine_socket(api)
@@ -186,7 +187,7 @@ def _ip(*arguments: str) -> str:
     return done.stdout
 
 
-def inspected(api, name: str) -> tuple[Optional[Mapping], list[str]]:
+def inspected(api: docker.APIClient, name: str) -> tuple[Optional[Mapping[str, Any]], list[str]]:
     """Container `name`'s inspect data (None when there is no such container), or the
     problem. Never raises."""
     try:
@@ -197,7 +198,7 @@ def inspected(api, name: str) -> tuple[Optional[Mapping], list[str]]:
         return None, [_not_inspected(name, exc)]
 
 
-def addresses_of(api, name: str, inspect: Optional[Mapping]) -> tuple[list[Address], list[str]]:
+def addresses_of(api: docker.APIClient, name: str, inspect: Optional[Mapping[str, Any]]) -> tuple[list[Address], list[str]]:
     """Container `name`'s addresses on bridges, from its inspect data (one inspect per
     network), or the problem. Never raises; no container is no addresses."""
     if inspect is None:
@@ -247,7 +248,7 @@ def forget(addresses: Sequence[Address]) -> tuple[list[Address], list[str]]:
     return done, problems
 
 
-def align(api, name: str) -> tuple[list[Fix], list[str]]:
+def align(api: docker.APIClient, name: str) -> tuple[list[Fix], list[str]]:
     """Make the host's neighbour entries for container `name`'s addresses name its MAC:
     (the entries replaced, the problems met). Call it only when `engine_namespace_problem`
     found none. Never raises."""
@@ -308,13 +309,13 @@ class HostNeighbours:
     otherwise. The Engine's namespace is asked once per apply and its problem said once (again
     as a notice if it first came as a progress line and a fixed MAC is involved later)."""
 
-    api: object
+    api: docker.APIClient
     report: Report
     declared_fixed: bool  # the declaration gives some container a fixed MAC
     problem: Optional[str] = None  # why the Engine's bridges are not ours ("": they are)
     said: str = ""  # how that problem was said: "" (not yet), "progress" or "notice"
 
-    def before_removal(self, name: str, operation) -> Leaving:
+    def before_removal(self, name: str, operation: Operation) -> Leaving:
         inspect, problems = inspected(self.api, name)  # once: its MAC and its addresses
         fixed = inspect is not None and fixed_mac(inspect) is not None
         if not self._visible(name, operation, fixed):
@@ -324,7 +325,7 @@ class HostNeighbours:
         addresses, problems = addresses_of(self.api, name, inspect)
         return Leaving(name, fixed, addresses, problems)
 
-    def after_removal(self, leaving: Leaving, operation) -> str:
+    def after_removal(self, leaving: Leaving, operation: Operation) -> str:
         """Delete the entries still naming the removed container's MAC; what to add to the
         operation's result."""
         forgotten, problems = forget(leaving.addresses) if leaving.addresses else ([], [])
@@ -335,7 +336,7 @@ class HostNeighbours:
         return "".join(f"; host neighbour entry {a.ip} on {a.bridge} {a.mac} deleted"
                        for a in forgotten)
 
-    def after_start(self, name: str, operation) -> str:
+    def after_start(self, name: str, operation: Operation) -> str:
         """Make the entries for the started container's addresses name its MAC; what to add
         to the operation's result (the entries replaced)."""
         if not self._visible(name, operation):
@@ -346,7 +347,7 @@ class HostNeighbours:
         self._say(name, operation, problems)
         return summary(fixed)
 
-    def _visible(self, name: str, operation, fixed: bool = False) -> bool:
+    def _visible(self, name: str, operation: Operation, fixed: bool = False) -> bool:
         if self.problem is None:
             self.problem = engine_namespace_problem(self.api) or ""
         if not self.problem:
@@ -358,7 +359,7 @@ class HostNeighbours:
             self.said = "notice" if notice else "progress"
         return False
 
-    def _say(self, name: str, operation, problems: list[str], fixed: bool = False) -> None:
+    def _say(self, name: str, operation: Operation, problems: list[str], fixed: bool = False) -> None:
         if problems and (fixed or self.declared_fixed):
             self.report.notice(name, consequence(problems))
         elif problems:

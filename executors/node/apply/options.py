@@ -4,18 +4,17 @@ read it.
 
 Invariants:
 - The same names as `mesh apply`'s options, nothing else; frozen.
-- Imports nothing heavy (a stdlib dataclass, not attrs): the no-op check answers without the
-  resolver, attrs or the docker SDK loaded.
+- Imports nothing heavy (a NamedTuple: not attrs, and not even a dataclass, whose module pulls
+  in `inspect`): the no-op check answers without the resolver, attrs, the docker SDK or
+  dataclasses loaded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 
-@dataclass(frozen=True)
-class ApplyOptions:
+class ApplyOptions(NamedTuple):
     """The declarations to apply (files or a spool directory) and how."""
 
     declarations: Sequence[str]

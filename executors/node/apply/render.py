@@ -7,7 +7,7 @@ Invariants:
 - An env value holding a provider's admin secret in that provider's server container is
   fingerprinted as written (its token), not by value: the provisioner changes it on the running
   server, the container reads it only to initialise, so a new generation rewrites the env file
-  and never recreates the server (resolver.server_held_secrets decides which).
+  and never recreates the server (resolver.rotation.server_held_secrets decides which).
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
@@ -26,23 +26,30 @@ from typing import Iterable, Optional
 import attrs
 from pyrsistent import pmap
 
-from resolver import (ContainerDecl, Declaration, MeshError, SecretRef, declaration_digest,
-                      fill_secret_tokens, secret_token, secret_tokens)
-from resolver import server_held_secrets
+from resolver import ContainerDecl, Declaration, FileDecl, HealthDecl, MeshError, SecretRef
+from resolver.rendering import declaration_digest, fill_secret_tokens, secret_token, secret_tokens
+from resolver.rotation import server_held_secrets
 
 from executors.node import docker_engine as engine
 from executors.node.extensions import SecretSource
 from executors.node.node_paths import NodePaths
-from executors.node.apply.diff import (
+from executors.common.marks import (
+    LABEL_CONTAINER,
+    LABEL_DIGEST,
+    LABEL_INSTANCE,
+    LABEL_MESH,
+    LABEL_RUN_ONCE,
+    LABEL_SUMMARY,
+)
+from executors.node.apply.compare import (
     Desired,
     DesiredAccess,
     DesiredContainer,
     DesiredDir,
     DesiredFile,
     Refusal,
-    config_digest,
-    fingerprint,
 )
+from executors.node.apply.diff import config_digest, fingerprint
 
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
 
@@ -50,9 +57,10 @@ UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
 @attrs.frozen
 class Rendered:
     desired: Desired
-    contents: dict = attrs.field(repr=False, eq=False)  # path → bytes (may hold secrets)
-    specs: dict = attrs.field(repr=False, eq=False)  # name → ContainerSpec
-    health: dict = attrs.field(repr=False, eq=False)  # name → (HealthDecl, host address)
+    contents: dict[str, bytes] = attrs.field(repr=False, eq=False)  # path → (may hold secrets)
+    specs: dict[str, engine.ContainerSpec] = attrs.field(repr=False, eq=False)  # by name
+    # name → (its health check, the host address it is published on)
+    health: dict[str, tuple[HealthDecl, str]] = attrs.field(repr=False, eq=False)
 
 
 # --------------------------------------------------------------------------- render
@@ -63,7 +71,8 @@ class _Substituter:
         self.secret_source = secret_source
         self.refusals = refusals
 
-    def __call__(self, value: str, refs: dict[str, SecretRef], subject: str, key: str):
+    def __call__(self, value: str, refs: dict[str, SecretRef], subject: str,
+                 key: str) -> Optional[str]:
         def replace(credential: str) -> str:
             ref = refs.get(credential)
             if ref is None:
@@ -105,7 +114,8 @@ def _safe_name(name: str) -> str:
 
 
 def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
-               substitute: _Substituter, refusals: list[Refusal]):
+               substitute: _Substituter, refusals: list[Refusal]
+               ) -> tuple[DesiredContainer, engine.ContainerSpec, DesiredFile, str]:
     if len(c.name) < 2 or "/" in c.name:
         refusals.append(Refusal(c.name, "a container name needs two characters or more, no '/'"))
     refs = {ref.credential: ref for ref in c.secrets}
@@ -151,12 +161,12 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
         summary["mac"] = c.mac
     digest = config_digest(summary)
     labels = dict(c.labels)
-    labels.update({engine.LABEL_MESH: declaration.mesh, engine.LABEL_INSTANCE: c.instance,
-                   engine.LABEL_CONTAINER: c.container, engine.LABEL_DIGEST: digest,
-                   engine.LABEL_SUMMARY: json.dumps(summary, sort_keys=True,
+    labels.update({LABEL_MESH: declaration.mesh, LABEL_INSTANCE: c.instance,
+                   LABEL_CONTAINER: c.container, LABEL_DIGEST: digest,
+                   LABEL_SUMMARY: json.dumps(summary, sort_keys=True,
                                                     separators=(",", ":"))})
     if c.run_once:
-        labels[engine.LABEL_RUN_ONCE] = "true"
+        labels[LABEL_RUN_ONCE] = "true"
     spec = engine.ContainerSpec(
         name=c.name, image=c.image, command=tuple(c.command) if c.command is not None else None,
         environment=tuple(f"{k}={v}" for k, v in env), labels=tuple(sorted(labels.items())),
@@ -169,8 +179,8 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
     return desired, spec, env_file, env_text
 
 
-def _declared_file(f, paths: NodePaths, secret_source: Optional[SecretSource],
-                   refusals: list[Refusal]):
+def _declared_file(f: FileDecl, paths: NodePaths, secret_source: Optional[SecretSource],
+                   refusals: list[Refusal]) -> Optional[tuple[DesiredFile, bytes]]:
     """(DesiredFile, bytes) of a declared file under the file root, or None (refused)."""
     if not os.path.isabs(f.path):
         refusals.append(Refusal(f.path, "a declared file must be an absolute path"))
@@ -216,8 +226,8 @@ def render(declaration: Declaration, paths: NodePaths,
     refusals: list[Refusal] = []
     substitute = _Substituter(secret_source, refusals)
     contents: dict[str, bytes] = {}
-    specs: dict = {}
-    health: dict = {}
+    specs: dict[str, engine.ContainerSpec] = {}
+    health: dict[str, tuple[HealthDecl, str]] = {}
     containers, files = [], []
     generations: dict[str, int] = {}
     seen: set[str] = set()
@@ -226,9 +236,9 @@ def render(declaration: Declaration, paths: NodePaths,
             refusals.append(Refusal(c.name, "two containers of this declaration share the name"))
             continue
         seen.add(c.name)
-        desired, spec, env_file, env_text = _container(c, declaration, paths, substitute,
-                                                       refusals)
-        containers.append(desired)
+        container, spec, env_file, env_text = _container(c, declaration, paths, substitute,
+                                                         refusals)
+        containers.append(container)
         specs[c.name] = spec
         files.append(env_file)
         contents[env_file.path] = env_text.encode()

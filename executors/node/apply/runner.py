@@ -7,25 +7,42 @@ summary; the Report says what happened step by step as it happens, through its p
 
 Invariants:
 - One code path: whoever applies on a node goes through `apply_files` (or `apply_fast`'s
-  no-op check first, which declines to it on any doubt).
-- Heavy imports (the resolver, the docker SDK, the provisioners' clients) happen when needed.
-- An unreachable engine or an unreadable state root is a failed report, never a traceback.
+  no-op check first, which declines to it on any doubt); both take one `ApplyOptions` and
+  return one `ApplyOutcome` (outcome.py).
+- Imported only once the full path runs (`mesh apply` imports it after the no-op check
+  declined), so the resolver and the docker SDK are imported at the top here. Deferred still:
+  the provisioners (their clients cost ~20 ms, and a declaration without grants never needs
+  them), the node key's cryptography (only with --secrets), and the firewall executor (an
+  optional extra: nftables).
+- An unreachable engine or an unreadable state root is a failed outcome, never a traceback:
+  it is said once here, naming the Engine or the file.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
+import docker
+from requests.exceptions import RequestException
+
+from resolver import Declaration, Fault, FirewallIntent, InputError, MeshError, SecretRef
+from resolver.documents import load_document, load_ledger, structure
+
+from executors.common.report import Report
+from executors.node import docker_engine
+from executors.node.apply import fast as apply_fast
+from executors.node.apply import pipeline
 from executors.node.apply.options import ApplyOptions
+from executors.node.apply.outcome import ApplyOutcome
+from executors.node.extensions import Check, Firewall, ProvisionHook, SecretSource
+from executors.node.firewall.render import DEFAULT_BRIDGES
+from executors.node.node_paths import NodePaths, default_file_root
 
-if TYPE_CHECKING:  # imported where used: a no-op answered by apply_fast never loads them
-    from resolver import Declaration
-
-    from executors.common.report import Report
+if TYPE_CHECKING:  # a type only: the provisioners are imported when a declaration needs them
+    from executors.node.provisioners.base import ProvisionResult
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -33,7 +50,7 @@ SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
 # --------------------------------------------------------------------------- inputs
 
 
-def _files(arguments) -> list[Path]:
+def _files(arguments: Iterable[str]) -> list[Path]:
     files: list[Path] = []
     for argument in arguments:
         path = Path(argument)
@@ -45,10 +62,8 @@ def _files(arguments) -> list[Path]:
     return files
 
 
-def load_declarations(arguments) -> list[tuple[str, Declaration]]:
+def load_declarations(arguments: Sequence[str]) -> list[tuple[str, Declaration]]:
     """Every declaration named, or InputError with every fault of every file."""
-    from resolver import Declaration, Fault, InputError, load_document
-
     faults: list[Fault] = []
     loaded: list[tuple[str, Declaration]] = []
     files = _files(arguments)
@@ -62,9 +77,10 @@ def load_declarations(arguments) -> list[tuple[str, Declaration]]:
             faults.append(Fault(str(path), 0, 0, f"cannot be read: {exc}", "a declaration file"))
             continue
         try:
-            declaration = _fast_json(text) if path.suffix == ".json" else None
-            if declaration is None:  # YAML, or JSON with a fault: located faults from the loader
-                declaration, _ = load_document(text, str(path), Declaration)
+            fast = _fast_json(text) if path.suffix == ".json" else None
+            # YAML, or JSON with a fault: located faults from the loader
+            declaration = fast if fast is not None else \
+                load_document(text, str(path), Declaration)[0]
         except InputError as error:
             faults.extend(error.faults)
             continue
@@ -88,27 +104,24 @@ def load_declaration(path: str) -> Declaration:
     return max((d for _, d in load_declarations([path])), key=lambda d: d.serial)
 
 
-def _fast_json(text: str):
+def _fast_json(text: str) -> Optional[Declaration]:
     """A well-formed JSON declaration without the YAML loader's position bookkeeping (the
     common case, and most of a no-op apply's time); None sends anything else to the loader."""
-    import resolver
-
     try:
-        return resolver.structure(json.loads(text), resolver.Declaration)
+        return structure(json.loads(text), Declaration)
     except Exception:  # malformed: load_document reports it, located
         return None
 
 
-def secret_source_from(secrets_file, key_file, node: str):
+def secret_source_from(secrets_file: Optional[str], key_file: Optional[str],
+                       node: str) -> Optional[SecretSource]:
     """SecretRef → value, from the values sealed to `node` in a ledger file; None if no file."""
     if secrets_file is None and key_file is None:
         return None
-    import resolver
-    from resolver import Fault, InputError, MeshError
-
     if secrets_file is None or key_file is None:
         raise MeshError("--secrets and --key go together: the sealed values and the key that "
                         "opens them")
+    # the node key's cryptography, deferred: only an apply given sealed values needs it
     from executors.common import keys
 
     try:
@@ -116,14 +129,14 @@ def secret_source_from(secrets_file, key_file, node: str):
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError([Fault(str(secrets_file), 0, 0, f"cannot be read: {exc}",
                                 "a ledger file")]) from None
-    ledger, _ = resolver.load_ledger(text, str(secrets_file))
+    ledger, _ = load_ledger(text, str(secrets_file))
     values = keys.unseal_for_node(ledger, node, keys.load_private_key(key_file))
 
-    def source(ref) -> str:
-        try:
-            return values[ref.credential][ref.generation]
-        except KeyError:
-            raise MeshError(f"{secrets_file} holds no value of it sealed to {node}") from None
+    def source(ref: SecretRef) -> str:
+        generations = values.get(ref.credential, {})
+        if ref.generation is None or ref.generation not in generations:
+            raise MeshError(f"{secrets_file} holds no value of it sealed to {node}")
+        return generations[ref.generation]
 
     return source
 
@@ -131,54 +144,44 @@ def secret_source_from(secrets_file, key_file, node: str):
 # --------------------------------------------------------------------------- hooks
 
 
-def runtime_bridges(api, intent, say) -> tuple:
+def runtime_bridges(api: Optional[docker.APIClient], intent: FirewallIntent,
+                    say: Callable[[str], None]) -> tuple[str, ...]:
     """The bridges same-node consumers arrive on: the Engine's default network's interface
     (where `mesh apply` creates containers); Docker's default name when it cannot say."""
-    from executors.node.firewall.render import DEFAULT_BRIDGES
-
     if not intent.local or api is None:
-        return DEFAULT_BRIDGES
-    from requests.exceptions import RequestException
-
-    from executors.node import docker_engine
-
+        return tuple(DEFAULT_BRIDGES)
     try:
         return (docker_engine.default_bridge(api),)
-    except (docker_engine.EngineError, docker_engine.docker.errors.DockerException,
+    except (docker_engine.EngineError, docker.errors.DockerException,
             RequestException, OSError) as exc:
         say(f"firewall: cannot ask the Engine for its bridge ({exc}); assuming "
             f"{', '.join(DEFAULT_BRIDGES)}")
-        return DEFAULT_BRIDGES
+        return tuple(DEFAULT_BRIDGES)
 
 
-def firewall_bridges(intent, *, given=None, docker_host=None, say=lambda line: None) -> tuple:
+def firewall_bridges(intent: FirewallIntent, *, given: Optional[Sequence[str]] = None,
+                     docker_host: Optional[str] = None,
+                     say: Callable[[str], None] = lambda line: None) -> tuple[str, ...]:
     """The bridges `mesh firewall` renders same-node openings for: those `given` (--bridge);
     else, when same-node consumers are let in, the Engine's default bridge (as `mesh apply`
     asks it), or Docker's default name when no Engine answers."""
-    from executors.node.firewall.render import DEFAULT_BRIDGES
-
     if given:
         return tuple(given)
     if not intent.local:
-        return DEFAULT_BRIDGES
-    from executors.node import docker_engine
-
+        return tuple(DEFAULT_BRIDGES)
     return runtime_bridges(docker_engine.connect(docker_host, timeout=10), intent, say)
 
 
-def firewall_hook(state_root: str, api=None):
+def firewall_hook(state_root: str, api: Optional[docker.APIClient] = None) -> Optional[Firewall]:
     """The firewall executor as an apply hook, or None when it is not installed. Its digest
     file lives with the executor's own files (`<state root>/.mesh/firewall.digest`)."""
     if importlib.util.find_spec("executors.node.firewall.executor") is None:
         return None
-    from executors.node.node_paths import NodePaths
-
     state_dir = str(NodePaths(state_root).root)
 
-    def apply_intent(intent, report: Report, dry_run: bool) -> None:
-        from resolver import MeshError
-
-        from executors.node.firewall.executor import apply_firewall  # imported only for a declared intent
+    def apply_intent(intent: FirewallIntent, report: Report, dry_run: bool, /) -> None:
+        # an optional extra (nftables): imported only for a declared intent
+        from executors.node.firewall.executor import apply_firewall
 
         try:
             bridges = runtime_bridges(api, intent, report.say)
@@ -199,36 +202,39 @@ def firewall_hook(state_root: str, api=None):
     return apply_intent
 
 
-def provisioning_hooks(declaration: Declaration) -> tuple[list, list]:
+def provisioning_hooks(declaration: Declaration) -> tuple[list[Check], list[ProvisionHook]]:
     """(checks, provisioners) for an apply of `declaration`: the admin check before anything
     changes and the provisioning of every grant of every kind (executors/node/provisioners/,
     whose registry names each kind's provisioner and reports kinds it has none for). None for a
     declaration with no grant and no provider holding an admin credential: nothing to do, and
     its kinds' modules (psycopg, requests) are not even imported."""
+    # deferred for start-up cost (~20 ms): a declaration without grants never needs them
     from executors.node import provisioners
+    from executors.node.provisioners.registry import FILE_KINDS
 
     if not provisioners.needs_provisioning(declaration):
         return [], []
-    from executors.node.provisioners.registry import FILE_KINDS
-
     if declaration.grants and all(g.kind in FILE_KINDS for g in declaration.grants) and \
             not any(p.admin is not None for p in declaration.providers):
         return [], []  # only the registry's accounts: the file hook (file_hooks) keeps them
     return [provisioners.check_admins], [provisioners.provision]
 
 
-def file_hooks(declaration: Declaration, paths, api) -> list:
+def file_hooks(declaration: Declaration, paths: NodePaths,
+               api: Optional[docker.APIClient]) -> list[ProvisionHook]:
     """The provisioners that keep a file on this node (the mesh registry's htpasswd), bound to
     its file root and Docker Engine; empty when the declaration grants none of their kinds."""
+    # deferred for start-up cost, as in provisioning_hooks
+    from executors.node.provisioners.grants import provision_files
     from executors.node.provisioners.registry import FILE_KINDS
 
     if not any(g.kind in FILE_KINDS for g in declaration.grants):
         return []
-    from executors.node.provisioners.htpasswd import provision_accounts
 
-    def hook(declaration, secret_source, report, dry_run=False):
-        return provision_accounts(declaration, secret_source, report, paths=paths, api=api,
-                                  dry_run=dry_run)
+    def hook(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
+             dry_run: bool = False, /) -> ProvisionResult:
+        return provision_files(declaration, secret_source, report, paths=paths, api=api,
+                               dry_run=dry_run)
 
     return [hook]
 
@@ -236,60 +242,39 @@ def file_hooks(declaration: Declaration, paths, api) -> list:
 # --------------------------------------------------------------------------- apply
 
 
-def apply_files(options: ApplyOptions, report: "Report") -> "Report":
-    """Apply the newest of `options.declarations` on this node; the report says how it went
-    (`facts["result"]`: applied, dry-run, superseded, refused or failed)."""
-    from requests.exceptions import RequestException
-
-    from executors.node.apply import fast as apply_fast
-
-    noop_inputs = None if options.dry_run else _noop_inputs(apply_fast, options)
+def apply_files(options: ApplyOptions, report: Report) -> ApplyOutcome:
+    """Apply the newest of `options.declarations` on this node; how it ended (`result`:
+    applied, dry-run, superseded, refused or failed). The steps are said through `report`."""
+    noop_inputs = None if options.dry_run else _noop_inputs(options)
     declarations = load_declarations(options.declarations)
     node = declarations[0][1].node
     secret_source = secret_source_from(options.secrets, options.key, node)
-    from executors.node.apply import pipeline as apply_module
-    from executors.node import docker_engine
-    from executors.node.node_paths import NodePaths, default_file_root
-
     api = docker_engine.connect(options.docker_host)
     newest = max(declarations, key=lambda d: d[1].serial)[1]
     checks, provisioners = provisioning_hooks(newest)
     file_root = options.file_root or default_file_root()
     provisioners = provisioners + file_hooks(newest, NodePaths(options.state_root, file_root),
                                              api)
-    try:
-        report = apply_module.apply_latest(
-            declarations, api=api, state_root=options.state_root, secret_source=secret_source,
-            dry_run=options.dry_run, report=report,
-            firewall=None if options.no_firewall else firewall_hook(options.state_root, api),
-            checks=checks, provisioners=provisioners,
-            stop_timeout=options.stop_timeout,
-            file_root=file_root,
-            noop_inputs=noop_inputs if noop_inputs == _noop_inputs(apply_fast, options) else None)
-    except (docker_engine.docker.errors.DockerException, RequestException) as exc:
-        # the engine is unreachable or broke off mid-way: nothing is recorded as applied
+    outcome = pipeline.apply_latest(
+        declarations, api=api, state_root=options.state_root, secret_source=secret_source,
+        dry_run=options.dry_run, report=report,
+        firewall=None if options.no_firewall else firewall_hook(options.state_root, api),
+        checks=checks, provisioners=provisioners, stop_timeout=options.stop_timeout,
+        file_root=file_root,
+        noop_inputs=noop_inputs if noop_inputs == _noop_inputs(options) else None)
+    error = outcome.error
+    if error is not None and error.engine:
         report.say(f"mesh: the Docker Engine at {options.docker_host or 'the local socket'} did "
-                   f"not answer as expected: {exc}")
-        report.facts["result"] = "failed"
-        report.facts["error"] = str(exc)
-    except OSError as exc:
-        report.say(f"mesh: {exc.filename or options.state_root}: {exc.strerror or exc}")
-        report.facts["result"] = "failed"
-        report.facts["error"] = str(exc)
-    return report
+                   f"not answer as expected: {error.message}")
+    elif error is not None:
+        report.say(f"mesh: {error.filename or options.state_root}: {error.reason}")
+    return outcome
 
 
-def succeeded(report: "Report") -> bool:
-    """Whether an apply's report counts as success (exit 0 of `mesh apply`)."""
-    return report.facts.get("result") in ("applied", "dry-run", "superseded")
-
-
-def _noop_inputs(apply_fast, args):
+def _noop_inputs(options: ApplyOptions) -> Optional[apply_fast.NoopInputs]:
     """The inputs' fingerprint, taken before and after loading: equal both times, the
     declaration applied is the one fingerprinted."""
     try:
-        return apply_fast.noop_inputs(args)
+        return apply_fast.noop_inputs(options)
     except OSError:  # unreadable: the full path reports it
         return None
-
-
