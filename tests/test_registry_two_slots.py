@@ -25,12 +25,13 @@ import attrs
 import pytest
 import requests
 
-from resolver import record_applied
+from resolver.rotation import record_applied
 from executors.common.keys import unseal
 from executors.common.report import LivePrinter, Report
 from executors.control.issuer import rotate
 from executors.node.node_paths import NodePaths
-from executors.node.provisioners.htpasswd import htpasswd_path, provision_accounts
+from executors.node.provisioners.grants import provision_files as provision_accounts
+from executors.node.provisioners.htpasswd import htpasswd_path
 
 from _background import repeatedly
 from _registry_helpers import REGISTRY_BINARY, RegistryProcess

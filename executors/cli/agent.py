@@ -10,14 +10,23 @@ executors/node/agent/enrol.py are the work.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
+from typing import Callable, Optional, TextIO
+
+from resolver import MeshError
+
+from executors.cli._verb import Subparsers
+from executors.common.enrol_token import decode
+from executors.node.agent.config import load_config
+from executors.node.agent.enrol import start, wait_for_answer
+from executors.node.agent.loop import Agent
+from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
 
 
-def register(subparsers) -> None:
-    from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
-
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "agent", help="the node agent: apply this node's declarations from the broker, report",
         description="Run the node agent until stopped (SIGTERM/SIGINT): take this node's "
@@ -62,23 +71,17 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _say(node: str):
+def _say(node: str) -> Callable[[str], None]:
     def say(line: str) -> None:
         print(f"agent {node}: {line}", file=sys.stderr, flush=True)
     return say
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     if args.agent_command == "enrol":
         return run_enrol(args, out or sys.stdout)
     if not args.config:
-        from resolver import MeshError
-
         raise MeshError("mesh agent needs --config FILE (or `mesh agent enrol TOKEN …` first)")
-    from executors.node.agent.loop import Agent
-    from executors.node.agent.config import load_config
-    from executors.node.agent.enrol import wait_for_answer
-
     config = load_config(args.config)
     say = _say(config.node)
     if not config.enrolled:
@@ -91,10 +94,7 @@ def run(args, out=None) -> int:
     return 0
 
 
-def run_enrol(args, out) -> int:
-    from executors.common.enrol_token import decode
-    from executors.node.agent.enrol import start, wait_for_answer
-
+def run_enrol(args: argparse.Namespace, out: TextIO) -> int:
     say = _say(decode(args.token).node)
     config = start(args.token, config_path=args.enrol_config, key_path=args.key,
                    address=args.address, state_root=args.state_root,

@@ -14,18 +14,26 @@ Invariants:
   writes only `enrolment` and reads only its answer queue; the control account does
   everything inside the vhost and nothing outside it.
 - Connecting is retried with capped exponential backoff and a line per attempt, never
-  silently, until it succeeds or the caller's deadline passes (`connect_retrying`).
+  silently, until it succeeds or the caller's deadline passes (`connect_retrying`), or, for a
+  long-running server, until it is stopped, connecting again whenever the connection breaks
+  (`serve_reconnecting`). Both go through the one backoff loop (`connect_backing_off`).
+- pika (the node and control extras) is imported by the functions that speak AMQP only: the
+  names and addresses here are read by modules that never open a connection.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, TypeVar
 
 import attrs
 
 from resolver import MeshError
+
+if TYPE_CHECKING:  # pika has no type information: these names are for the reader
+    import pika
+    from pika.adapters.blocking_connection import BlockingChannel
 
 DECLARATIONS, REPORTS, ENROLMENT, ANSWERS = "declarations", "reports", "enrolment", "answers"
 EXCHANGES = (DECLARATIONS, REPORTS, ENROLMENT, ANSWERS)
@@ -45,7 +53,7 @@ class Permissions:
     write: str
     read: str
 
-    def as_body(self) -> dict:
+    def as_body(self) -> dict[str, str]:
         return {"configure": self.configure, "write": self.write, "read": self.read}
 
 
@@ -132,8 +140,8 @@ class BrokerAddress:
 
 
 def parameters(address: BrokerAddress, vhost: str, user: str, password: str, *,
-               heartbeat: int = 30, timeout: float = 10.0):
-    import pika
+               heartbeat: int = 30, timeout: float = 10.0) -> pika.ConnectionParameters:
+    import pika  # the extra's: see the module's invariants
 
     return pika.ConnectionParameters(
         host=address.host, port=address.port, virtual_host=vhost,
@@ -143,9 +151,9 @@ def parameters(address: BrokerAddress, vhost: str, user: str, password: str, *,
             "connection_name": user, "product": "mesh"})
 
 
-def connect(params):
+def connect(params: pika.ConnectionParameters) -> pika.BlockingConnection:
     """One connection attempt; BrokerError with the reason in one line."""
-    import pika.exceptions
+    import pika.exceptions  # the extra's: see the module's invariants
 
     try:
         return pika.BlockingConnection(params)
@@ -181,29 +189,59 @@ def describe(exc: BaseException) -> str:
     return " < ".join(names)
 
 
-def connect_retrying(params, say: Callable[[str], None], *, deadline: Optional[float] = None,
-                     cap: float = BACKOFF_CAP, stop: Callable[[], bool] = lambda: False,
+_Connection = TypeVar("_Connection")
+
+
+def connect_backing_off(connect: Callable[[], _Connection], *,
+                        retry: Callable[[int, Exception, float], bool],
+                        retried: tuple[type[Exception], ...] = (BrokerError,),
+                        stopping: Callable[[], bool] = lambda: False,
+                        before_attempt: Callable[[], None] = lambda: None,
+                        sleep: Callable[[float], None] = time.sleep,
+                        cap: float = BACKOFF_CAP) -> Optional[tuple[_Connection, int]]:
+    """The one backoff loop: call `connect` until it returns, waiting 1 s, 2 s, 4 s … `cap`
+    between attempts; the connection and the attempt that made it. Each failed attempt (an
+    error of `retried`) is told to `retry(attempt, error, delay)`, which says its line and
+    answers whether to wait and try again (False: give up, None is returned) or raises.
+    `stopping()` is asked before each attempt (None once it says so), `before_attempt()` is
+    run then."""
+    delay, attempt = 1.0, 0
+    while not stopping():
+        before_attempt()
+        attempt += 1
+        try:
+            return connect(), attempt
+        except retried as error:
+            if not retry(attempt, error, delay):
+                return None
+            sleep(delay)
+            delay = min(delay * 2, cap)
+    return None
+
+
+def connect_retrying(params: pika.ConnectionParameters, say: Callable[[str], None], *,
+                     deadline: Optional[float] = None, cap: float = BACKOFF_CAP,
+                     stop: Callable[[], bool] = lambda: False,
                      sleep: Callable[[float], None] = time.sleep,
-                     clock: Callable[[], float] = time.monotonic):
+                     clock: Callable[[], float] = time.monotonic) -> pika.BlockingConnection:
     """Connect, retrying with capped exponential backoff (1 s, 2 s, 4 s … cap) and one line
     per failed attempt; refusals of the account are retried too (an account may be made
     later). BrokerError when `deadline` (a clock value) passes or `stop()` says so."""
-    delay, attempt = 1.0, 0
-    while True:
-        attempt += 1
-        try:
-            connection = connect(params)
-        except BrokerError as error:
-            if stop() or (deadline is not None and clock() + delay > deadline):
-                raise
-            say(f"broker {params.host}:{params.port} not reachable (attempt {attempt}): "
-                f"{error}; retrying in {delay:.0f}s")
-            sleep(delay)
-            delay = min(delay * 2, cap)
-            continue
-        if attempt > 1:
-            say(f"connected to the broker {params.host}:{params.port} after {attempt} attempts")
-        return connection
+
+    def retry(attempt: int, error: Exception, delay: float) -> bool:
+        if stop() or (deadline is not None and clock() + delay > deadline):
+            raise error
+        say(f"broker {params.host}:{params.port} not reachable (attempt {attempt}): "
+            f"{error}; retrying in {delay:.0f}s")
+        return True
+
+    opened = connect_backing_off(lambda: connect(params), retry=retry, sleep=sleep, cap=cap)
+    if opened is None:  # never: it neither stops nor gives up without raising
+        raise BrokerError(f"broker {params.host}:{params.port}: not connected")
+    connection, attempt = opened
+    if attempt > 1:
+        say(f"connected to the broker {params.host}:{params.port} after {attempt} attempts")
+    return connection
 
 
 def is_connection_error(error: Exception) -> bool:
@@ -211,9 +249,6 @@ def is_connection_error(error: Exception) -> bool:
     import pika.exceptions  # a node without the broker's client never gets this far
 
     return isinstance(error, (BrokerError, pika.exceptions.AMQPError, OSError))
-
-
-_Connection = TypeVar("_Connection")
 
 
 def serve_reconnecting(connect: Callable[[], _Connection],
@@ -231,21 +266,20 @@ def serve_reconnecting(connect: Callable[[], _Connection],
     delay)`); serve; when the connection breaks, say so and connect again (the backoff starts
     over). The one reconnect loop of the agent and the control loop; an error that is not the
     connection breaking is raised."""
-    delay, attempt = 1.0, 0
-    while not stopping():
-        before_attempt()
-        attempt += 1
-        try:
-            connection = connect()
-        except retried as error:
-            if stopping():
-                return
-            say(unreachable(attempt, error, delay))
-            sleep(delay)
-            delay = min(delay * 2, cap)
-            continue
+
+    def retry(attempt: int, error: Exception, delay: float) -> bool:
+        if stopping():
+            return False
+        say(unreachable(attempt, error, delay))
+        return True
+
+    while True:
+        opened = connect_backing_off(connect, retry=retry, retried=retried, stopping=stopping,
+                                     before_attempt=before_attempt, sleep=sleep, cap=cap)
+        if opened is None:
+            return
+        connection, attempt = opened
         say(connected(attempt))
-        delay, attempt = 1.0, 0
         try:
             serve(connection)
         except Exception as error:  # noqa: BLE001 - a broken connection: reconnect
@@ -260,8 +294,8 @@ def serve_reconnecting(connect: Callable[[], _Connection],
 
 
 def properties(*, message_id: str, kind: str, user_id: Optional[str] = None,
-               headers: Optional[dict] = None):
-    import pika
+               headers: Optional[Mapping[str, object]] = None) -> pika.BasicProperties:
+    import pika  # the extra's: see the module's invariants
 
     return pika.BasicProperties(content_type="application/json", delivery_mode=PERSISTENT,
                                 message_id=message_id, type=kind, user_id=user_id,
@@ -269,10 +303,11 @@ def properties(*, message_id: str, kind: str, user_id: Optional[str] = None,
                                 app_id="mesh")
 
 
-def publish(channel, exchange: str, routing_key: str, body: bytes, props) -> None:
+def publish(channel: BlockingChannel, exchange: str, routing_key: str, body: bytes,
+            props: pika.BasicProperties) -> None:
     """Publish persistently on a channel in confirm mode; returns only once the broker
     confirmed it and routed it to a queue (BrokerError otherwise)."""
-    import pika.exceptions
+    import pika.exceptions  # the extra's: see the module's invariants
 
     try:
         channel.basic_publish(exchange, routing_key, body, props, mandatory=True)
@@ -290,7 +325,7 @@ def publish(channel, exchange: str, routing_key: str, body: bytes, props) -> Non
                           f"{describe(exc)}") from None
 
 
-def declare_fleet(channel, nodes, token_ids=()) -> None:
+def declare_fleet(channel: BlockingChannel, nodes: Iterable[str], token_ids: Iterable[str] = ()) -> None:
     """Exchanges, queues and bindings of the fleet, declared idempotently (control account)."""
     for exchange in EXCHANGES:
         channel.exchange_declare(exchange, "direct", durable=True)
@@ -304,13 +339,13 @@ def declare_fleet(channel, nodes, token_ids=()) -> None:
         declare_answer_queue(channel, token_id)
 
 
-def declare_node_queue(channel, node: str) -> None:
+def declare_node_queue(channel: BlockingChannel, node: str) -> None:
     queue = FleetNames.node_queue(node)
     channel.queue_declare(queue, durable=True)
     channel.queue_bind(queue, DECLARATIONS, node)
 
 
-def declare_answer_queue(channel, token_id: str) -> None:
+def declare_answer_queue(channel: BlockingChannel, token_id: str) -> None:
     queue = FleetNames.answer_queue(token_id)
     channel.queue_declare(queue, durable=True)
     channel.queue_bind(queue, ANSWERS, token_id)

@@ -1,5 +1,8 @@
 """The extension points of a node's apply: where a secret comes from, what makes a firewall
-intent true, and what makes grants of one kind true on their provider.
+intent true, and what makes grants of one kind true on their provider (one family: a
+`GrantProvisioner` is either service-backed, a `Provisioner` speaking to a running server's
+admin interface, or file-backed, a `FileProvisioner` keeping a file on the provider's node),
+and the hooks an apply runs (`Check`, `ProvisionHook`).
 
 Each is a typed `Protocol`: anything with these methods fits, nothing needs to inherit from
 it. `mesh apply` (node/apply/runner.py, node/apply/pipeline.py), `mesh verify` (node/verify/check.py) and
@@ -26,10 +29,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
-    from resolver import BindingDecl, FirewallIntent, GrantDecl, SecretRef
+    from resolver import BindingDecl, Declaration, FirewallIntent, GrantDecl, SecretRef
 
     from executors.common.report import Report
-    from executors.node.provisioners.base import BindingCheck, Endpoint, ProvisionResult
+    from executors.node.provisioners.base import (BindingCheck, Endpoint, NodeFiles,
+                                                  ProvisionResult)
 
 
 @runtime_checkable
@@ -81,15 +85,24 @@ class Firewall(Protocol):
 
 
 @runtime_checkable
-class Provisioner(Protocol):
-    """What makes grants of one kind true on a provider's running server, and checks them.
+class GrantProvisioner(Protocol):
+    """What every provisioner of a grant kind is: the family's shared part.
 
     A grant (resolver.GrantDecl) says: on provider instance P, login L of consumer C gets
     resource R, with the value of credential generation G. The provisioner of the grant's
     kind is asked, on P's node, to make every grant of P true and nothing else of P's that
-    the mesh manages; logins of grants that went are dropped, their data kept and reported.
-    The registry (node/provisioners/registry.py) maps each kind to one provisioner; a kind
-    it does not list is reported on every apply as not provisioned, never skipped silently.
+    the mesh manages. The registry (node/provisioners/registry.py) maps each kind to one
+    provisioner, service-backed (`Provisioner`) or file-backed (`FileProvisioner`).
+
+    What the family shares is decided once, by provisioners/grants.py (`provision_grants`),
+    before a variant is called: grants are grouped by provider; a kind the registry does not
+    list is reported on every apply as not provisioned, never skipped silently; without
+    secret values every grant of the provider fails, saying to pass --secrets and --key; a
+    grant whose credential is not issued yet is skipped and said so (`pending-credential`);
+    a provider whose variant raises a ProvisionError, a MeshError or a KeyError (a value not
+    held) fails with each of its issued grants. A variant sees only issued grants. Which slot
+    holds which generation (provisioners/base.held_slots) and which account is an idle slot
+    (base.idle_slot_of) are said once for every kind with two logins per grant.
     """
 
     kind: str
@@ -98,6 +111,17 @@ class Provisioner(Protocol):
 
     description: str
     """How a provider of this kind is named in reports, e.g. `postgres`."""
+
+
+@runtime_checkable
+class Provisioner(GrantProvisioner, Protocol):
+    """A service-backed provisioner: makes grants of one kind true on a provider's running
+    server through its admin interface, and checks them.
+
+    Logins of grants that went are dropped, their data kept and reported. Its plan is carried
+    out by the family's one block (provisioners/base.carry_out: refusals listed, steps run in
+    order up to the first failure, one outcome per grant).
+    """
 
     connect_timeout: float
     """Seconds one login attempt may take while waiting for a server to answer."""
@@ -185,4 +209,60 @@ class Provisioner(Protocol):
         (the message then says why, and the caller names where from). Create nothing that
         outlives the check. Never raise for what the server answers.
         """
+        ...
+
+
+@runtime_checkable
+class FileProvisioner(GrantProvisioner, Protocol):
+    """A file-backed provisioner: makes grants of one kind true in a file on the provider's
+    node, which the provider's containers read (the mesh registry's htpasswd; a tool's token
+    file would be one too).
+
+    Its pure half is a plan module as a service's is: parse the file's text (and what the
+    shell observed about it, e.g. whether a stored hash matches) → diff → after, where a
+    second diff against `after` is empty. Lines the mesh does not manage are kept byte for
+    byte; an entry another mesh or provider marks is refused and left alone. The file is
+    written whole (temp, fsync, rename; 0600) only when it changes, and the containers that
+    read it are restarted then.
+    """
+
+    def grant_subject(self, grant: GrantDecl) -> str:
+        """How one grant is named in a notice, e.g. `registry account node-n1 on registry`."""
+        ...
+
+    def provision_file(self, declaration: Declaration, provider: str,
+                       grants: Sequence[GrantDecl], secret_source: SecretSource,
+                       report: Report, result: ProvisionResult, files: NodeFiles, *,
+                       dry_run: bool = False) -> None:
+        """Make the file of `provider` on this node (under `files.paths`' file root) hold
+        exactly the entries of `grants` (issued, possibly none) of `declaration`'s mesh.
+
+        Report each change as an operation with its cause, naming the entry and the
+        credential generation, never a value or a hash; add one GrantOutcome per grant to
+        `result` and count the changing steps in `result.statements` (a second run counts
+        none). Restart `provider`'s running containers through `files.engine` when the file
+        changed. With `dry_run`, record the plan as planned; write nothing, restart nothing.
+        """
+        ...
+
+
+class Check(Protocol):
+    """An observation an apply makes before anything changes (`mesh apply`'s checks phase,
+    e.g. provisioners.check_admins: each provider's running server accepts its admin)."""
+
+    def __call__(self, declaration: Declaration, secret_source: Optional[SecretSource],
+                 report: Report, /) -> None:
+        """Report each observation (`report.begin(..., check=True)`); one not ok stops the
+        apply before anything changes. Change nothing; raise only for a programming error."""
+        ...
+
+
+class ProvisionHook(Protocol):
+    """A provisioning step an apply runs once the containers are up (provisioners.provision,
+    provisioners.provision_files)."""
+
+    def __call__(self, declaration: Declaration, secret_source: Optional[SecretSource],
+                 report: Report, dry_run: bool = False, /) -> ProvisionResult:
+        """Make the declaration's grants true (the family's rules, provision_grants), report
+        each step, and return what is now in force."""
         ...

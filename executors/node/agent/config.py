@@ -14,10 +14,12 @@ Invariants:
 from __future__ import annotations
 
 import io
-from typing import Optional
+import os
+from typing import Any, Mapping, Optional, Union
 
 import attrs
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from resolver import Fault, InputError
@@ -70,8 +72,10 @@ class AgentConfig:
         return self.login is not None and self.ca_certificate is not None
 
 
+_Kind = Union[type, tuple[type, ...]]  # what a value may be
+
 # key in the file → (attribute, type(s), required)
-_TOP = {
+_TOP: Mapping[str, tuple[str, _Kind, bool]] = {
     "mesh": ("mesh", str, True), "node": ("node", str, True), "key": ("key", str, True),
     "ca-fingerprint": ("ca_fingerprint", str, True), "broker": ("broker", dict, True),
     "state-root": ("state_root", str, False), "docker-host": ("docker_host", (str, type(None)),
@@ -84,27 +88,30 @@ _TOP = {
     "ca-certificate": ("ca_certificate", (str, type(None)), False),
     "enrolment": ("enrolment", (dict, type(None)), False),
 }
-_BROKER = {"host": (str, True), "port": (int, True), "vhost": (str, True), "user": (str, False),
+_BROKER: Mapping[str, tuple[_Kind, bool]] = {"host": (str, True), "port": (int, True), "vhost": (str, True), "user": (str, False),
            "password-sealed": (str, False)}
-_ENROLMENT = {"token": (str, True), "user": (str, True), "secret-sealed": (str, True)}
+_ENROLMENT: Mapping[str, tuple[_Kind, bool]] = {"token": (str, True), "user": (str, True), "secret-sealed": (str, True)}
 
 
-def _type_name(kind) -> str:
+def _type_name(kind: _Kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     words = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
              dict: "a mapping", type(None): "null"}
     return " or ".join(dict.fromkeys(words[k] for k in kinds))
 
 
-def _check(mapping, spec, where: str, faults: list, file: str) -> dict:
-    found = {}
+def _check(mapping: CommentedMap, spec: Mapping[str, tuple[_Kind, bool]], where: str,
+           faults: list[Fault], file: str) -> dict[str, Any]:
+    """The values of `mapping` that `spec` knows and that have its type (read from YAML: each
+    checked here); a fault for each unknown, missing or mistyped key."""
+    found: dict[str, Any] = {}
     for key in mapping:
         if key not in spec:
             line, col = mapping.lc.key(key)
             faults.append(Fault(file, line + 1, col + 1, f"unknown key {where}{key}",
                                 "one of " + ", ".join(spec)))
     for key, entry in spec.items():
-        kind, required = entry[-2], entry[-1]
+        kind, required = entry
         if key not in mapping:
             if required:
                 line, col = (mapping.lc.line, mapping.lc.col) if mapping.lc.line is not None \
@@ -124,7 +131,7 @@ def _check(mapping, spec, where: str, faults: list, file: str) -> dict:
     return found
 
 
-def load_config(path) -> AgentConfig:
+def load_config(path: Union[str, os.PathLike[str]]) -> AgentConfig:
     path = str(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -142,10 +149,11 @@ def load_config(path) -> AgentConfig:
                                 (mark.column + 1) if mark else 0,
                                 f"not YAML: {getattr(exc, 'problem', exc)}",
                                 "a YAML mapping")]) from None
-    if not isinstance(document, dict):
+    if not isinstance(document, CommentedMap):  # what the round-trip loader makes of a mapping
         raise InputError([Fault(path, 1, 1, "is not a mapping", "mesh:, node:, key:, broker: …")])
     faults: list[Fault] = []
-    top = _check(document, {k: v[1:] for k, v in _TOP.items()}, "", faults, path)
+    top = _check(document, {k: (kind, required) for k, (_, kind, required) in _TOP.items()},
+                 "", faults, path)
     broker = _check(document["broker"], _BROKER, "broker.", faults, path) \
         if isinstance(top.get("broker"), dict) else {}
     enrolment = _check(document["enrolment"], _ENROLMENT, "enrolment.", faults, path) \

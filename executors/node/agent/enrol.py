@@ -16,11 +16,12 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import attrs
 
@@ -30,6 +31,9 @@ from executors.common import amqp, enrol_token, messages
 from executors.common.keys import create_node_key, load_private_key, public_key_b64, seal, unseal
 from executors.node.agent.config import (AgentConfig, BrokerLogin, PendingEnrolment,
                                          load_config, write_config)
+
+if TYPE_CHECKING:  # pika has no type information: the name is for the reader
+    import pika
 
 
 class EnrolmentRefused(MeshError):
@@ -41,7 +45,7 @@ def source_address(host: str, port: int) -> str:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
         probe.connect((host, port))
-        return probe.getsockname()[0]
+        return str(probe.getsockname()[0])
 
 
 def start(token_text: str, *, config_path: str, key_path: str, address: Optional[str],
@@ -64,12 +68,13 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
     broker = amqp.BrokerAddress.parse(token.broker)
     address = address or source_address(broker.host, broker.port)
     names = amqp.FleetNames(token.mesh)
+    pending = PendingEnrolment(token.token_id, names.enrol_user(token.token_id),
+                               seal(public, token.secret, token.node))
     config = AgentConfig(
         path=config_path, mesh=token.mesh, node=token.node, key=key_path,
         ca_fingerprint=token.ca_fingerprint, broker_host=broker.host, broker_port=broker.port,
         vhost=token.vhost, state_root=state_root, docker_host=docker_host, firewall=firewall,
-        drift_minutes=drift_minutes, enrolment=PendingEnrolment(token.token_id, names.enrol_user(token.token_id),
-                                   seal(public, token.secret, token.node)))
+        drift_minutes=drift_minutes, enrolment=pending)
     write_config(config)
     say(f"wrote {config_path} (mode 0600)")
     request = {"format": messages.ENROLMENT_REQUEST_FORMAT, "mesh": token.mesh,
@@ -81,7 +86,7 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
         channel.confirm_delivery()
         amqp.publish(channel, amqp.ENROLMENT, amqp.ENROLMENT, messages.plain(request),
                      amqp.properties(message_id=f"enrol/{token.token_id}", kind="enrolment",
-                                     user_id=config.enrolment.user))
+                                     user_id=pending.user))
     finally:
         connection.close()
     say(f"enrolment of {token.node} ({address}) asked of mesh {token.mesh} at {broker}; on the "
@@ -89,15 +94,19 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
     return config
 
 
-def _parameters(config: AgentConfig, secret: str):
+def _pending(config: AgentConfig) -> PendingEnrolment:
+    if config.enrolment is None:
+        raise MeshError(f"{config.path}: no enrolment is waiting for an answer")
+    return config.enrolment
+
+
+def _parameters(config: AgentConfig, secret: str) -> pika.ConnectionParameters:
     return amqp.parameters(amqp.BrokerAddress(config.broker_host, config.broker_port),
-                           config.vhost, config.enrolment.user, secret, heartbeat=30)
+                           config.vhost, _pending(config).user, secret, heartbeat=30)
 
 
-def believe(data: bytes, config: AgentConfig) -> dict:
+def believe(data: bytes, config: AgentConfig) -> messages.Document:
     """The answer's body, once its CA has the pinned fingerprint and signed its signer."""
-    import json
-
     try:
         claimed = json.loads(json.loads(data.decode("utf-8"))["body"]).get("ca_certificate")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
@@ -114,7 +123,7 @@ def believe(data: bytes, config: AgentConfig) -> dict:
         raise EnrolmentRefused("the answer's CA certificate is not self-signed") from None
     body = messages.open_signed(data, kind=messages.ENROLMENT_ANSWER, ca=ca, mesh=config.mesh)
     if (body.get("mesh"), body.get("node"), body.get("token")) != \
-            (config.mesh, config.node, config.enrolment.token):
+            (config.mesh, config.node, _pending(config).token):
         raise EnrolmentRefused("the answer is for another node or token")
     return body
 
@@ -123,10 +132,9 @@ def wait_for_answer(config: AgentConfig, *, say: Callable[[str], None],
                     timeout: Optional[float] = None, every: float = 15.0) -> AgentConfig:
     """Take the answer (waiting up to `timeout` seconds, None: forever, with a line every
     `every` seconds); the configuration with the node's account, or EnrolmentRefused."""
-    if config.enrolment is None:
-        raise MeshError(f"{config.path}: no enrolment is waiting for an answer")
-    secret = unseal(load_private_key(config.key), config.enrolment.secret_sealed)
-    queue = amqp.FleetNames.answer_queue(config.enrolment.token)
+    pending = _pending(config)
+    secret = unseal(load_private_key(config.key), pending.secret_sealed)
+    queue = amqp.FleetNames.answer_queue(pending.token)
     start_time = time.monotonic()
     deadline = None if timeout is None else start_time + timeout
     connection = amqp.connect_retrying(_parameters(config, secret), say, deadline=deadline)
@@ -157,11 +165,16 @@ def wait_for_answer(config: AgentConfig, *, say: Callable[[str], None],
             channel.basic_ack(method.delivery_tag)
             raise EnrolmentRefused(f"the control node rejected {config.node}: "
                                    f"{body.get('reason') or 'no reason given'}")
-        broker = body.get("broker") or {}
-        login = BrokerLogin(config.broker_host, config.broker_port, broker.get("vhost"),
-                            broker.get("user"), broker.get("password_sealed"))
+        broker = body.get("broker")
+        account = broker if isinstance(broker, dict) else {}
+        vhost, user = account.get("vhost"), account.get("user")
+        sealed, certificate = account.get("password_sealed"), body.get("ca_certificate")
+        if not (isinstance(vhost, str) and isinstance(user, str) and isinstance(sealed, str)
+                and isinstance(certificate, str)):  # believe() read the certificate already
+            raise EnrolmentRefused("the answer accepts the node but carries no broker account")
+        login = BrokerLogin(config.broker_host, config.broker_port, vhost, user, sealed)
         unseal(load_private_key(config.key), login.password_sealed)  # proves it opens
-        done = attrs.evolve(config, ca_certificate=body["ca_certificate"], login=login,
+        done = attrs.evolve(config, ca_certificate=certificate, login=login,
                             vhost=login.vhost, enrolment=None)
         write_config(done)
         channel.basic_ack(method.delivery_tag)

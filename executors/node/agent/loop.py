@@ -36,18 +36,28 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, TypedDict, TypeVar
 
 import attrs
 
-from resolver import MeshError
+import resolver
+from resolver import Declaration, MeshError
 
 from executors.common import amqp, messages
 from executors.common.amqp import BrokerError, FleetNames
 from executors.common.atomic import write_atomic
 from executors.common.keys import load_private_key, unseal
-from executors.node.agent.config import AgentConfig
+from executors.common.report import LivePrinter, Report
+from executors.node.agent.config import AgentConfig, BrokerLogin
+from executors.node.apply.options import ApplyOptions
+from executors.node.apply.runner import apply_files, secret_source_from
+from executors.node.verify.check import engine_client, engine_locator, verify_declaration
+from executors.node.apply.outcome import ApplyOutcome, ApplyResult
 from executors.node.node_paths import NodePaths
+
+if TYPE_CHECKING:  # pika has no type information: these names are for the reader
+    import pika
+    from pika.adapters.blocking_connection import BlockingChannel
 
 PREFETCH = 100
 SETTLE_SECONDS = 2.0  # at most this long to let every waiting message arrive before applying
@@ -64,8 +74,23 @@ class Delivery:
 @attrs.frozen
 class Verified:
     delivery: Delivery
-    body: dict
-    declaration: object  # resolver.Declaration
+    body: messages.Document
+    declaration: Declaration
+
+
+class VerifyDocument(TypedDict, total=False):
+    """What `mesh verify` found after an apply, as a report carries it."""
+
+    ok: bool
+    results: list[dict[str, object]]  # verify.result.Result.to_json() each
+    error: str  # a verify that could not run: why
+
+
+# A report's body as the broker carries it (common/message_schemas.py holds its schema).
+ReportBody = dict[str, object]
+Applier = Callable[[ApplyOptions, Callable[[str], None]], ApplyOutcome]
+Verifier = Callable[[Declaration, Path], VerifyDocument]
+_T = TypeVar("_T")
 
 
 def now_iso() -> str:
@@ -91,18 +116,16 @@ class AgentFiles:
         return (declaration, secrets) if declaration.is_file() and secrets.is_file() else None
 
 
-def check_body(body: dict, config: AgentConfig):
+def check_body(body: messages.Document, config: AgentConfig) -> Declaration:
     """The declaration a verified body carries, proved to be this node's; MessageRefused."""
-    import resolver
-
     if body.get("mesh") != config.mesh:
         raise messages.MessageRefused(f"for mesh {body.get('mesh')!r}, not {config.mesh!r}")
     if body.get("node") != config.node:
         raise messages.MessageRefused(f"for node {body.get('node')!r}, not this node "
                                       f"({config.node})")
     try:
-        declaration = resolver.structure(body.get("declaration"), resolver.Declaration)
-        resolver.structure(body.get("secrets") or {}, resolver.Ledger)
+        declaration = resolver.documents.structure(body.get("declaration"), resolver.Declaration)
+        resolver.documents.structure(body.get("secrets") or {}, resolver.Ledger)
     except Exception as exc:  # noqa: BLE001 - cattrs' errors: one line is enough here
         raise messages.MessageRefused(f"the declaration does not read as one "
                                       f"({type(exc).__name__})") from None
@@ -113,22 +136,21 @@ def check_body(body: dict, config: AgentConfig):
     return declaration
 
 
-def apply_with_runner(options, say: Callable[[str], None]):
+def apply_with_runner(options: ApplyOptions, say: Callable[[str], None]) -> ApplyOutcome:
     """The one apply code path (executors/node/runner.apply_files), printing every step."""
-    from executors.common.report import LivePrinter, Report
-    from executors.node.apply.runner import apply_files
-
     return apply_files(options, Report(printer=LivePrinter()))
 
 
 class Agent:
     def __init__(self, config: AgentConfig, *, say: Optional[Callable[[str], None]] = None,
-                 applier: Optional[Callable] = None, verifier: Optional[Callable] = None,
+                 applier: Optional[Applier] = None, verifier: Optional[Verifier] = None,
                  clock: Callable[[], float] = time.monotonic):
-        if not config.enrolled:
+        login, certificate = config.login, config.ca_certificate
+        if not config.enrolled or login is None or certificate is None:
             raise BrokerError(f"{config.path}: this node is not enrolled yet (`mesh agent enrol "
                               f"TOKEN --config {config.path}` first)")
         self.config = config
+        self.login: BrokerLogin = login
         self.say = say or stderr_line(config.node)
         self.applier = applier or apply_with_runner
         self.verifier = verifier if verifier is not None else (
@@ -137,29 +159,29 @@ class Agent:
         self.files = AgentFiles(config.state_root)
         self.applied_file = NodePaths(config.state_root).applied  # what apply records
         self.names = FleetNames(config.mesh)
-        self.ca = messages.load_certificate(config.ca_certificate, "pinned CA certificate")
+        self.ca = messages.load_certificate(certificate, "pinned CA certificate")
         if messages.certificate_fingerprint(self.ca) != config.ca_fingerprint:
             raise messages.MessageRefused(f"{config.path}: ca-certificate does not have the "
                                           f"pinned fingerprint {config.ca_fingerprint}")
         self.waiting: list[Delivery] = []
-        self.unsent: list[dict] = []  # reports made while the broker was away (drift)
+        self.unsent: list[ReportBody] = []  # reports made while the broker was away (drift)
         self.verdict: Optional[bool] = None  # verify's last reported verdict (all ok?)
         self.stopping = False
         interval = config.drift_minutes * 60
         self.drift_interval = interval if interval > 0 else None
-        self.next_drift = self.clock()  # at start: repair what a reboot lost
+        self.next_drift: Optional[float] = self.clock()  # at start: repair what a reboot lost
 
     # -- broker
 
     def _password(self) -> str:
-        return unseal(load_private_key(self.config.key), self.config.login.password_sealed)
+        return unseal(load_private_key(self.config.key), self.login.password_sealed)
 
-    def _parameters(self):
-        address = amqp.BrokerAddress(self.config.login.host, self.config.login.port)
-        return amqp.parameters(address, self.config.login.vhost, self.config.login.user,
-                               self._password(), heartbeat=30)
+    def _parameters(self) -> pika.ConnectionParameters:
+        address = amqp.BrokerAddress(self.login.host, self.login.port)
+        return amqp.parameters(address, self.login.vhost, self.login.user, self._password(),
+                               heartbeat=30)
 
-    def stop(self, *_args) -> None:
+    def stop(self, *_args: object) -> None:
         if not self.stopping:
             self.say("stopping (after the apply under way, if any)")
         self.stopping = True
@@ -167,7 +189,7 @@ class Agent:
     def run(self) -> None:
         """Serve until stopped: connect (backoff), consume, apply, report; repair drift."""
         self.say(f"mesh {self.config.mesh}, node {self.config.node}, broker "
-                 f"{self.config.login.host}:{self.config.login.port}, queue "
+                 f"{self.login.host}:{self.login.port}, queue "
                  f"{self.names.node_queue(self.config.node)}")
         amqp.serve_reconnecting(
             lambda: amqp.connect(self._parameters()), self._serve,
@@ -184,7 +206,7 @@ class Agent:
         while not self.stopping and self.clock() < end:
             time.sleep(min(0.2, max(0.0, end - self.clock())))
 
-    def _serve(self, connection) -> None:
+    def _serve(self, connection: pika.BlockingConnection) -> None:
         consume = connection.channel()
         consume.basic_qos(prefetch_count=PREFETCH)
         reports = connection.channel()
@@ -203,13 +225,14 @@ class Agent:
                     consume.basic_ack(delivery.tag)
                 continue
             if self._drift_due():
-                report = self._run_serviced(connection, self._drift)
-                if report is not None:
-                    self._publish_report(reports, report)
+                drift_report = self._run_serviced(connection, self._drift)
+                if drift_report is not None:
+                    self._publish_report(reports, drift_report)
                 continue
             connection.process_data_events(time_limit=1.0)
 
-    def _settle(self, connection, consume, queue: str) -> list[Delivery]:
+    def _settle(self, connection: pika.BlockingConnection, consume: BlockingChannel,
+                queue: str) -> list[Delivery]:
         """Every message waiting in the queue, delivered to us, before deciding which wins."""
         deadline = self.clock() + SETTLE_SECONDS
         while self.clock() < deadline and len(self.waiting) < PREFETCH:
@@ -221,19 +244,20 @@ class Agent:
         batch, self.waiting = self.waiting, []
         return batch
 
-    def _run_serviced(self, connection, work):
+    def _run_serviced(self, connection: pika.BlockingConnection, work: Callable[[], _T]) -> _T:
         """Run `work` in a worker thread while this thread services the connection."""
-        result: dict = {}
+        values: list[_T] = []
+        errors: list[BaseException] = []
 
-        def target():
+        def target() -> None:
             try:
-                result["value"] = work()
+                values.append(work())
             except BaseException as error:  # noqa: BLE001 - re-raised below
-                result["error"] = error
+                errors.append(error)
 
         worker = threading.Thread(target=target, name="mesh-agent-apply", daemon=True)
         worker.start()
-        lost = None
+        lost: Optional[Exception] = None
         while worker.is_alive():
             if lost is None:
                 try:
@@ -241,34 +265,35 @@ class Agent:
                 except Exception as error:  # noqa: BLE001 - kept until the apply is done
                     lost = error
             worker.join(0.05 if lost is None else 0.5)
-        if "error" in result:
-            raise result["error"]
+        if errors:
+            raise errors[0]
         if lost is not None:  # the apply finished; its messages come again: a no-op then
             raise lost
-        return result.get("value")
+        return values[0]
 
-    def _publish_report(self, channel, report: dict) -> None:
-        if report.get("verify") is not None:
-            self.verdict = bool(report["verify"].get("ok"))
+    def _publish_report(self, channel: BlockingChannel, report: ReportBody) -> None:
+        verify = report.get("verify")
+        if isinstance(verify, dict):
+            self.verdict = bool(verify.get("ok"))
         amqp.publish(channel, amqp.REPORTS, amqp.REPORTS, messages.plain(report),
                      amqp.properties(message_id=f"report/{self.config.node}/{report['at']}/"
                                      f"{report.get('message_id') or report['trigger']}",
-                                     kind="report", user_id=self.config.login.user))
+                                     kind="report", user_id=self.login.user))
         self.say(f"reported {report['result']} for "
                  + (f"serial {report['serial']}" if report.get("serial") is not None
-                    else report["trigger"]))
+                    else f"{report['trigger']}"))
 
-    def _send_unsent(self, channel) -> None:
+    def _send_unsent(self, channel: BlockingChannel) -> None:
         while self.unsent:
             self._publish_report(channel, self.unsent[0])
             self.unsent.pop(0)
 
     # -- one batch of deliveries
 
-    def handle(self, batch: list[Delivery]) -> list[tuple[Delivery, dict]]:
+    def handle(self, batch: list[Delivery]) -> list[tuple[Delivery, ReportBody]]:
         """Verify each delivery, apply the newest verified one (runner.apply_files), and make
         one report per delivery."""
-        outcomes: list[tuple[Delivery, dict]] = []
+        outcomes: list[tuple[Delivery, ReportBody]] = []
         verified: list[Verified] = []
         for delivery in batch:
             try:
@@ -305,13 +330,13 @@ class Agent:
                     "message", result="failed", message_id=item.delivery.message_id,
                     serial=item.declaration.serial, digest=item.declaration.digest,
                     reason=str(error))) for item in verified]
-            facts = report.facts
-            superseded = {entry["file"]: entry["superseded_by"]
-                          for entry in facts.get("superseded", [])}
-            winner = labels.get(facts.get("file"))
+            superseded = {entry.file: entry.superseded_by
+                          for entry in report.superseded or ()}
+            winner = labels.get(report.file) if report.file is not None else None
             verify = None
-            if winner is not None and facts.get("result") == "applied":
-                self._keep_current(facts["file"], secrets_file)
+            if winner is not None and report.file is not None \
+                    and report.result == ApplyResult.APPLIED:
+                self._keep_current(report.file, secrets_file)
                 verify = self._run_verify(winner.declaration, secrets_file)
             for label, item in labels.items():
                 if label in superseded:
@@ -320,8 +345,8 @@ class Agent:
                     outcomes.append((item.delivery, self._report(
                         "message", result="superseded", message_id=item.delivery.message_id,
                         serial=item.declaration.serial, digest=item.declaration.digest,
-                        superseded_by=superseded[label], serial_applied=facts.get(
-                            "serial_applied"))))
+                        superseded_by=superseded[label],
+                        serial_applied=report.serial_applied)))
                 elif item is winner:
                     outcomes.append((item.delivery, self._apply_report(
                         "message", report, item, verify)))
@@ -332,9 +357,7 @@ class Agent:
             shutil.rmtree(spool, ignore_errors=True)
         return outcomes
 
-    def _options(self, declarations: list[str], secrets_file: Path):
-        from executors.node.apply.options import ApplyOptions
-
+    def _options(self, declarations: list[str], secrets_file: Path) -> ApplyOptions:
         return ApplyOptions(declarations=declarations, state_root=self.config.state_root,
                             secrets=str(secrets_file), key=self.config.key,
                             docker_host=self.config.docker_host,
@@ -349,10 +372,7 @@ class Agent:
         if self.drift_interval is not None:
             self.next_drift = self.clock() + self.drift_interval
 
-    def _verify(self, declaration, secrets_file: Path) -> dict:
-        from executors.node.apply.runner import secret_source_from
-        from executors.node.verify.check import engine_client, engine_locator, verify_declaration
-
+    def _verify(self, declaration: Declaration, secrets_file: Path) -> VerifyDocument:
         source = secret_source_from(str(secrets_file), self.config.key, self.config.node)
         engine = engine_client(self.config.docker_host)
         results = verify_declaration(declaration, source, timeout=self.config.verify_timeout,
@@ -360,7 +380,8 @@ class Agent:
                                      engine=engine)
         return {"ok": all(r.ok for r in results), "results": [r.to_json() for r in results]}
 
-    def _run_verify(self, declaration, secrets_file: Path) -> Optional[dict]:
+    def _run_verify(self, declaration: Declaration,
+                    secrets_file: Path) -> Optional[VerifyDocument]:
         if self.verifier is None:
             return None
         try:
@@ -386,7 +407,7 @@ class Agent:
             if report is not None:
                 self.unsent.append(report)
 
-    def _drift(self) -> Optional[dict]:
+    def _drift(self) -> Optional[ReportBody]:
         """Re-apply the last good declaration and verify again; a report when the re-apply
         changed something or failed, or when verify's verdict changed since last reported."""
         self.next_drift = (self.clock() + self.drift_interval) if self.drift_interval else None
@@ -400,29 +421,26 @@ class Agent:
         except MeshError as error:
             self.say(f"drift check not possible: {error}")
             return self._report("drift", result="failed", reason=str(error))
-        facts = report.facts
         changed = [op.to_json() for op in report.ops if op.op != "record-applied"]
         verify = None
-        if facts.get("result") == "applied":
-            import resolver
-
-            declaration = resolver.structure(json.loads(declaration_file.read_text()),
-                                             resolver.Declaration)
+        if report.result == ApplyResult.APPLIED:
+            declaration = resolver.documents.structure(json.loads(declaration_file.read_text()),
+                                                       resolver.Declaration)
             verify = self._run_verify(declaration, secrets_file)
         verdict = None if verify is None else bool(verify.get("ok"))
-        if facts.get("result") == "applied" and not changed and verdict == self.verdict:
+        if report.result == ApplyResult.APPLIED and not changed and verdict == self.verdict:
             self.say("drift check: nothing to repair")
             return None
         self.say(f"drift check: {len(changed)} operation(s) to restore the declaration in force;"
-                 f" result {facts.get('result')}")
+                 f" result {report.result.value}")
         document = self._apply_report("drift", report, None, verify)
         document["drift"] = changed
         return document
 
     # -- reports
 
-    def _report(self, trigger: str, **fields) -> dict:
-        document = {"format": messages.REPORT_FORMAT, "mesh": self.config.mesh,
+    def _report(self, trigger: str, **fields: object) -> ReportBody:
+        document: ReportBody = {"format": messages.REPORT_FORMAT, "mesh": self.config.mesh,
                     "node": self.config.node, "at": now_iso(), "trigger": trigger,
                     "message_id": None, "serial": None, "digest": None, "result": None,
                     "superseded_by": None, "reason": None, "serial_applied": None,
@@ -432,40 +450,38 @@ class Agent:
         document.update(fields)
         return document
 
-    def _record(self) -> Optional[dict]:
+    def _record(self) -> Optional[dict[str, object]]:
         try:
-            return json.loads(self.applied_file.read_text())
+            record: object = json.loads(self.applied_file.read_text())
         except (OSError, ValueError):
             return None
+        return record if isinstance(record, dict) else None
 
-    def _apply_report(self, trigger: str, report, item: Optional[Verified],
-                      verify: Optional[dict]) -> dict:
-        facts = report.facts
-        fields = {"serial": facts.get("serial"), "digest": facts.get("digest"),
-                  "result": facts.get("result") or "failed",
-                  "serial_applied": facts.get("serial_applied"),
+    def _apply_report(self, trigger: str, report: ApplyOutcome, item: Optional[Verified],
+                      verify: Optional[VerifyDocument]) -> ReportBody:
+        fields = {"serial": report.serial, "digest": report.digest,
+                  "result": report.result.value,
+                  "serial_applied": report.serial_applied,
                   "operations": [op.to_json() for op in report.ops],
                   "checks": [c.to_json() for c in report.checks],
-                  "notices": list(report.notices), "held": facts.get("held") or [],
-                  "generations": facts.get("generations") or {}, "verify": verify,
-                  "reason": facts.get("error") or facts.get("failed_phase")}
-        if facts.get("refusals"):
-            fields["reason"] = "; ".join(f"{r['subject']}: {r['message']}"
-                                         for r in facts["refusals"])
+                  "notices": [dict(n) for n in report.notices],
+                  "held": [h.to_json() for h in report.held or ()],
+                  "generations": dict(report.generations or {}), "verify": verify,
+                  "reason": (report.error.message if report.error else None)
+                  or report.failed_phase}
+        if report.refusals:
+            fields["reason"] = "; ".join(f"{r.subject}: {r.message}" for r in report.refusals)
         if item is not None:
             fields.update(message_id=item.delivery.message_id,
                           serial=item.declaration.serial, digest=item.declaration.digest)
         return self._report(trigger, **fields)
 
 
-def _declaration_json(declaration) -> str:
-    import resolver
-
-    return json.dumps(resolver.unstructure(declaration), indent=2, sort_keys=True) + "\n"
+def _declaration_json(declaration: Declaration) -> str:
+    return json.dumps(resolver.documents.unstructure(declaration), indent=2, sort_keys=True) + "\n"
 
 
-def _secrets_yaml(body: dict) -> str:
-    import resolver
-
-    return resolver.dump_ledger(resolver.structure(body.get("secrets") or {}, resolver.Ledger))
+def _secrets_yaml(body: messages.Document) -> str:
+    return resolver.documents.dump_ledger(
+        resolver.documents.structure(body.get("secrets") or {}, resolver.Ledger))
 

@@ -19,7 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from resolver import Declaration, MeshError
 
@@ -44,7 +44,7 @@ from executors.node.provisioners.registry import provisioner_for
 def read_admin(provisioner: Provisioner, endpoint: Endpoint, admin: Admin,
                secret_source: SecretSource, timeout: float) -> AdminReading:
     """Log in as the admin with each generation in turn (the one in force first)."""
-    tried: list[int] = []
+    tried: list[Optional[int]] = []
     for ref in admin.refs():
         try:
             password = secret_source(ref)
@@ -63,7 +63,8 @@ def read_admin(provisioner: Provisioner, endpoint: Endpoint, admin: Admin,
     return AdminReading("refused", None, "", tuple(tried))
 
 
-def refused_message(provider: str, endpoint: Endpoint, admin: Admin, tried) -> str:
+def refused_message(provider: str, endpoint: Endpoint, admin: Admin,
+                    tried: Sequence[Optional[int]]) -> str:
     """Why a provider whose server holds neither admin generation is not provisioned."""
     holds = "neither" if len(tried) > 1 else "another password"
     return (f"auth-failed: {provider} refused its admin {endpoint.user} with {admin.credential} "
@@ -77,10 +78,10 @@ def refused_message(provider: str, endpoint: Endpoint, admin: Admin, tried) -> s
 
 
 def wait_for_admin(provisioner: Provisioner, provider: str, endpoint: Endpoint, admin: Admin,
-                   secret_source: SecretSource, report: Report, timeout: float) -> int:
+                   secret_source: SecretSource, report: Report, timeout: float) -> Optional[int]:
     """Wait until the server answers and accepts one admin generation; that generation."""
     subject = f"{provider} ({provisioner.description} {endpoint.host}:{endpoint.port})"
-    accepted: list[int] = []
+    accepted: list[Optional[int]] = []
 
     def probe() -> str:
         reading = read_admin(provisioner, endpoint, admin, secret_source,
@@ -113,6 +114,9 @@ def put_admin_in_force(provisioner: Provisioner, provider: str, endpoint: Endpoi
     """Change the admin password on the running server from the generation in force to the
     pending one, then wait until the server accepts the new one."""
     old, new = admin.current, admin.pending
+    if new is None:
+        raise ProvisionError(f"{provider}: {admin.credential} has no pending generation to put "
+                             "in force")
     op = report.begin("set-admin-password", f"{endpoint.user} on {provider}",
                       f"rotation of {admin.credential}: generation {old.generation} → "
                       f"{new.generation} on the running server, authenticated with "

@@ -14,9 +14,11 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
+import pika
 import requests
+from pika import exceptions
 
 from resolver import BindingDecl, GrantDecl
 
@@ -24,14 +26,13 @@ from executors.common.broker_api import HTTP_TIMEOUT, Api, ApiError
 from executors.common.report import Report
 
 from executors.node.provisioners.amqp_plan import after, diff, parse  # the protocol's pure methods, re-exported
+from executors.common.broker_marks import path, tags_of
 from executors.node.provisioners.amqp_plan import (
     DesiredAccount,
     Observed,
-    tags_of,
-    delete_vhost_command,
     account_name,
+    delete_vhost_command,
     desired_accounts,
-    path,
 )
 from executors.node.extensions import SecretSource
 
@@ -43,11 +44,12 @@ from executors.node.provisioners.base import (
     UNREACHABLE,
     BindingCheck,
     Endpoint,
-    GrantOutcome,
     ProvisionError,
     ProvisionResult,
+    StepRunner,
     _one_line,
     binding_address,
+    carry_out,
     credential_name,
 )
 
@@ -123,50 +125,21 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
     grants that are gone and report their vhosts orphaned."""
     subject = f"{provider} (amqp management {endpoint.host}:{endpoint.port})"
     api = _api(endpoint, admin_password)
-    failed: Optional[str] = None
     try:
         desired = [want for g in grants for want in desired_accounts(g, secret_source)]
         try:
             plan = diff(mesh, provider, desired, observe(api, endpoint.user, desired))
         except (ApiError, requests.RequestException) as error:
             raise ProvisionError(f"{subject}: observing failed: {error}") from None
-        for account, reason in plan.refusals:
-            report.record("grant", account, "refused", f"failed: {reason}", ok=False)
-        for what, why in plan.untouched:
-            report.notice(f"{what} on {provider}", f"not touched: {why}")
-        if dry_run:
-            for call in plan.calls:
-                report.record(call.op, call.subject, call.cause, "planned")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "planned", kind=KIND) for g in grants)
-            return
-        for call in plan.calls:
-            op = report.begin(call.op, call.subject, call.cause)
-            try:
-                api.send(call.method, call.path, call.body)
-            except (ApiError, requests.RequestException) as error:
-                failed = f"{call.op} {call.subject}: {error}"
-                report.end(op, f"failed: {error}", ok=False)
-                break
-            report.end(op, "done")
-            result.statements += 1
+        carry_out(plan.calls, StepRunner(lambda call: api.send(call.method, call.path, call.body),
+                                         errors=(ApiError, requests.RequestException)),
+                  grants, report, result, refusals=plan.refusals, refusal_key=account_name,
+                  in_force=_in_force, provider=provider, untouched=plan.untouched,
+                  dry_run=dry_run)
     finally:
         api.close()
-    refused = dict(plan.refusals)
-    for grant in grants:
-        reason = refused.get(account_name(grant)) or failed
-        if reason:
-            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=reason,
-                                                kind=KIND))
-        else:
-            result.outcomes.append(GrantOutcome(
-                grant.credential.credential, provider, grant.consumer, "in-force",
-                generation=grant.credential.generation, kind=KIND,
-                message=f"vhost {grant.resource}, account {account_name(grant)}"
-                + (f" (and {grant.login}_{grant.retiring_slot} for generation "
-                   f"{grant.retiring.generation} until every holder moved)"
-                   if grant.slot and grant.retiring and grant.retiring_slot else "")))
+    if dry_run:
+        return
     api_delete = f"DELETE {endpoint.scheme}://{endpoint.host}:{endpoint.port}"
     for vhost in plan.orphaned:
         report.notice(f"vhost {vhost} on {provider}",
@@ -177,17 +150,22 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         result.orphaned.append(f"{provider}/{vhost}")
 
 
+def _in_force(grant: GrantDecl) -> str:
+    """What holds a grant in force on the broker (its outcome's message)."""
+    retiring = (f" (and {grant.login}_{grant.retiring_slot} for generation "
+                f"{grant.retiring.generation} until every holder moved)"
+                if grant.slot and grant.retiring and grant.retiring_slot else "")
+    return f"vhost {grant.resource}, account {account_name(grant)}{retiring}"
+
+
 # --------------------------------------------------------------------------- verify
 
 
 def check_binding(binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
     """Log in as the binding's account to its vhost and declare a reply queue of its own."""
-    import pika  # imported here: only `mesh verify` speaks AMQP itself
-    from pika import exceptions
-
     host, port = binding_address(binding)
     user, vhost = binding.values.get("user", ""), binding.values.get("vhost", "")
-    name = credential_name(binding.secret)
+    name = credential_name(binding.secret) if binding.secret is not None else "its credential"
     provider = binding.provider
     parameters = pika.ConnectionParameters(
         host=host, port=port, virtual_host=vhost,

@@ -40,7 +40,7 @@ from urllib.parse import unquote
 
 import attrs
 
-from resolver import SLOTS, GrantDecl
+from resolver import GrantDecl
 
 from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_matches: this module's API)
     DEFAULT_VHOST,
@@ -60,7 +60,7 @@ from executors.common.broker_marks import (  # noqa: F401  (path, marker, hash_m
 
 from executors.node.extensions import SecretSource
 
-from executors.node.provisioners.base import ProvisionError, idle_slot_of
+from executors.node.provisioners.base import ProvisionError, held_slots, idle_slot_of
 
 FULL = ".*"
 
@@ -266,18 +266,13 @@ def account_name(grant: GrantDecl) -> str:
 
 
 def desired_accounts(grant: GrantDecl, secret_source: SecretSource) -> list[DesiredAccount]:
-    """The accounts a grant needs on the broker: its slot's with the newest generation, and
-    the retiring slot's with the generation holders may still use."""
-    wanted = [DesiredAccount(vhost=grant.resource, user=account_name(grant),
-                             credential=grant.credential.credential,
-                             generation=grant.credential.generation or 0,
-                             password=secret_source(grant.credential),
-                             login=grant.login if grant.slot else "")]
-    if grant.slot and grant.retiring is not None and grant.retiring_slot in SLOTS \
-            and grant.retiring_slot != grant.slot:
-        wanted.append(DesiredAccount(vhost=grant.resource,
-                                     user=f"{grant.login}_{grant.retiring_slot}",
-                                     credential=grant.credential.credential,
-                                     generation=grant.retiring.generation or 0,
-                                     password=secret_source(grant.retiring), login=grant.login))
-    return wanted
+    """The accounts a grant needs on the broker, one per slot its holders may use
+    (base.held_slots): its slot's with the newest generation, and the retiring slot's with the
+    generation holders may still use."""
+    return [DesiredAccount(vhost=grant.resource,
+                           user=f"{grant.login}_{held.slot}" if held.slot else grant.login,
+                           credential=grant.credential.credential,
+                           generation=held.ref.generation or 0,
+                           password=secret_source(held.ref),
+                           login=grant.login if grant.slot else "")
+            for held in held_slots(grant)]

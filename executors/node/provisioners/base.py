@@ -13,18 +13,29 @@ Invariants:
   about starting up (a refused password).
 - Nothing here holds or says a secret value: credentials are SecretRefs until a provider's
   own interface receives the value.
+- Which slot holds which generation is said once (`held_slots`), and which account is an idle
+  slot once (`idle_slot_of`): every kind with two logins per grant builds on them.
+- A service-backed provisioner's plan is carried out by one block (`carry_out`): refusals
+  listed, the steps announced and run in order up to the first failure (`run_steps`), one
+  outcome per grant; each kind passes in how it runs a step and how it names a grant.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Literal, Optional, Protocol, \
+    Sequence, TypeVar
 
 import attrs
 
-from resolver import SLOTS, BindingDecl, Declaration, GrantDecl, MeshError, SecretRef
+from resolver import BindingDecl, Declaration, GrantDecl, MeshError, PublishedPort, SecretRef
+from resolver.rotation import SLOTS
 
 from executors.common.report import Report
+from executors.node.node_paths import NodePaths
+
+if TYPE_CHECKING:  # the Docker Engine client is the node extra's; only its type is named here
+    import docker
 
 POSTGRES_KIND = "database+login"
 AMQP_KIND = "vhost+account"
@@ -52,6 +63,9 @@ class Endpoint:
     scheme: str = "http"  # amqp management API only
 
 
+GrantStatus = Literal["in-force", "planned", "pending-credential", "not-provisioned", "failed"]
+
+
 @attrs.frozen
 class GrantOutcome:
     """Where one grant stands after a run (what `mesh apply` reports back)."""
@@ -59,12 +73,19 @@ class GrantOutcome:
     credential: str
     provider: str
     consumer: str
-    status: str  # in-force | planned | pending-credential | not-provisioned | failed
+    status: GrantStatus
     generation: Optional[int] = None  # the generation now in force on the provider
     message: str = ""
     kind: str = ""  # the grant kind
 
-    def to_json(self) -> dict:
+    @classmethod
+    def of(cls, grant: GrantDecl, status: GrantStatus, *, generation: Optional[int] = None,
+           message: str = "") -> "GrantOutcome":
+        """The outcome of `grant` on its provider."""
+        return cls(grant.credential.credential, grant.provider, grant.consumer, status,
+                   generation, message, grant.kind)
+
+    def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
 
 
@@ -80,7 +101,7 @@ class ProvisionResult:
     def failed(self) -> bool:
         return bool(self.problems) or any(o.status == "failed" for o in self.outcomes)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"outcomes": [o.to_json() for o in self.outcomes],
                 "statements": self.statements, "orphaned": list(self.orphaned),
                 "admins": dict(self.admins)}
@@ -104,7 +125,7 @@ class Admin:
             and self.pending.generation is not None else None
         return (self.current,) + ((pending,) if pending is not None else ())
 
-    def tried(self, generations) -> str:
+    def tried(self, generations: Iterable[Optional[int]]) -> str:
         roles = {self.current.generation: "in force"}
         if self.pending is not None:
             roles[self.pending.generation] = "pending"
@@ -119,7 +140,7 @@ class AdminReading:
     status: str  # accepted | refused | unreachable | unsealed
     generation: Optional[int] = None
     detail: str = ""  # the server's self-description, or why not
-    tried: tuple[int, ...] = ()
+    tried: tuple[Optional[int], ...] = ()
 
 
 # What a provisioner's check of one binding found (Provisioner.check_binding): the statuses
@@ -146,11 +167,34 @@ def idle_slot_of(account: str, logins: Iterable[str]) -> Optional[str]:
     return slot if slot in SLOTS and login in set(logins) else None
 
 
-def issued_grants(grants: Iterable[GrantDecl], provider: str, kind: str, report: Report,
-                  result: ProvisionResult, subject: Callable[[GrantDecl], str]) -> list[GrantDecl]:
+@attrs.frozen
+class HeldSlot:
+    """A login slot a grant's holders may use, and the credential generation it holds."""
+
+    slot: Optional[str]  # a | b; None: the one login of an account issued with one slot
+    ref: SecretRef
+
+
+def held_slots(grant: GrantDecl, unslotted: Optional[str] = None) -> tuple[HeldSlot, ...]:
+    """The slots a grant's holders may log in with: the grant's slot with its newest
+    generation and, while a rotation retires the other slot's generation, that slot with the
+    retiring one. Every other slot is idle (disabled or removed, so a retired password never
+    works; `idle_slot_of` names it). A grant without a slot takes `unslotted`: None for an
+    account issued before accounts had two (its one login, nothing retiring), a kind's first
+    slot for a kind whose logins always come in two."""
+    slot = grant.slot or unslotted
+    held = [HeldSlot(slot, grant.credential)]
+    if slot and grant.retiring is not None and grant.retiring_slot is not None \
+            and grant.retiring_slot in SLOTS and grant.retiring_slot != slot:
+        held.append(HeldSlot(grant.retiring_slot, grant.retiring))
+    return tuple(held)
+
+
+def issued_grants(grants: Iterable[GrantDecl], report: Report, result: ProvisionResult,
+                  subject: Callable[[GrantDecl], str]) -> list[GrantDecl]:
     """The grants whose credential is issued; each other one is skipped and said so (a notice
-    under `subject(grant)`, a `pending-credential` outcome): one rule for every provisioner,
-    the file-based ones included."""
+    under `subject(grant)`, a `pending-credential` outcome). One rule for every provisioner,
+    the file-backed ones included: provision_grants applies it to each provider's grants."""
     issued = []
     for grant in grants:
         if grant.credential.generation is not None:
@@ -158,10 +202,107 @@ def issued_grants(grants: Iterable[GrantDecl], provider: str, kind: str, report:
             continue
         report.notice(subject(grant), f"skipped: credential {grant.credential.credential} is "
                       "not issued yet; run `mesh plan --issue` to issue it")
-        result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                            grant.consumer, "pending-credential",
-                                            message="credential not issued yet", kind=kind))
+        result.outcomes.append(GrantOutcome.of(grant, "pending-credential",
+                                               message="credential not issued yet"))
     return issued
+
+
+@attrs.frozen
+class NodeFiles:
+    """Where a file-backed provisioner keeps its files on the provider's node: the node's
+    paths (its file root, what the provider's containers mount) and the Docker Engine whose
+    containers read them when they start (None: nothing is restarted)."""
+
+    paths: NodePaths
+    engine: Optional[docker.APIClient] = None
+
+
+# --------------------------------------------------------------------------- carrying out a plan
+
+
+class PlanStep(Protocol):
+    """One step of a service-backed provisioner's plan (a statement, a request), as the shared
+    block announces it: what it does, to what, and why. Never a secret."""
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def cause(self) -> str: ...
+
+
+StepT = TypeVar("StepT", bound=PlanStep)
+
+
+def _no_detail(step: object) -> list[str]:
+    return []
+
+
+@attrs.frozen
+class StepRunner(Generic[StepT]):
+    """How one kind runs a step of its plan: `run` sends it to the server; an exception of
+    `errors` is the server refusing it (anything else is a fault and propagates), said by
+    `describe` (the server's words, never a value) with `detail(step)` beside it."""
+
+    run: Callable[[StepT], object]
+    errors: tuple[type[Exception], ...]
+    describe: Callable[[Exception], str] = str
+    detail: Callable[[StepT], list[str]] = _no_detail
+
+
+def run_steps(steps: Sequence[StepT], runner: StepRunner[StepT],
+              report: Report) -> tuple[int, Optional[str]]:
+    """Run `steps` in order, each announced as it runs, stopping at the first failure (a
+    REASSIGN that failed must not be followed by its DROP OWNED): how many ran, and the
+    failure as `<op> <subject>: <why>` (None when every step ran)."""
+    ran = 0
+    for step in steps:
+        op = report.begin(step.op, step.subject, step.cause)
+        try:
+            runner.run(step)
+        except runner.errors as error:
+            why = runner.describe(error)
+            report.end(op, f"failed: {why}", ok=False, detail=runner.detail(step))
+            return ran, f"{step.op} {step.subject}: {why}"
+        report.end(op, "done")
+        ran += 1
+    return ran, None
+
+
+def carry_out(steps: Sequence[StepT], runner: StepRunner[StepT], grants: Sequence[GrantDecl],
+              report: Report, result: ProvisionResult, *,
+              refusals: Sequence[tuple[str, str]], refusal_key: Callable[[GrantDecl], str],
+              in_force: Callable[[GrantDecl], str], provider: str,
+              untouched: Sequence[tuple[str, str]] = (), dry_run: bool = False) -> None:
+    """What every service-backed provisioner does with its plan (its connection open): list
+    the refused grants (`refusals`: (subject, reason)) and the objects left untouched; on a dry
+    run record each step as planned and each grant `planned`; else run the steps (run_steps),
+    count those that ran in `result.statements`, and add one outcome per grant: `failed` with
+    its refusal (found by `refusal_key(grant)`) or the failure that stopped the run, else
+    `in-force` with its generation and `in_force(grant)` saying what holds it."""
+    for subject, refusal in refusals:
+        report.record("grant", subject, "refused", f"failed: {refusal}", ok=False)
+    for what, why in untouched:
+        report.notice(f"{what} on {provider}", f"not touched: {why}")
+    if dry_run:
+        for step in steps:
+            report.record(step.op, step.subject, step.cause, "planned")
+        result.outcomes.extend(GrantOutcome.of(g, "planned") for g in grants)
+        return
+    ran, failed = run_steps(steps, runner, report)
+    result.statements += ran
+    refused = dict(refusals)
+    for grant in grants:
+        reason = refused.get(refusal_key(grant)) or failed
+        if reason:
+            result.outcomes.append(GrantOutcome.of(grant, "failed", message=reason))
+        else:
+            result.outcomes.append(GrantOutcome.of(grant, "in-force",
+                                                   generation=grant.credential.generation,
+                                                   message=in_force(grant)))
 
 
 def binding_address(binding: BindingDecl) -> tuple[str, int]:
@@ -181,7 +322,8 @@ def _loopback(host_ip: str) -> str:
 def derive_endpoint(declaration: Declaration, provider: str, kind: str) -> Optional[Endpoint]:
     """The provider's admin endpoint from its published ports on this node (host side), or
     None when the declaration publishes none for it."""
-    ports, user = [], DEFAULT_ADMIN_USER[kind]
+    ports: list[PublishedPort] = []
+    user = DEFAULT_ADMIN_USER[kind]
     for container in declaration.containers:
         if container.instance != provider:
             continue

@@ -13,70 +13,56 @@ Invariants:
   (another mesh's account), or pending its credential.
 - Two entries per account (htpasswd_plan.desired_entries): a rotation puts the new generation in
   the idle slot's entry while holders keep logging in with the old one.
+- This module is the file-backed provisioner of registry+account grants
+  (extensions.FileProvisioner): provisioners/grants.py groups the grants by registry, skips
+  those whose credential is not issued and fails those with no secret values, as for every
+  kind, and hands each registry's issued grants to `provision_file`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Sequence
 
 import bcrypt
 
-from resolver import Declaration, SecretRef, registry_user
-from resolver import HTPASSWD
-from resolver import REGISTRY_ACCOUNT_KIND as ACCOUNT_KIND
-from resolver import REGISTRY_AUTH_HOST_DIR as AUTH_HOST_DIR
+from resolver import Declaration, GrantDecl, SecretRef
+from resolver.artifacts import registry_user, HTPASSWD, REGISTRY_ACCOUNT_KIND as ACCOUNT_KIND
+from resolver.artifacts import REGISTRY_AUTH_HOST_DIR as AUTH_HOST_DIR
 
 from executors.common.atomic import write_atomic
 from executors.common.report import Report
 
 from executors.node.extensions import SecretSource
+from executors.node.node_paths import NodePaths
 
-from executors.node.provisioners.base import GrantOutcome, ProvisionResult, issued_grants
+from executors.node.provisioners.base import GrantOutcome, NodeFiles, ProvisionResult
 from executors.node.provisioners.htpasswd_plan import after, desired_entries, diff, entries, parse, text
 
 KIND = ACCOUNT_KIND
+DESCRIPTION = "registry htpasswd"
 
 
-def htpasswd_path(paths, provider: str) -> Path:
+def htpasswd_path(paths: NodePaths, provider: str) -> Path:
     return Path(paths.on_node(f"{AUTH_HOST_DIR}/{provider}/{HTPASSWD}"))
 
 
-def provision_accounts(declaration: Declaration, secret_source: Optional[SecretSource],
-                       report: Report, *, paths, api=None, dry_run: bool = False
-                       ) -> ProvisionResult:
-    """Make the registry's htpasswd hold exactly its grants' accounts (of this mesh)."""
-    result = ProvisionResult()
-    by_provider: dict[str, list] = {}
-    for grant in declaration.grants:
-        if grant.kind == KIND:
-            by_provider.setdefault(grant.provider, []).append(grant)
-    for provider, grants in sorted(by_provider.items()):
-        _provision(declaration, provider, grants, secret_source, report, result, paths, api,
-                   dry_run)
-    facts = report.facts.setdefault("provisioned", {"outcomes": [], "statements": 0,
-                                                    "orphaned": []})
-    facts["outcomes"].extend(o.to_json() for o in result.outcomes)
-    facts["statements"] += result.statements
-    return result
+def grant_subject(grant: GrantDecl) -> str:
+    """How one grant is named in a notice: the account it makes."""
+    return f"registry account {grant.login} on {grant.provider}"
 
 
-def _provision(declaration, provider, grants, secret_source, report, result, paths, api,
-               dry_run) -> None:
-    path = htpasswd_path(paths, provider)
-    issued = issued_grants(grants, provider, KIND, report, result,
-                           lambda g: f"registry account {g.login} on {provider}")
-    if issued and secret_source is None:
-        report.record("provision", provider, f"{len(issued)} registry account(s)",
-                      "failed: no secret values to provision with: pass --secrets and --key",
-                      ok=False)
-        result.problems.append(f"{provider}: no secret values")
-        return
+def provision_file(declaration: Declaration, provider: str, grants: Sequence[GrantDecl],
+                   secret_source: SecretSource, report: Report, result: ProvisionResult,
+                   files: NodeFiles, *, dry_run: bool = False) -> None:
+    """Make the htpasswd of registry `provider` hold exactly its issued `grants`' accounts (of
+    this mesh), and restart the registry when the file changed."""
+    path = htpasswd_path(files.paths, provider)
     try:
         current = path.read_text()
     except FileNotFoundError:
         current = ""
-    desired = [want for g in issued for want in desired_entries(g)]
+    desired = [want for g in grants for want in desired_entries(g)]
     passwords = {want.user: secret_source(SecretRef(want.credential, want.generation))
                  for want in desired}
     stored = entries(parse({"text": current}))
@@ -101,17 +87,15 @@ def _provision(declaration, provider, grants, secret_source, report, result, pat
         write_atomic(path, text(after(observed, steps, declaration.mesh, provider), hashes),
                      0o600)
         result.statements += len(changing)
-        _restart(declaration, provider, api, report)
-    for grant in issued:
+        _restart(declaration, provider, files, report)
+    for grant in grants:
         if registry_user(grant.login, grant.slot) in refused:
-            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", kind=KIND,
-                                                message="the account is another mesh's"))
+            result.outcomes.append(GrantOutcome.of(grant, "failed",
+                                                   message="the account is another mesh's"))
         else:
-            result.outcomes.append(GrantOutcome(
-                grant.credential.credential, provider, grant.consumer,
-                "planned" if dry_run and changing else "in-force",
-                generation=grant.credential.generation, kind=KIND))
+            result.outcomes.append(GrantOutcome.of(
+                grant, "planned" if dry_run and changing else "in-force",
+                generation=grant.credential.generation))
 
 
 def _matches(password: str, hashed: str) -> bool:
@@ -121,12 +105,22 @@ def _matches(password: str, hashed: str) -> bool:
         return False
 
 
-def _restart(declaration, provider, api, report) -> None:
+def _restart(declaration: Declaration, provider: str, files: NodeFiles, report: Report) -> None:
     """The registry reads htpasswd when it starts: restart its running containers."""
-    if api is None:
+    if files.engine is None:
         return
     for container in declaration.containers:
         if container.instance == provider and not container.run_once:
             report.record("restart-container", container.name,
                           "its htpasswd changed (read when it starts)", "restarting")
-            api.restart(container.name, timeout=10)
+            files.engine.restart(container.name, timeout=10)
+
+
+# --------------------------------------------------------------------------- the provisioner
+
+
+# This module is the FileProvisioner of registry+account grants (extensions.FileProvisioner):
+# the registry hands out the module itself, whose functions above are the protocol's methods
+# and these two names its attributes.
+kind = KIND
+description = DESCRIPTION

@@ -20,9 +20,10 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import attrs
 
-from resolver import GrantDecl, registry_user
+from resolver import GrantDecl
+from resolver.artifacts import registry_user
 
-from executors.node.provisioners.base import idle_slot_of
+from executors.node.provisioners.base import held_slots, idle_slot_of
 
 MARK_PREFIX = "# mesh-mark:"
 
@@ -59,14 +60,9 @@ def desired_entries(grant: GrantDecl) -> list[Desired]:
     (holders still log in with it); an idle slot's entry is removed as no longer granted. An
     account issued before accounts had two slots has its one entry `<login>`."""
     login = grant.login if grant.slot else ""
-    wanted = [Desired(registry_user(grant.login, grant.slot), grant.credential.credential,
-                      grant.credential.generation or 0, grant.consumer, login)]
-    if grant.slot and grant.retiring is not None and grant.retiring_slot \
-            and grant.retiring_slot != grant.slot:
-        wanted.append(Desired(registry_user(grant.login, grant.retiring_slot),
-                              grant.credential.credential, grant.retiring.generation or 0,
-                              grant.consumer, login))
-    return wanted
+    return [Desired(registry_user(grant.login, held.slot), grant.credential.credential,
+                    held.ref.generation or 0, grant.consumer, login)
+            for held in held_slots(grant)]
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 
 from resolver import BindingDecl, GrantDecl
+from resolver.rotation import SLOTS
 
 from executors.common.report import Report
 
@@ -32,11 +33,12 @@ from executors.node.provisioners.base import (
     UNREACHABLE,
     BindingCheck,
     Endpoint,
-    GrantOutcome,
     ProvisionError,
     ProvisionResult,
+    StepRunner,
     _one_line,
     binding_address,
+    carry_out,
     credential_name,
     wait_ready,
 )
@@ -79,7 +81,7 @@ def query(conn: psycopg.Connection) -> dict[str, Any]:
     verifier when the admin may read pg_authid) and every database, as plain lists."""
     with conn.cursor() as cur:
         cur.execute("SELECT current_user")
-        admin = cur.fetchone()[0]
+        admin = _scalar(cur.fetchone())
         try:
             cur.execute(ROLES_QUERY)
         except psycopg.errors.InsufficientPrivilege:
@@ -88,6 +90,13 @@ def query(conn: psycopg.Connection) -> dict[str, Any]:
         cur.execute(DATABASES_QUERY)
         databases = [list(row) for row in cur.fetchall()]
     return {"admin": admin, "roles": roles, "databases": databases}
+
+
+def _scalar(row: Optional[tuple[Any, ...]]) -> str:
+    """The one value of a query that always answers one row (current_user, a setting)."""
+    if row is None:
+        raise ProvisionError("the server answered no row where one is always given")
+    return str(row[0])
 
 
 def observe(conn: psycopg.Connection) -> Observed:
@@ -106,21 +115,17 @@ def connect(endpoint: Endpoint, password: str, database: Optional[str] = None,
                            application_name="mesh-provisioner")
 
 
-def _auth_refused(error: Exception) -> bool:
+def auth_refused(error: Exception) -> bool:
+    """Whether a failed login is the server refusing the credential (not a server starting)."""
     text = str(error)
     return "authentication failed" in text or "no pg_hba.conf entry" in text or (
         "role" in text and "does not exist" in text)
 
 
-def auth_refused(error: Exception) -> bool:
-    """Whether a failed login is the server refusing the credential (not a server starting)."""
-    return _auth_refused(error)
-
-
 def login(endpoint: Endpoint, password: str, timeout: float = CONNECT_TIMEOUT) -> str:
     """Log in as the admin; the server's self-description. Raises on any failure."""
     with connect(endpoint, password, timeout=timeout) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
+        version = _scalar(conn.execute("SHOW server_version").fetchone())
     return f"PostgreSQL {version} at {endpoint.host}:{endpoint.port}"
 
 
@@ -128,61 +133,57 @@ def set_admin_password(endpoint: Endpoint, password: str, new_password: str) -> 
     """ALTER ROLE <admin> PASSWORD, logged in as the admin with its password in force; the
     server receives a SCRAM verifier made here by libpq, never the password itself."""
     with connect(endpoint, password) as conn:
-        role = conn.execute("SELECT current_user").fetchone()[0]
+        role = _scalar(conn.execute("SELECT current_user").fetchone())
         verifier = _verifier(conn, new_password, role)
         with psycopg.ClientCursor(conn) as cursor:
             try:
                 cursor.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(_ident(role)),
                                (verifier,))
             except psycopg.Error as error:  # the server's message names the role, not a value
-                raise ProvisionError(f"ALTER ROLE {role}: {' '.join(str(error).split())[:300]}"
-                                     ) from None
+                raise ProvisionError(f"ALTER ROLE {role}: {_server_said(error)}") from None
 
 
 def wait_for_server(endpoint: Endpoint, admin_password: str, report: Report, subject: str,
                     timeout: float) -> None:
     wait_ready(report, subject, lambda: login(endpoint, admin_password), timeout=timeout,
-               fatal=_auth_refused)
+               fatal=auth_refused)
 
 
 def _verifier(conn: psycopg.Connection, password: str, role: str) -> str:
     return conn.pgconn.encrypt_password(password.encode("utf-8"), role.encode("utf-8")).decode()
 
 
-def run_statements(endpoint: Endpoint, admin_password: str, statements: Sequence[Statement],
-                   report: Report, conn: psycopg.Connection) -> int:
-    """Execute in order, stopping at the first failure (a REASSIGN that failed must not be
-    followed by its DROP OWNED). Returns how many ran."""
-    others: dict[str, psycopg.Connection] = {}
-    ran = 0
-    try:
-        for statement in statements:
-            op = report.begin(statement.op, statement.subject, statement.cause)
-            try:
-                target = conn
-                if statement.database is not None:
-                    if statement.database not in others:
-                        others[statement.database] = connect(endpoint, admin_password,
-                                                             statement.database)
-                    target = others[statement.database]
-                params = None
-                if statement.params:
-                    # the server receives a verifier made by libpq, never the password itself,
-                    # so not even a server's statement log can hold it (what psql's \password does)
-                    params = tuple(_verifier(target, p, statement.subject) for p in statement.params)
-                with psycopg.ClientCursor(target) as cursor:  # utility statements take no $1
-                    cursor.execute(statement.query, params)
-            except psycopg.Error as error:
-                # the server's message names objects, never a parameter's value
-                message = " ".join(str(error).split())[:300]
-                report.end(op, f"failed: {message}", ok=False, detail=[statement.text])
-                raise ProvisionError(f"{statement.op} {statement.subject}: {message}") from None
-            report.end(op, "done")
-            ran += 1
-    finally:
-        for other in others.values():
+class _Sessions:
+    """Runs statements as the admin: on the admin's connection, or on one opened to the
+    statement's database (kept for the statements after it, closed with the run)."""
+
+    def __init__(self, endpoint: Endpoint, admin_password: str, conn: psycopg.Connection[Any]):
+        self.endpoint, self.admin_password, self.conn = endpoint, admin_password, conn
+        self.others: dict[str, psycopg.Connection[Any]] = {}
+
+    def run(self, statement: Statement) -> None:
+        target = self.conn
+        if statement.database is not None:
+            if statement.database not in self.others:
+                self.others[statement.database] = connect(self.endpoint, self.admin_password,
+                                                          statement.database)
+            target = self.others[statement.database]
+        params = None
+        if statement.params:
+            # the server receives a verifier made by libpq, never the password itself, so not
+            # even a server's statement log can hold it (what psql's \password does)
+            params = tuple(_verifier(target, p, statement.subject) for p in statement.params)
+        with psycopg.ClientCursor(target) as cursor:  # utility statements take no $1
+            cursor.execute(statement.query, params)
+
+    def close(self) -> None:
+        for other in self.others.values():
             other.close()
-    return ran
+
+
+def _server_said(error: Exception) -> str:
+    """The server's message on one line: it names objects, never a parameter's value."""
+    return " ".join(str(error).split())[:300]
 
 
 def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_password: str,
@@ -194,33 +195,19 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
     desired = [desired_grant(g, secret_source) for g in grants]
     with connect(endpoint, admin_password) as conn:
         plan = diff(mesh, provider, desired, observe(conn))
-        for group, reason in plan.refusals:
-            report.record("grant", group, "refused", f"failed: {reason}", ok=False)
-        if dry_run:
-            for statement in plan.statements:
-                report.record(statement.op, statement.subject, statement.cause, "planned")
-            result.outcomes.extend(GrantOutcome(g.credential.credential, provider, g.consumer,
-                                                "planned", kind=KIND) for g in grants)
-            return
-        try:
-            result.statements += run_statements(endpoint, admin_password, plan.statements,
-                                                report, conn)
-        except ProvisionError as error:
-            failed = str(error)
-        else:
-            failed = None
-    refused = {group for group, _ in plan.refusals}
-    for grant, want in zip(grants, desired):
-        if grant.login in refused or failed:
-            reason = next((r for g, r in plan.refusals if g == grant.login), failed)
-            result.outcomes.append(GrantOutcome(grant.credential.credential, provider,
-                                                grant.consumer, "failed", message=reason,
-                                                kind=KIND))
-        else:
-            result.outcomes.append(GrantOutcome(
-                grant.credential.credential, provider, grant.consumer, "in-force",
-                generation=grant.credential.generation, kind=KIND,
-                message=f"database {grant.resource}, login {want.login(grant.slot or 'a')}"))
+        sessions = _Sessions(endpoint, admin_password, conn)
+        try:  # statements run in order, up to the first failure (a REASSIGN that failed must
+            # not be followed by its DROP OWNED)
+            carry_out(plan.statements,
+                      StepRunner(sessions.run, errors=(psycopg.Error,), describe=_server_said,
+                                 detail=lambda statement: [statement.text]),
+                      grants, report, result, refusals=plan.refusals,
+                      refusal_key=lambda grant: grant.login, in_force=_in_force,
+                      provider=provider, dry_run=dry_run)
+        finally:
+            sessions.close()
+    if dry_run:
+        return
     for database in plan.orphaned:
         group = plan.owners.get(database)  # the kept group role, when it owns the database
         owner = (f"its role {group}, which nobody can log in as; granting it again restores "
@@ -233,6 +220,11 @@ def provision_provider(mesh: str, provider: str, endpoint: Endpoint, admin_passw
         result.orphaned.append(f"{provider}/{database}")
 
 
+def _in_force(grant: GrantDecl) -> str:
+    """What holds a grant in force on the server (its outcome's message)."""
+    return f"database {grant.resource}, login {grant.login}_{grant.slot or SLOTS[0]}"
+
+
 # --------------------------------------------------------------------------- verify
 
 
@@ -240,7 +232,7 @@ def check_binding(binding: BindingDecl, password: str, timeout: float) -> Bindin
     """Log in as the binding's user to its database at the host and port it announces."""
     host, port = binding_address(binding)
     user, database = binding.values.get("user", ""), binding.values.get("database", "")
-    name = credential_name(binding.secret)
+    name = credential_name(binding.secret) if binding.secret is not None else "its credential"
     provider = binding.provider
     try:
         with psycopg.connect(host=host, port=port, user=user, password=password,

@@ -30,18 +30,18 @@ import base64
 import hashlib
 import hmac
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import attrs
+import scramp
 from psycopg import sql
 
 from resolver import GrantDecl
+from resolver.rotation import SLOTS
 
 from executors.node.extensions import SecretSource
 
-from executors.node.provisioners.base import ProvisionError
-
-SLOTS = ("a", "b")
+from executors.node.provisioners.base import ProvisionError, held_slots
 
 
 # --------------------------------------------------------------------------- desired state
@@ -65,12 +65,13 @@ class DesiredGrant:
 
 
 def desired_grant(grant: GrantDecl, secret_source: SecretSource) -> DesiredGrant:
-    slot = grant.slot or SLOTS[0]
+    """What a grant needs: each slot its holders may use (base.held_slots; a grant without a
+    slot uses `a`) holds its generation, the other slot is disabled."""
     slots: dict[str, Optional[SlotWant]] = {s: None for s in SLOTS}
-    if grant.retiring is not None and grant.retiring_slot in SLOTS and grant.retiring_slot != slot:
-        slots[grant.retiring_slot] = SlotWant(grant.retiring.generation or 0,
-                                              secret_source(grant.retiring))
-    slots[slot] = SlotWant(grant.credential.generation or 0, secret_source(grant.credential))
+    held = held_slots(grant, unslotted=SLOTS[0])
+    for each in reversed(held):  # the retiring value is read first, as it always was
+        slots[each.slot or SLOTS[0]] = SlotWant(each.ref.generation or 0,
+                                                secret_source(each.ref))
     return DesiredGrant(group=grant.login, database=grant.resource,
                         credential=grant.credential.credential, slots=slots)
 
@@ -120,8 +121,6 @@ def verifier_matches(verifier: Optional[str], password: str, role: str) -> bool:
     if not verifier:
         return False
     if verifier.startswith("SCRAM-SHA-256$"):
-        import scramp
-
         try:
             head, keys = verifier[len("SCRAM-SHA-256$"):].split("$", 1)
             iterations, salt = head.split(":", 1)
@@ -146,8 +145,8 @@ class Statement:
     op: str  # create-role | alter-role | create-database | drop-role | …
     subject: str
     cause: str
-    query: sql.Composable = attrs.field(eq=False)
-    params: tuple = attrs.field(default=(), repr=False, eq=False)
+    query: Union[sql.SQL, sql.Composed] = attrs.field(eq=False)
+    params: tuple[str, ...] = attrs.field(default=(), repr=False, eq=False)  # passwords
     database: Optional[str] = None  # run connected to this database (None: the admin's)
 
     @property
@@ -273,9 +272,9 @@ def diff(mesh: str, provider: str, desired: Sequence[DesiredGrant], observed: Ob
         if db is not None and _foreign(db.comment, mark):
             foreign.append(f"database {g.database}")
         if foreign:
-            owners = sorted({c for c in [observed.roles[n].comment for n in names
-                                         if n in observed.roles]
-                             + [db.comment if db is not None else None] if _foreign(c, mark)})
+            comments = [observed.roles[n].comment for n in names if n in observed.roles] \
+                + [db.comment if db is not None else None]
+            owners = sorted({c for c in comments if c is not None and _foreign(c, mark)})
             refusals.append((g.group, f"{', '.join(foreign)} already managed as "
                                       f"{', '.join(owners)}, not {mark}: not touched"))
         wanted_roles.update(names)  # a refused grant's objects are not orphans either
@@ -397,13 +396,19 @@ def after(observed: Observed, plan: Plan) -> Observed:
         groups = found.groups()
         name = _unquote(groups[0]) if kind not in ("comment", "reassign", "drop-owned") else ""
         password = statement.params[0] if statement.params else None
+
+        def verifier(name: str) -> str:
+            if password is None:
+                raise ProvisionError(f"{text}: no password parameter")
+            return model_verifier(password, name)
+
         if kind in ("create-group", "create-login", "create-idle", "create-database") and \
                 (name in roles if kind != "create-database" else name in databases):
             raise ProvisionError(f"{text}: it exists already")
         if kind == "create-group":
             roles[name] = RoleFacts(name, False)
         elif kind == "create-login":
-            roles[name] = RoleFacts(name, True, model_verifier(password, name),
+            roles[name] = RoleFacts(name, True, verifier(name),
                                     member_of=frozenset({_unquote(groups[1])}))
         elif kind == "create-idle":
             roles[name] = RoleFacts(name, False, member_of=frozenset({_unquote(groups[1])}))
@@ -411,7 +416,7 @@ def after(observed: Observed, plan: Plan) -> Observed:
             roles[name] = attrs.evolve(role(name), can_login=False)
         elif kind == "set-password":
             roles[name] = attrs.evolve(role(name), can_login=True,
-                                       verifier=model_verifier(password, name))
+                                       verifier=verifier(name))
         elif kind == "disable":
             roles[name] = attrs.evolve(role(name), can_login=False, verifier=None)
         elif kind == "grant-role":
