@@ -9,16 +9,19 @@ ledger is written atomically and the plan says which declaration changes.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Optional, TextIO
 
-from resolver import tls_credential
+from resolver.certificates import tls_credential
 
+from executors.cli._verb import Subparsers
 from executors.control.ca import ca_cert_path, ca_key_path, init_ca
-from executors.control.issuer import renewal
-from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+from executors.control.issuer import renew_in_ledger
+from executors.control.loading import load_mesh_dir
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "ca", help="the mesh CA: `mesh ca init DIR` creates its Ed25519 key and certificate",
         description="Manage the mesh CA that signs one certificate per node.")
@@ -40,9 +43,10 @@ def register(subparsers) -> None:
     renew_parser.set_defaults(func=run_renew)
 
 
-def run_init(args, out=None) -> int:
+def run_init(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    inputs = load_mesh_dir(args.directory)
+    directory: str = args.directory
+    inputs = load_mesh_dir(directory)
     ca = init_ca(inputs.mesh_dir, inputs.mesh)
     print(f"created the mesh CA key {ca_key_path(inputs.mesh_dir, inputs.mesh)} (mode 0600) "
           f"and certificate {ca_cert_path(inputs.mesh_dir, inputs.mesh)}", file=out)
@@ -51,30 +55,30 @@ def run_init(args, out=None) -> int:
     return 0
 
 
-def run_renew(args, out=None) -> int:
-    with mesh_lock(args.directory):  # read → renew → write, one writer at a time
-        return _renew(args, out or sys.stdout)
-
-
-def _renew(args, out) -> int:
-    inputs = load_mesh_dir(args.directory)
-    done = renewal(inputs, args.node)
+def run_renew(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    directory: str = args.directory
+    node: str = args.node
+    out = out or sys.stdout
+    kept = renew_in_ledger(directory, node)  # read → renew → write: one ledger transaction
+    done = kept.result
     old, new, after = done.old, done.new, done.after
-    print(f"renew {args.node}: certificate serial {old.serial if old else '(none)'} -> "
+    print(f"renew {node}: certificate serial {old.serial if old else '(none)'} -> "
           f"{new.serial}, valid {new.not_before} .. {new.not_after}", file=out)
     for instance, was, now in done.servers:
-        print(f"renew {instance}'s server certificate on {args.node}: serial "
+        key = after.ledger.credentials[tls_credential(instance)].active
+        assert key is not None, instance  # the renewal issued the new key's generation
+        print(f"renew {instance}'s server certificate on {node}: serial "
               f"{was.serial if was else '(none)'} -> {now.serial}, valid {now.not_before} .. "
               f"{now.not_after}, a new key ({tls_credential(instance)} generation "
-              f"{after.ledger.credentials[tls_credential(instance)].active.generation}, sealed "
-              f"to {args.node}); `mesh apply` on {args.node} writes both and restarts "
+              f"{key.generation}, sealed "
+              f"to {node}); `mesh apply` on {node} writes both and restarts "
               f"{instance}", file=out)
-    decl_before = done.before.declarations.get(args.node)
-    decl_after = after.declarations.get(args.node)
+    decl_before = done.before.declarations.get(node)
+    decl_after = after.declarations.get(node)
     if decl_after is not None:
-        was = decl_before.digest if decl_before is not None else "(none)"
-        print(f"  declaration of {args.node} changes: {was} -> {decl_after.digest} "
+        digest_before = decl_before.digest if decl_before is not None else "(none)"
+        print(f"  declaration of {node} changes: {digest_before} -> {decl_after.digest} "
               f"(serial {decl_after.serial})", file=out)
-    write_ledger(inputs.ledger_path, after.ledger)
-    print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    print(f"ledger {'written' if kept.written else 'unchanged'}: {kept.ledger_path}",
+          file=sys.stderr)
     return 0

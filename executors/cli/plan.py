@@ -15,28 +15,22 @@ Exit codes: 0 no refusal, 1 refusals, 2 bad input (or, with --detailed-exitcode,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from pathlib import Path
+from typing import Optional, Protocol, Sequence, TextIO
 
 import resolver
-from resolver import Fault, InputError, Resolution
-from resolver import unstructure_full
-from resolver import DeclarationChange, change_counts, container_changes, declaration_changes
+from resolver import Resolution
+from resolver.documents import unstructure_full
+from resolver import ContainerChange, DeclarationChange, change_counts
 
+from executors.cli._verb import Subparsers
 from executors.common.runtime import now_iso
-from executors.control.declarations import (
-    DECLARATION_SUFFIX,
-    previous_declarations,
-    read_declarations,
-    resolve_for_writing,
-    write_and_record,
-)
-from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+from executors.control.declarations import DECLARATION_SUFFIX
+from executors.control.planning import plan
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="resolve a mesh and show each node's declaration, bindings and problems",
@@ -77,64 +71,52 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     if args.key and not args.issue:
         raise resolver.MeshError("--key opens the values a move re-seals: it goes with --issue")
-    writes = bool(args.out or args.write_ledger or args.issue)
-    with mesh_lock(args.directory) if writes else contextlib.nullcontext():
-        return _run(args, out)
-
-
-def _run(args, out) -> int:
-    inputs = load_mesh_dir(args.directory)
-    now = args.now or now_iso()
-    previous = read_declarations(Path(args.out)) if args.out else {}
-    compared, against = previous_declarations(args.directory, args.out, args.against,
-                                              in_out=previous if args.out else None)
     control_key = None
     if args.key:
+        # the control extra (PyNaCl): `mesh plan` without --issue runs without it
         from executors.common.keys import load_private_key
 
         control_key = load_private_key(args.key)
-    notes: list[str] = []
-    resolution = resolve_for_writing(inputs, previous, now=now, issue=args.issue,
-                                     control_key=control_key, notes=notes)
-    for note in notes:  # what the issuer did (names and generations, never a value)
+    done = plan(args.directory, now=args.now or now_iso(), out=args.out, against=args.against,
+                nodes=args.node, write_ledger=args.write_ledger, issue=args.issue,
+                control_key=control_key)
+    planned = done.result
+    for note in planned.notes:  # what the issuer did (names and generations, never a value)
         print(f"issue: {note}", file=sys.stderr)
-    changes = container_changes(previous, resolution.declarations) if args.out else None
-    nodes = sorted(args.node) if args.node else sorted(resolution.declarations)
-    unknown = [n for n in nodes if n not in resolution.declarations]
-    if unknown:
-        raise InputError([Fault("--node", 0, 0, f"no node named {n!r} in the mesh",
-                                "one of " + ", ".join(sorted(resolution.declarations)))
-                          for n in unknown])
-    shown = set(nodes)
-    diff = [c for c in declaration_changes(compared or {}, resolution.declarations)
-            if c.node in shown]
     if args.json:
-        json.dump(plan_document(resolution, nodes, changes, diff, against), out, indent=2,
-                  sort_keys=True)
+        json.dump(plan_document(planned.resolution, planned.nodes, planned.changes,
+                                planned.diff, planned.against), out, indent=2, sort_keys=True)
         out.write("\n")
     else:
-        print_plan(resolution, nodes, out)
-        print_changes(diff, against, compared is not None, out)
-    if args.out:
-        recorded = write_and_record(inputs, resolution, Path(args.out), nodes)
-        print(f"ledger {'written' if recorded != inputs.ledger else 'unchanged'}: "
-              f"{inputs.ledger_path}", file=sys.stderr)
-    elif args.write_ledger or args.issue:
-        write_ledger(inputs.ledger_path, resolution.ledger)
-        print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
-    if resolution.refused:
+        print_plan(planned.resolution, planned.nodes, out)
+        print_changes(planned.diff, planned.against, planned.compared, out)
+    if args.out or args.write_ledger or args.issue:
+        print(f"ledger {'written' if done.written else 'unchanged'}: {done.ledger_path}",
+              file=sys.stderr)
+    if planned.resolution.refused:
         return 1
-    return 2 if args.detailed_exitcode and diff else 0
+    return 2 if args.detailed_exitcode and planned.diff else 0
 
 
 # --------------------------------------------------------------------------- output
 
 
-def change_document(change: DeclarationChange) -> dict:
+class _Write(Protocol):
+    def __call__(self, line: str = "") -> None: ...
+
+
+def _writer(out: TextIO) -> _Write:
+    """print(line) onto `out`; a blank line without one."""
+    def write(line: str = "") -> None:
+        print(line, file=out)
+    return write
+
+
+def change_document(change: DeclarationChange) -> dict[str, object]:
     """One change as data: what the text plan prints, with the element before and after."""
     return {"node": change.node, "section": change.section, "subject": change.subject,
             "action": change.action, "causes": list(change.causes), "verb": change.verb,
@@ -142,7 +124,7 @@ def change_document(change: DeclarationChange) -> dict:
             "before": _element(change.before), "after": _element(change.after)}
 
 
-def _element(value):
+def _element(value: object) -> object:
     if value is None or isinstance(value, (str, int)):
         return value
     if isinstance(value, tuple):
@@ -150,9 +132,11 @@ def _element(value):
     return unstructure_full(value)
 
 
-def plan_document(resolution: Resolution, nodes, changes, diff=(), against="") -> dict:
+def plan_document(resolution: Resolution, nodes: Sequence[str],
+                  changes: Optional[Sequence[ContainerChange]],
+                  diff: Sequence[DeclarationChange] = (), against: str = "") -> dict[str, object]:
     added, changed, removed = change_counts(diff)
-    doc = {
+    doc: dict[str, object] = {
         "against": against,
         "declaration_changes": [change_document(c) for c in diff],
         "summary": {"add": added, "change": changed, "remove": removed},
@@ -168,8 +152,8 @@ def plan_document(resolution: Resolution, nodes, changes, diff=(), against="") -
     return doc
 
 
-def print_plan(resolution: Resolution, nodes, out) -> None:
-    w = lambda line="": print(line, file=out)  # noqa: E731
+def print_plan(resolution: Resolution, nodes: Sequence[str], out: TextIO) -> None:
+    w = _writer(out)
     w(f"artifacts: {resolution.artifacts}"
       + (" (images from the mesh's own registry)" if resolution.artifacts == "self-hosting"
          else " (images from their upstream repositories, by digest)"))
@@ -207,8 +191,8 @@ def print_plan(resolution: Resolution, nodes, out) -> None:
             w(f"  grant {g.kind} {g.resource} login {g.login}"
               + (f"_{g.slot}" if g.slot else "") + f" for {g.consumer} ({gen})"
               + (f", retiring gen {g.retiring.generation}" if g.retiring else ""))
-        for f in d.files:  # the content is public, or a sealed token: only the path is shown
-            w(f"  file {f.path} {f.mode} ({f.reason})")
+        for file in d.files:  # the content is public, or a sealed token: only the path is shown
+            w(f"  file {file.path} {file.mode} ({file.reason})")
         for login in d.registry_logins:
             gen = "pending" if login.secret.generation is None else \
                 f"gen {login.secret.generation}"
@@ -225,8 +209,8 @@ def print_plan(resolution: Resolution, nodes, out) -> None:
     if resolution.changes:
         w()
         w("changes:")
-        for c in resolution.changes:
-            w(f"  {c.kind}: {c.message}")
+        for change in resolution.changes:
+            w(f"  {change.kind}: {change.message}")
     requests = resolution.requests
     if requests:
         w()
@@ -255,10 +239,11 @@ def change_line(c: DeclarationChange) -> str:
     return f"{c.action} {c.node} {c.section} {c.subject}{why}"
 
 
-def print_changes(diff, against: str, compared: bool, out) -> None:
+def print_changes(diff: Sequence[DeclarationChange], against: str, compared: bool,
+                  out: TextIO) -> None:
     """What changes against the declarations compared with, section by section, as terraform
     plan lists it; one line when there was nothing to compare with."""
-    w = lambda line="": print(line, file=out)  # noqa: E731
+    w = _writer(out)
     added, changed, removed = change_counts(diff)
     w()
     if not compared:

@@ -2,7 +2,7 @@
 
 A new generation for each credential addressed, sealed to the holders of the current one; the
 ledger is written atomically (unless --dry-run). A provider's own admin secret is rotated
-provider first like its credentials (resolver.server_held_credentials). The plan
+provider first like its credentials (resolver.rotation.server_held_credentials). The plan
 (executors/control/rotation.py) is stated in two steps, because holders only move once the provider has the new generation in
 force:
   1. now: the provider's grant (a new password on the idle login, or the account's password
@@ -22,20 +22,23 @@ the recording itself is executors/control/applied.py, which the control loop cal
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Callable, Optional, Sequence, TextIO
 
-from resolver import container_changes
-from resolver import describe_rotation, holder_nodes
+from resolver import GRANT_KINDS, ContainerChange, MeshError, Resolution, container_changes
+from resolver.rotation import describe_rotation, holder_nodes
 
-from executors.control.applied import record_digest, record_report, resolve_current
-from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
-from executors.control.rotation import RotationRefused, plan_rotation
+from executors.cli._verb import Subparsers
+from executors.control.applied import record_in_ledger
+from executors.control.rotation import RotationRefused, rotate_in_ledger
 from executors.node.provisioners.registry import REGISTRY
-from resolver import GRANT_KINDS, MeshError
+
+Say = Callable[[str], None]  # one line of the plan, printed
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "rotate",
         help="issue a new generation of a credential (or of every credential of a provider "
@@ -78,23 +81,22 @@ def register(subparsers) -> None:
     applied.set_defaults(func=run_applied)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    if args.dry_run:
-        return _run(args, out)
-    with mesh_lock(args.directory):  # read → rotate → write, one ledger writer at a time
-        return _run(args, out)
-
-
-def _run(args, out) -> int:
-    inputs = load_mesh_dir(args.directory)
-    w = lambda line="": print(line, file=out)  # noqa: E731
-    try:
-        plan = plan_rotation(inputs, credential=args.credential, provider=args.provider,
-                             consumer=args.consumer, provisioned=provisioned_kinds())
-    except RotationRefused as refused:
-        for way in refused.ways:
-            w(f"mesh rotate: refused: {way.why}")
+    directory: str = args.directory
+    credential: Optional[str] = args.credential
+    provider: Optional[str] = args.provider
+    consumer: Optional[str] = args.consumer
+    dry_run: bool = args.dry_run
+    # read → rotate → write in one ledger transaction (a dry run: no lock, nothing written)
+    done = rotate_in_ledger(directory, credential=credential, provider=provider,
+                            consumer=consumer, provisioned=provisioned_kinds(),
+                            write=not dry_run)
+    w = _writer(out)
+    plan = done.result
+    if isinstance(plan, RotationRefused):
+        for refusal in plan.ways:
+            w(f"mesh rotate: refused: {refusal.why}")
         w("nothing rotated, ledger not written")
         return 1
     for cred_id in plan.ids:  # what the operator does by hand, said before anything else
@@ -105,6 +107,7 @@ def _run(args, out) -> int:
     for cred_id in plan.ids:
         cred = plan.rotated.credentials[cred_id]
         new = cred.pending or cred.active
+        assert new is not None, cred_id  # the issuer just made it a generation
         w(f"  {cred_id}: generation {new.generation} ({plan.kind(cred_id)}); holders: "
           f"{', '.join(holder_nodes(cred))}")
         w(f"    {describe_rotation(cred_id, cred)}")
@@ -114,12 +117,18 @@ def _run(args, out) -> int:
         _print_step(w, "once the provider reports the new generation applied", plan.now,
                     plan.once_applied,
                     container_changes(plan.now.declarations, plan.once_applied.declarations))
-    if args.dry_run:
+    if dry_run:
         w("dry run: ledger not written")
         return 0
-    write_ledger(inputs.ledger_path, plan.now.ledger)
-    print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    print(f"ledger {'written' if done.written else 'unchanged'}: {done.ledger_path}",
+          file=sys.stderr)
     return 0
+
+
+def _writer(out: TextIO) -> Say:
+    def w(line: str = "") -> None:
+        print(line, file=out)
+    return w
 
 
 def provisioned_kinds() -> frozenset[str]:
@@ -127,7 +136,8 @@ def provisioned_kinds() -> frozenset[str]:
     return frozenset(kind for kind in GRANT_KINDS if REGISTRY.provides(kind))
 
 
-def _print_step(w, title, old, new, changes) -> None:
+def _print_step(w: Say, title: str, old: Resolution, new: Resolution,
+                changes: Sequence[ContainerChange]) -> None:
     nodes = sorted(n for n in new.declarations
                    if n not in old.declarations
                    or old.declarations[n].digest != new.declarations[n].digest)
@@ -149,6 +159,7 @@ def _print_step(w, title, old, new, changes) -> None:
             pending = p.admin_pending
             if pending is not None and (p.instance not in before
                                         or before[p.instance].admin_pending != pending):
+                assert p.admin is not None, p.instance  # a pending admin password replaces one
                 w(f"  admin on {node}: {p.instance} changes its admin password on the running "
                   f"server to {pending.credential} generation {pending.generation}, "
                   f"authenticating with generation {p.admin.generation}")
@@ -159,7 +170,8 @@ def _print_step(w, title, old, new, changes) -> None:
         w("  no container is recreated")
 
 
-def _read_report(path: str):
+def _read_report(path: str) -> object:
+    """The applied report at `path`, as JSON: whether it is one is record_report's to say."""
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
@@ -167,38 +179,37 @@ def _read_report(path: str):
         raise MeshError(f"{path}: not a readable applied report ({exc})") from None
 
 
-def run_applied(args, out=None) -> int:
-    with mesh_lock(args.directory):  # read → record → write, one ledger writer at a time
-        return _run_applied(args, out or sys.stdout)
-
-
-def _run_applied(args, out) -> int:
-    inputs = load_mesh_dir(args.directory)
-    if args.report:
-        record = _read_report(args.report)
-        recorded = record_report(inputs, args.node, record, by_hand=args.by_hand or ())
-        if not recorded.accepted:
-            print(f"mesh applied: {args.report}: not recorded: {recorded.why}", file=out)
-            return 1
-    else:  # the operator's word that the whole declaration is in force
-        record = None
-        recorded = record_digest(inputs, args.node, args.digest)
+def run_applied(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    out = out or sys.stdout
+    directory: str = args.directory
+    node: str = args.node
+    report: Optional[str] = args.report
+    digest: Optional[str] = args.digest
+    by_hand: Sequence[str] = args.by_hand or ()
+    record = _read_report(report) if report else None
+    # read → record → write in one ledger transaction; --digest: the operator's word that
+    # the whole declaration is in force (--report or --digest: argparse requires one)
+    done = record_in_ledger(directory, node, report=record,
+                            digest=None if report else digest, by_hand=by_hand)
+    recorded, after = done.result.recorded, done.result.after
+    if after is None or recorded.ledger is None:
+        print(f"mesh applied: {report}: not recorded: {recorded.why}", file=out)
+        return 1
     current, ledger = recorded.current, recorded.ledger
-    after = resolve_current(inputs, ledger)
-    w = lambda line="": print(line, file=out)  # noqa: E731
+    w = _writer(out)
     moved = recorded.moved
-    w(f"{args.node} applied {recorded.digest}: {len(moved)} credential"
+    w(f"{node} applied {recorded.digest}: {len(moved)} credential"
       f"{'s' if len(moved) != 1 else ''} recorded")
     for cred_id in moved:
         w(f"  {describe_rotation(cred_id, ledger.credentials[cred_id])}")
-    if record is not None:
+    if isinstance(record, dict):  # an accepted report is a JSON object
         for grant in record.get("not_provisioned") or []:
-            if grant["credential"] not in (args.by_hand or ()):
+            if grant["credential"] not in by_hand:
                 w(f"  not provisioned by the mesh: {grant['kind']} grant of {grant['consumer']} "
                   f"on {grant['provider']} ({grant['credential']}): its rotation does not "
                   f"advance until you put it in force by hand and say so with --by-hand")
     _print_step(w, "as a result", current, after,
                 container_changes(current.declarations, after.declarations))
-    write_ledger(inputs.ledger_path, after.ledger)
-    print(f"ledger written: {inputs.ledger_path}", file=sys.stderr)
+    print(f"ledger {'written' if done.written else 'unchanged'}: {done.ledger_path}",
+          file=sys.stderr)
     return 0

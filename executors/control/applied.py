@@ -8,9 +8,12 @@ Invariants:
   force (plus what the operator put in force by hand and names with `by_hand`: grants the
   report lists as not provisioned by the mesh, and a provider's admin waiting on the node that
   no provisioner put in force); as holder, for what its declaration holds
-  (resolver.record_applied).
-- Pure apart from nothing: the caller loads the mesh (under the ledger lock) and writes the
-  returned ledger; nothing here touches a file.
+  (resolver.rotation.record_applied).
+- record_report and record_digest are pure: the caller loads the mesh (under the ledger
+  lock) and keeps the returned ledger. `record_in_ledger` is that for `mesh applied`, in one
+  ledger transaction (control/ledger_transaction.transact): the ledger written is the one
+  resolved with the report recorded, and only when it changed; a refused report keeps
+  nothing.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import attrs
 
 import resolver
 from resolver import Declaration, Inputs, Ledger, MeshError, Resolution
-from resolver import record_applied
+from resolver.rotation import record_applied
 
 from executors.common.applied_record import acceptance
+from executors.control.ledger_transaction import Transacted, transact
+from executors.control.loading import PathLike
 
 
 @attrs.frozen
@@ -106,6 +111,34 @@ def record_digest(inputs: Inputs, node: str, digest: str,
                         f"newest declaration on {node}, then report it)")
     ledger = record_applied(current.ledger, node, declaration)
     return Recorded(node, digest, current, ledger=ledger, moved=_moved(current.ledger, ledger))
+
+
+@attrs.frozen
+class Applied:
+    """`mesh applied`: the report as recorded (or refused), and the mesh resolved with it."""
+
+    recorded: Recorded
+    after: Optional[Resolution] = None  # None: refused, nothing recorded
+
+
+def record_in_ledger(mesh_dir: PathLike, node: str, *, report: object = None,
+                     digest: Optional[str] = None,
+                     by_hand: Sequence[str] = ()) -> Transacted[Applied]:
+    """Record the operator's word that `node` applied its whole declaration `digest`, or else
+    its applied `report` (its applied.json), in one ledger transaction; the ledger kept is the
+    mesh resolved with it (a refused report keeps nothing)."""
+
+    def compute(inputs: Inputs) -> tuple[Ledger, Applied]:
+        if digest is not None:  # the operator's word that the whole declaration is in force
+            recorded = record_digest(inputs, node, digest)
+        else:
+            recorded = record_report(inputs, node, report, by_hand=by_hand)
+        if recorded.ledger is None:
+            return inputs.ledger, Applied(recorded)
+        after = resolve_current(inputs, recorded.ledger)
+        return after.ledger, Applied(recorded, after)
+
+    return transact(mesh_dir, compute)
 
 
 def _declared(current: Resolution, node: str) -> Declaration:

@@ -16,13 +16,15 @@ Invariants:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypedDict
 
 import attrs
 
-from resolver import MeshError
+import resolver
+from resolver import Inputs, MeshError
 
 from executors.common.amqp import BrokerAddress
+from executors.common.keys import UnsealError, load_private_key, unseal
 
 MANAGEMENT_LISTEN = "management"
 DEFAULT_ADMIN = "admin"
@@ -37,31 +39,40 @@ class BrokerSettings:
     for_nodes: BrokerAddress  # what enrolment tokens tell nodes
 
 
-def settings_from(inputs, *, broker: Optional[str] = None, api: Optional[str] = None,
+class _Derived(TypedDict):
+    """What the mesh says of its substrate broker (_from_mesh)."""
+
+    amqp: BrokerAddress
+    api: str
+    admin: str
+    credential: Optional[str]  # the admin password's credential id (None: none declared)
+
+
+def settings_from(inputs: Inputs, *, broker: Optional[str] = None, api: Optional[str] = None,
                   admin: Optional[str] = None, admin_password_file: Optional[str] = None,
                   for_nodes: Optional[str] = None, key: Optional[str] = None) -> BrokerSettings:
     """The settings given (None: not given), the rest derived from the mesh."""
-    derived: dict = {}
+    derived: list[_Derived] = []  # the mesh is resolved once, and only when asked
 
-    def mesh_value(name: str):
+    def from_mesh() -> _Derived:
         if not derived:
-            derived.update(_from_mesh(inputs))
-        if name == "admin_password" and name not in derived:
-            derived[name] = _admin_password(derived["credential"], inputs, key)
-        return derived[name]
+            derived.append(_from_mesh(inputs))
+        return derived[0]
 
-    amqp = BrokerAddress.parse(broker) if broker else mesh_value("amqp")
-    api_from_mesh = not api
-    if api_from_mesh:
+    amqp = BrokerAddress.parse(broker) if broker else from_mesh()["amqp"]
+    if not api:
+        api_from_mesh = True
         try:
-            api = mesh_value("api")
+            api = from_mesh()["api"]
         except MeshError as error:
             if not broker:
                 raise
             raise MeshError(f"--broker-api is needed with --broker (the management API, e.g. "
                             f"http://{amqp.host}:15672): the mesh does not say it ({error})"
                             ) from None
-    admin = admin or (mesh_value("admin") if api_from_mesh else DEFAULT_ADMIN)
+    else:
+        api_from_mesh = False
+    admin = admin or (from_mesh()["admin"] if api_from_mesh else DEFAULT_ADMIN)
     if admin_password_file:
         try:
             password = Path(admin_password_file).read_text(encoding="utf-8").strip()
@@ -69,16 +80,14 @@ def settings_from(inputs, *, broker: Optional[str] = None, api: Optional[str] = 
             raise MeshError(f"{admin_password_file}: cannot read the broker admin's password: "
                             f"{exc}") from None
     else:
-        password = mesh_value("admin_password")
+        password = _admin_password(from_mesh()["credential"], inputs, key)
     nodes_see = BrokerAddress.parse(for_nodes) if for_nodes else amqp
     return BrokerSettings(amqp, api.rstrip("/"), admin, password, nodes_see)
 
 
-def _from_mesh(inputs) -> dict:
+def _from_mesh(inputs: Inputs) -> _Derived:
     """The substrate broker as the mesh declares it: amqp, api, admin, and the credential
     id of the admin's password (None when the provider declares no admin)."""
-    import resolver
-
     mesh = inputs.mesh
     broker = mesh.substrate.broker
     if not broker or broker not in mesh.instances:
@@ -89,7 +98,7 @@ def _from_mesh(inputs) -> dict:
     declaration = resolution.declarations.get(node)
     provider = next((p for p in (declaration.providers if declaration else ())
                      if p.instance == broker and p.provision == "amqp"), None)
-    if provider is None:
+    if declaration is None or provider is None:
         raise MeshError(f"the substrate broker {broker} provides no amqp on {node} (yet): give "
                         f"--broker and --broker-api")
     admin_user, management = DEFAULT_ADMIN, None
@@ -110,10 +119,8 @@ def _from_mesh(inputs) -> dict:
             "admin": admin_user, "credential": credential}
 
 
-def _admin_password(credential: Optional[str], inputs, key_file) -> str:
+def _admin_password(credential: Optional[str], inputs: Inputs, key_file: Optional[str]) -> str:
     """The broker admin's password, opened from the control node's escrow with its key."""
-    from executors.common.keys import UnsealError, load_private_key, unseal
-
     stored = inputs.ledger.credentials.get(credential) if credential else None
     if stored is None or stored.active is None:
         raise MeshError(f"the broker admin's credential ({credential or 'none declared'}) is not "

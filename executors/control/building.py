@@ -13,8 +13,11 @@ Invariants:
 - The result is pushed to `<registry>/<module>/<artifact>` of the mesh's registry (verified TLS
   through the engine's trust of the mesh CA, the push account) and its pushed digest, with the
   bases' digests, recorded in the ledger (`builds`, and `mirrored`: the registry holds it), so
-  declarations name it by digest and `mesh stale` answers from it. The ledger is written
-  (locked, read back first) after each build, so a failure later keeps the builds before it.
+  declarations name it by digest and `mesh stale` answers from it. Each build is made outside
+  the ledger lock and merged into the ledger as it is then, in one ledger transaction
+  (ledger_transaction.merge_into_ledger: read back first, atomically), so a failure later keeps
+  the builds before it. The record is a frozen value (its bases a pmap), as the ledger's types
+  say.
 - Every step is said through `say` as it happens (pulls, each build output line, the push).
 """
 
@@ -22,13 +25,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import attrs
+import docker
+import docker.errors
 from pyrsistent import pmap
 
-from resolver import BuildRecord, MeshError, resolve_inputs
-from resolver import (
+from resolver import Artifact, BuildRecord, Inputs, Ledger, MeshError, resolve_inputs
+from resolver.artifacts import (
     artifact_digest,
     build_graph,
     catalogue_artifacts,
@@ -37,9 +42,10 @@ from resolver import (
     staleness,
 )
 
-from .loading import load_mesh_dir, mesh_lock, write_ledger
+from .ledger_transaction import merge_into_ledger
 
 Say = Callable[[str], None]
+Auth = tuple[str, str]  # the push account: (user, password)
 
 
 @attrs.frozen
@@ -48,40 +54,41 @@ class Built:
     failed: tuple[str, ...]  # could not be built (said through `say`)
 
 
-def build_order(graph, wanted: Iterable[str]) -> list[str]:
+def build_order(graph: Mapping[str, Iterable[str]], wanted: Iterable[str]) -> list[str]:
     """`wanted` ordered so that each artifact comes after every wanted artifact it builds FROM,
     directly or not (ties by name)."""
-    wanted = set(wanted)
+    chosen = set(wanted)
 
-    def below(name: str, seen: frozenset) -> set[str]:
-        found = set()
+    def below(name: str, seen: frozenset[str]) -> set[str]:
+        found: set[str] = set()
         for base in graph.get(name, ()):
             if base not in seen:
                 found.add(base)
                 found |= below(base, seen | {base})
         return found
 
-    depth = {name: len(below(name, frozenset({name})) & wanted) for name in wanted}
-    return sorted(wanted, key=lambda n: (depth[n], n))
+    depth = {name: len(below(name, frozenset({name})) & chosen) for name in chosen}
+    return sorted(chosen, key=lambda n: (depth[n], n))
 
 
-def targets(inputs, names: Iterable[str], stale: bool) -> list[str]:
+def targets(inputs: Inputs, names: Iterable[str], stale: bool) -> list[str]:
     """What `mesh build` builds, in order; MeshError for a name that is not a built artifact."""
     every = catalogue_artifacts(inputs.catalogue)
     graph = build_graph(inputs.catalogue)
-    names = list(names)
+    named = list(names)
     if stale:
-        names += sorted(staleness(graph, inputs.ledger.builds,
+        named += sorted(staleness(graph, inputs.ledger.builds,
                                   current_digests(inputs.catalogue, inputs.ledger)))
-    refused = [n for n in names if n not in every or every[n].build is None]
+    refused = [n for n in named if n not in every or every[n].build is None]
     if refused:
         raise MeshError("not a built artifact of the catalogue (module/artifact with `build:`): "
                         + ", ".join(refused))
-    return build_order(graph, names)
+    return build_order(graph, named)
 
 
-def build(inputs, names: Iterable[str] = (), *, stale: bool = False, api,
-          auth: Optional[tuple[str, str]] = None, say: Say = lambda line: None) -> Built:
+def build(inputs: Inputs, names: Iterable[str] = (), *, stale: bool = False,
+          api: docker.APIClient, auth: Optional[Auth] = None,
+          say: Say = lambda line: None) -> Built:
     registry = resolve_inputs(inputs).registry  # the resolver's choice, as mirror's
     if registry is None:
         raise MeshError("the mesh has no registry to push builds to: assign one instance of a "
@@ -92,7 +99,8 @@ def build(inputs, names: Iterable[str] = (), *, stale: bool = False, api,
         return Built((), ())
     say(f"building {len(order)} artifact(s), foundation first: {', '.join(order)}")
     every = catalogue_artifacts(inputs.catalogue)
-    built, failed = [], []
+    built: list[str] = []
+    failed: list[str] = []
     ledger = inputs.ledger
     for name in order:
         artifact = every[name]
@@ -111,29 +119,31 @@ def build(inputs, names: Iterable[str] = (), *, stale: bool = False, api,
             failed.append(name)
             say(f"{file}:{line}:{col}: {name}: {error}")
             continue
-        with mesh_lock(inputs.mesh_dir):  # built outside the lock: merge into the ledger now
-            now = load_mesh_dir(inputs.mesh_dir).ledger
-            ledger = attrs.evolve(now, builds=now.builds.set(name, record),
-                                  mirrored=now.mirrored.set(record.digest, registry))
-            write_ledger(inputs.ledger_path, ledger)
+        ledger = merge_into_ledger(  # built outside the lock: merged into the ledger as it is
+            inputs.mesh_dir, lambda now: attrs.evolve(
+                now, builds=now.builds.set(name, record),
+                mirrored=now.mirrored.set(record.digest, registry))).ledger
         built.append(name)
         say(f"  recorded {name} = {record.digest} (bases: "
             + ", ".join(f"{b} {d}" for b, d in sorted(record.bases.items())) + ")")
     return Built(tuple(built), tuple(failed))
 
 
-def _module_dir(inputs, module: str) -> Path:
+def _module_dir(inputs: Inputs, module: str) -> Path:
     return Path(inputs.sources.where(f"module:{module}")[0]).parent
 
 
-def _build_one(inputs, ledger, registry, name, artifact, bases, api, auth, say) -> BuildRecord:
-    import docker.errors
-
+def _build_one(inputs: Inputs, ledger: Ledger, registry: str, name: str, artifact: Artifact,
+               bases: Sequence[str], api: docker.APIClient, auth: Optional[Auth],
+               say: Say) -> BuildRecord:
     every = catalogue_artifacts(inputs.catalogue)
+    if artifact.build is None:  # targets() let only built artifacts through
+        raise MeshError(f"{name} is not a built artifact (no `build:`)")
     context = (_module_dir(inputs, name.split("/", 1)[0]) / artifact.build).resolve()
     if not (context / "Dockerfile").is_file():
         raise MeshError(f"the build context {context} has no Dockerfile")
-    digests, args = {}, {}
+    digests: dict[str, str] = {}
+    args: dict[str, str] = {}
     for base in bases:
         digest = artifact_digest(base, every[base], ledger)
         if digest is None:
@@ -141,6 +151,8 @@ def _build_one(inputs, ledger, registry, name, artifact, bases, api, auth, say) 
                             f"pins it (`--all` pins every artifact of the catalogue), or build "
                             f"it first")
         reference = image_reference(every[base], ledger, registry, key=base)
+        if reference is None:  # a digest is known, so the resolver names the image by it
+            raise MeshError(f"base {base} has no image reference")
         digests[base] = digest
         repository, _, _ = reference.partition("@")
         say(f"→ {name}: pulling base {base} by digest: {reference}")
@@ -182,5 +194,5 @@ def _build_one(inputs, ledger, registry, name, artifact, bases, api, auth, say) 
     return BuildRecord(digest=digest, bases=pmap(digests))  # a frozen value: no dict in it
 
 
-def _auth(auth: Optional[tuple[str, str]]):
+def _auth(auth: Optional[Auth]) -> Optional[dict[str, str]]:
     return {"username": auth[0], "password": auth[1]} if auth else None

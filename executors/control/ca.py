@@ -18,7 +18,7 @@ import base64
 import datetime
 import ipaddress
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import attrs
 from cryptography import x509
@@ -30,6 +30,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from resolver import Certificate, Mesh, MeshError
 
 from executors.common.atomic import write_exclusive
+from executors.control.loading import PathLike
 
 CA_VALIDITY_DAYS = 3650
 
@@ -44,11 +45,11 @@ class MeshCa:
     certificate: x509.Certificate
 
 
-def ca_key_path(mesh_dir, mesh: Mesh) -> Path:
+def ca_key_path(mesh_dir: PathLike, mesh: Mesh) -> Path:
     return Path(mesh_dir) / mesh.ca.path
 
 
-def ca_cert_path(mesh_dir, mesh: Mesh) -> Path:
+def ca_cert_path(mesh_dir: PathLike, mesh: Mesh) -> Path:
     return ca_key_path(mesh_dir, mesh).with_suffix(".crt")
 
 
@@ -60,7 +61,7 @@ def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
 
 
-def init_ca(mesh_dir, mesh: Mesh, now: Optional[datetime.datetime] = None) -> MeshCa:
+def init_ca(mesh_dir: PathLike, mesh: Mesh, now: Optional[datetime.datetime] = None) -> MeshCa:
     """Create the CA key (0600) and its self-signed certificate; refuse if either exists."""
     key_path, cert_path = ca_key_path(mesh_dir, mesh), ca_cert_path(mesh_dir, mesh)
     for path in (key_path, cert_path):
@@ -99,7 +100,7 @@ def init_ca(mesh_dir, mesh: Mesh, now: Optional[datetime.datetime] = None) -> Me
     return MeshCa(key, certificate)
 
 
-def load_ca(mesh_dir, mesh: Mesh) -> MeshCa:
+def load_ca(mesh_dir: PathLike, mesh: Mesh) -> MeshCa:
     key_path, cert_path = ca_key_path(mesh_dir, mesh), ca_cert_path(mesh_dir, mesh)
     if not key_path.exists():
         raise CaError(f"{key_path}: the mesh CA key is missing; `mesh ca init {mesh_dir}` "
@@ -121,9 +122,10 @@ def _subject_alt_name(address: str) -> x509.GeneralName:
         return x509.DNSName(address)
 
 
-def _leaf(ca: MeshCa, common_name: str, public_key, address: str, now: datetime.datetime,
-          not_after: datetime.datetime, *, signs: bool, agrees: bool,
-          purposes: list) -> tuple[int, x509.Certificate]:
+def _leaf(ca: MeshCa, common_name: str,
+          public_key: Union[x25519.X25519PublicKey, ec.EllipticCurvePublicKey], address: str,
+          now: datetime.datetime, not_after: datetime.datetime, *, signs: bool, agrees: bool,
+          purposes: list[x509.ObjectIdentifier]) -> tuple[int, x509.Certificate]:
     """(serial, certificate): one end-entity certificate issued by the mesh CA for the node at
     `address` (CN=common_name, SAN=address, never a CA), used as `signs`/`agrees` and
     `purposes` (extended key usages) say."""

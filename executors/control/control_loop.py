@@ -23,22 +23,34 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 import attrs
+from nacl.public import PrivateKey
 
-from resolver import InputError, MeshError
+from resolver import InputError, Inputs, MeshError, Resolution
 
 from executors.common import amqp, messages
 from executors.common.amqp import BrokerError
 from executors.common.keys import load_private_key
 from executors.control import enrolment, inbox, publish
+from executors.control.applied import resolve_current
 from executors.control.broker_settings import BrokerSettings
 from executors.control.control_state import ControlState
 from executors.control.delivery_key import ensure_delivery_key
 from executors.control.fleet import Fleet
 from executors.control.fleet_broker import FleetError
-from executors.control.loading import inputs_fingerprint, load_mesh_dir
+from executors.control.loading import Fingerprint, inputs_fingerprint, load_mesh_dir
+from executors.control.publish import Prepared, Published
+
+if TYPE_CHECKING:  # pika ships no types: its objects are named for the reader
+    from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+    from pika.spec import Basic, BasicProperties
+
+#: A message taken from the inbox: (queue, its method frame, its properties, its body).
+Delivery = tuple[str, "Basic.Deliver", "BasicProperties", bytes]
+#: The mesh as loaded and resolved when its files had this fingerprint.
+Loaded = tuple[Optional[Fingerprint], Optional[tuple[Inputs, Resolution]]]
 
 HOUSEKEEPING_SECONDS = 10.0
 
@@ -60,11 +72,12 @@ class Control:
     interval: float = 5.0
     fleet: Fleet = attrs.field(init=False)
     mesh: str = attrs.field(init=False)
-    _control_key: object = attrs.field(init=False, default=None)
-    _resolved: tuple = attrs.field(init=False, default=(None, None))  # fingerprint, loaded
-    _queues: set = attrs.field(init=False, factory=set)  # node queues declared on this channel
+    _control_key: Optional[PrivateKey] = attrs.field(init=False, default=None)
+    _resolved: Loaded = attrs.field(init=False, default=(None, None))  # fingerprint, loaded
+    # node queues declared on this channel
+    _queues: set[str] = attrs.field(init=False, factory=set)
 
-    def __attrs_post_init__(self):
+    def __attrs_post_init__(self) -> None:
         inputs = load_mesh_dir(self.mesh_dir)
         self.mesh = inputs.mesh.mesh
         self.fleet = Fleet(self.mesh, self.settings, self.state.ensure(), self.say)
@@ -73,7 +86,9 @@ class Control:
 
     # -- connecting
 
-    def connect(self, *, deadline: Optional[float] = None, stop=lambda: False):
+    def connect(self, *, deadline: Optional[float] = None,
+                stop: Callable[[], bool] = lambda: False
+                ) -> tuple[BlockingConnection, BlockingChannel]:
         """Accounts made as wanted, then the control account's connection and its channel
         (publisher confirms on), the exchanges and queues declared."""
         self.fleet.ensure_accounts()
@@ -87,11 +102,13 @@ class Control:
 
     # -- publishing
 
-    def publish(self, channel, *, force=(), only=None) -> list[publish.Published]:
+    def publish(self, channel: BlockingChannel, *, force: Iterable[str] = (),
+                only: Optional[Iterable[str]] = None) -> list[Published]:
         """Resolve, write, record and publish what changed (or `force`); what was confirmed."""
         return self.send(channel, self.prepare(force=force, only=only))
 
-    def prepare(self, *, force=(), only=None) -> publish.Prepared:
+    def prepare(self, *, force: Iterable[str] = (),
+                only: Optional[Iterable[str]] = None) -> Prepared:
         notes: list[str] = []
         prepared = publish.prepare(self.mesh_dir, self.state, now=now_iso(), issue=self.issue,
                                    control_key=self._control_key, force=force, only=only,
@@ -103,11 +120,12 @@ class Control:
             self.say(f"refusal (its instances are held or not declared): {problem}")
         return prepared
 
-    def send(self, channel, prepared: publish.Prepared) -> list[publish.Published]:
+    def send(self, channel: BlockingChannel,
+             prepared: Prepared) -> list[Published]:
         if not prepared.declarations:
             return []
         key = ensure_delivery_key(self.mesh_dir, prepared.inputs.mesh)
-        done: list[publish.Published] = []
+        done: list[Published] = []
         try:
             done = publish.send(channel, key, prepared, say=self.say, declared=self._queues)
         finally:
@@ -116,20 +134,21 @@ class Control:
 
     # -- the mesh as it is
 
-    def current(self):
+    def current(self) -> tuple[Inputs, Resolution]:
         """(inputs, resolution) of the mesh as its files are now: loaded and resolved again
         only when a file changed (call it under the ledger lock, as the inbox does)."""
         fingerprint = inputs_fingerprint(self.mesh_dir)
         seen, loaded = self._resolved
         if seen != fingerprint or loaded is None:
             inputs = load_mesh_dir(self.mesh_dir)
-            loaded = (inputs, inbox.resolve_current(inputs))
+            loaded = (inputs, resolve_current(inputs))
             self._resolved = (fingerprint, loaded)
         return loaded
 
     # -- the inbox
 
-    def handle_batch(self, channel, deliveries: Sequence[tuple]) -> list[inbox.Outcome]:
+    def handle_batch(self, channel: BlockingChannel,
+                     deliveries: Sequence[Delivery]) -> list[inbox.Outcome]:
         """Handle (queue, method, props, body) deliveries: the reports as one batch, each
         enrolment request alone; each acknowledged once kept. A mesh that does not load
         leaves them unacknowledged, for later."""
@@ -163,9 +182,11 @@ class Control:
             self.say(outcome.line)
         return outcomes
 
-    def drain(self, channel, queues=(amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)) -> list:
+    def drain(self, channel: BlockingChannel,
+              queues: Sequence[str] = (amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)
+              ) -> list[inbox.Outcome]:
         """Take every message waiting in `queues` and handle them as one batch."""
-        deliveries: list = []
+        deliveries: list[Delivery] = []
         tags = []
         for queue in queues:
             tags.append(channel.basic_consume(
@@ -196,10 +217,11 @@ class Control:
             connected=lambda _attempt: (f"serving mesh {self.mesh} on {self.settings.amqp} "
                                         f"(vhost {self.fleet.names.vhost})"))
 
-    def _serve(self, connection, channel, stop) -> None:
+    def _serve(self, connection: BlockingConnection, channel: BlockingChannel,
+               stop: Callable[[], bool]) -> None:
         inbox_channel = connection.channel()
         inbox_channel.basic_qos(prefetch_count=200)
-        waiting: list = []
+        waiting: list[Delivery] = []
         for queue in (amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE):
             inbox_channel.basic_consume(
                 queue, lambda ch, method, props, body, q=queue: waiting.append(
@@ -235,7 +257,7 @@ class Control:
                     self.say(f"enrolment housekeeping: {error}")
 
 
-def _ack_all(channel, tags: Sequence[int]) -> None:
+def _ack_all(channel: BlockingChannel, tags: Sequence[int]) -> None:
     """Acknowledge every one of `tags`: one `multiple` acknowledgement when they are a run
     with no gap (the consumers hand every delivery of the channel over, in order, so nothing
     below the run is unacknowledged and not handled), one by one otherwise."""
@@ -273,7 +295,8 @@ def standing(control: Control) -> dict[str, tuple[bool, str]]:
     return result
 
 
-def settle(control: Control, connection, channel, wait: float):
+def settle(control: Control, connection: BlockingConnection, channel: BlockingChannel,
+           wait: float) -> tuple[list[inbox.Outcome], dict[str, tuple[bool, str]]]:
     """Take what is waiting; with `wait`, keep taking until every enrolled node applied what
     was published to it or `wait` seconds passed."""
     outcomes = control.drain(channel)

@@ -20,14 +20,21 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
 from executors.common.atomic import write_atomic, write_exclusive
 
 DEFAULT_DIRNAME = ".control"
 
+#: A JSON object as kept in a state file (a token, an account, a node's kept reports, what
+#: was published to a node): read from disk, so its shape is checked where it is used.
+Document = dict[str, Any]
 
-def _stamp(path: Path) -> Optional[tuple]:
+#: A file's (inode, size, mtime): every write replaces the file, so a write changes it.
+Stamp = tuple[int, int, int]
+
+
+def _stamp(path: Path) -> Optional[Stamp]:
     try:
         facts = path.stat()
     except OSError:
@@ -36,9 +43,11 @@ def _stamp(path: Path) -> Optional[tuple]:
 
 
 class ControlState:
-    def __init__(self, mesh_dir, state_dir=None):
+    def __init__(self, mesh_dir: Union[str, os.PathLike[str]],
+                 state_dir: Union[str, os.PathLike[str], None] = None):
         self.root = Path(state_dir) if state_dir else Path(mesh_dir) / DEFAULT_DIRNAME
-        self._reports: tuple = (None, {})  # (reports.json's stamp, its documents) last seen
+        # (reports.json's stamp, its documents) last seen
+        self._reports: tuple[Optional[Stamp], dict[str, Document]] = (None, {})
 
     # -- paths
 
@@ -74,68 +83,75 @@ class ControlState:
     # -- documents
 
     @staticmethod
-    def _read(path: Path, default):
+    def _read(path: Path) -> object:
+        """The JSON in `path`; None when it is absent or unreadable."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            found: object = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return default
+            return None
+        return found
 
     @staticmethod
-    def _write(path: Path, document, mode: int = 0o600, compact: bool = False) -> None:
+    def _read_object(path: Path) -> Document:
+        """The JSON object in `path`; {} when it is absent, unreadable or not an object."""
+        found = ControlState._read(path)
+        return found if isinstance(found, dict) else {}
+
+    @staticmethod
+    def _write(path: Path, document: object, mode: int = 0o600, compact: bool = False) -> None:
         text = (json.dumps(document, sort_keys=True, separators=(",", ":")) if compact
                 else json.dumps(document, indent=2, sort_keys=True))  # indent: pure Python
         write_atomic(path, text + "\n", mode=mode)
 
-    def published(self) -> dict:
-        return self._read(self.published_file, {})
+    def published(self) -> dict[str, Document]:
+        return self._read_object(self.published_file)
 
-    def write_published(self, published: dict) -> None:
+    def write_published(self, published: dict[str, Document]) -> None:
         self.ensure()
         self._write(self.published_file, published)
 
-    def reports(self) -> dict[str, dict]:
+    def reports(self) -> dict[str, Document]:
         """Each node's kept reports (one file: a batch of reports is one write). The file is
         read again only when it changed (another inode, size or mtime: every write replaces
         it); what is returned is a new mapping, its values are never changed in place."""
         stamp = _stamp(self.reports_file)
         if stamp is not None and self._reports[0] == stamp:
             return dict(self._reports[1])
-        found = self._read(self.reports_file, {})
-        found = found if isinstance(found, dict) else {}
+        found = self._read_object(self.reports_file)
         self._reports = (stamp, found) if stamp is not None else (None, {})
         return dict(found)
 
-    def report(self, node: str) -> Optional[dict]:
+    def report(self, node: str) -> Optional[Document]:
         return self.reports().get(node)
 
-    def write_reports(self, documents: dict[str, dict]) -> None:
+    def write_reports(self, documents: dict[str, Document]) -> None:
         self.ensure()
         self._write(self.reports_file, documents, compact=True)  # large: the C encoder
         self._reports = (_stamp(self.reports_file), dict(documents))
 
-    def tokens(self) -> dict[str, dict]:
-        found = {}
+    def tokens(self) -> dict[str, Document]:
+        found: dict[str, Document] = {}
         if self.enrolment_dir.is_dir():
             for path in sorted(self.enrolment_dir.glob("*.json")):
-                document = self._read(path, None)
+                document = self._read(path)
                 if isinstance(document, dict) and document.get("id") == path.stem:
                     found[path.stem] = document
         return found
 
-    def write_token(self, document: dict) -> None:
+    def write_token(self, document: Document) -> None:
         self.ensure()
         self._write(self.enrolment_dir / f"{document['id']}.json", document)
 
-    def accounts(self) -> dict[str, dict]:
-        found = {}
+    def accounts(self) -> dict[str, Document]:
+        found: dict[str, Document] = {}
         if self.accounts_dir.is_dir():
             for path in sorted(self.accounts_dir.glob("*.json")):
-                document = self._read(path, None)
+                document = self._read(path)
                 if isinstance(document, dict):
                     found[path.stem] = document
         return found
 
-    def write_account(self, node: str, document: dict) -> None:
+    def write_account(self, node: str, document: Document) -> None:
         self.ensure()
         self._write(self.accounts_dir / f"{node}.json", document)
 

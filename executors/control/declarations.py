@@ -6,10 +6,12 @@ Invariants:
   the declarations already in the output directory (the newer of the two wins), so a
   declaration written later always supersedes one written before, even with a ledger that lags.
 - Declarations are written whole or not at all (write_atomic), one file per node,
-  `<node>.declaration.json`, the JSON of resolver.unstructure(declaration).
-- What was written is recorded in the ledger (serials, each declared instance's rendering:
-  resolver.record_declared) by the same caller, under the ledger lock it holds around the
-  whole load → resolve → write (executors/control/loading.mesh_lock).
+  `<node>.declaration.json`, the JSON of resolver.documents.unstructure(declaration).
+- One path for both writers: resolve_for_writing → write_and_record (the declarations
+  written, then recorded: serials, each declared instance's rendering,
+  resolver.rendering.record_declared) → the ledger written by the caller's transaction
+  (control/ledger_transaction.transact), which holds the ledger lock around the whole
+  load → resolve → write.
 - Issuing (secrets from the OS CSPRNG, certificates from the CA) happens only when asked, and
   the mesh is resolved again with what was issued (the second resolution requests nothing).
 """
@@ -18,19 +20,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import resolver
-from resolver import Declaration, Inputs, Ledger, NodeSerial, Resolution, structure, unstructure
+from resolver import Declaration, Inputs, Ledger, NodeSerial, Resolution, rendering
+from resolver.documents import structure, unstructure
 
+from executors.common.atomic import write_atomic
 from executors.common.runtime import resolving
 from executors.control.control_state import ControlState
-from executors.control.loading import write_atomic, write_ledger
+from executors.control.loading import PathLike
+
+if TYPE_CHECKING:  # the control extra (PyNaCl): `mesh plan` without --issue runs without it
+    from nacl.public import PrivateKey
 
 DECLARATION_SUFFIX = ".declaration.json"
 
+#: A declaration as JSON data (resolver.documents.unstructure of it): what a declaration file holds.
+Document = dict[str, Any]
 
-def read_declarations(directory) -> dict[str, Declaration]:
+
+def read_declarations(directory: PathLike) -> dict[str, Declaration]:
     """The declarations already in `directory`, by node; unreadable ones are skipped (they are
     only compared against)."""
     found: dict[str, Declaration] = {}
@@ -46,7 +56,8 @@ def read_declarations(directory) -> dict[str, Declaration]:
     return found
 
 
-def previous_declarations(mesh_dir, out=None, against=None,
+def previous_declarations(mesh_dir: PathLike, out: Optional[PathLike] = None,
+                          against: Optional[PathLike] = None,
                           in_out: Optional[dict[str, Declaration]] = None
                           ) -> tuple[Optional[dict[str, Declaration]], str]:
     """(the declarations a plan compares with, where they are): `against` when named, else
@@ -65,7 +76,7 @@ def previous_declarations(mesh_dir, out=None, against=None,
                   "name them with --against DIR or --out DIR)")
 
 
-def declaration_json(decl: Declaration, document: Optional[dict] = None,
+def declaration_json(decl: Declaration, document: Optional[Document] = None,
                      compact: bool = False) -> str:
     """The declaration file's text: indented for people (`mesh plan --out`), or compact
     (the control plane's own copies: json's C encoder, many times faster on a large mesh)."""
@@ -75,40 +86,41 @@ def declaration_json(decl: Declaration, document: Optional[dict] = None,
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
-def declaration_path(directory, node: str) -> Path:
+def declaration_path(directory: PathLike, node: str) -> Path:
     return Path(directory) / f"{node}{DECLARATION_SUFFIX}"
 
 
-def write_declarations(directory, resolution: Resolution, nodes: Iterable[str],
-                       documents: Optional[dict] = None, compact: bool = False) -> None:
+def write_declarations(directory: PathLike, resolution: Resolution, nodes: Iterable[str],
+                       documents: Optional[Mapping[str, Document]] = None,
+                       compact: bool = False) -> None:
     """Each node's declaration file; `documents` (node → unstructured declaration) spares
     unstructuring again what the caller already has."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    Path(directory).mkdir(parents=True, exist_ok=True)
     for node in nodes:
         write_atomic(declaration_path(directory, node),
                      declaration_json(resolution.declarations[node],
                                       (documents or {}).get(node), compact=compact))
 
 
-def with_written_serials(inputs: Inputs, previous: dict[str, Declaration]):
+def with_written_serials(inputs: Inputs, previous: Mapping[str, Declaration]) -> Ledger:
     """The ledger whose record of written declarations is the newer of its own and the
     declarations in the output directory (serials never go backwards)."""
-    return resolver.newest_written(inputs.ledger, {
+    return rendering.newest_written(inputs.ledger, {
         node: NodeSerial(d.serial, d.digest) for node, d in previous.items()
         if d.mesh == inputs.mesh.mesh})
 
 
-def resolve_for_writing(inputs: Inputs, previous: dict[str, Declaration], *, now: str,
-                        issue: bool = False, control_key=None,
-                        notes: Optional[list] = None) -> Resolution:
+def resolve_for_writing(inputs: Inputs, previous: Mapping[str, Declaration], *, now: str,
+                        issue: bool = False, control_key: Optional[PrivateKey] = None,
+                        notes: Optional[list[str]] = None) -> Resolution:
     """The mesh resolved against the serials written so far; with `issue`, every request
     issued (sealed secrets, certificates) and the mesh resolved again with them."""
     ledger = with_written_serials(inputs, previous)
     with resolving():
         resolution = resolver.resolve_inputs(inputs, ledger, now=now)
     if issue:
-        from executors.control.issuer import issue_requests  # entropy and the CA: only here
+        # the control extra (PyNaCl, cryptography): `mesh plan` without --issue runs without it
+        from executors.control.issuer import issue_requests
 
         issued = issue_requests(inputs, resolution, control_key=control_key, notes=notes)
         with resolving():
@@ -116,16 +128,15 @@ def resolve_for_writing(inputs: Inputs, previous: dict[str, Declaration], *, now
     return resolution
 
 
-def write_and_record(inputs: Inputs, resolution: Resolution, directory, nodes: Iterable[str],
-                     documents: Optional[dict] = None, compact: bool = False) -> Ledger:
-    """Write `nodes`' declarations into `directory` and record in the ledger that they were
-    written (serials, each declared instance's rendering), writing the ledger when that
-    changed it; the ledger as recorded. One path for `mesh plan --out` and the control loop;
-    the caller holds the ledger lock since it loaded `inputs`."""
-    nodes = list(nodes)
-    if nodes:
-        write_declarations(directory, resolution, nodes, documents, compact=compact)
-    ledger = resolver.record_declared(resolution, nodes)
-    if ledger != inputs.ledger:
-        write_ledger(inputs.ledger_path, ledger)
-    return ledger
+def write_and_record(resolution: Resolution, directory: PathLike, nodes: Iterable[str],
+                     documents: Optional[Mapping[str, Document]] = None,
+                     compact: bool = False) -> Ledger:
+    """Write `nodes`' declarations into `directory`; the ledger recording that they were
+    written (serials, each declared instance's rendering), for the caller's transaction to
+    keep (control/ledger_transaction.transact writes it when it changed). One path for
+    `mesh plan --out` and the control loop; called inside the transaction that loaded the
+    inputs `resolution` was resolved from."""
+    chosen = list(nodes)
+    if chosen:
+        write_declarations(directory, resolution, chosen, documents, compact=compact)
+    return rendering.record_declared(resolution, chosen)

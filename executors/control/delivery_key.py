@@ -28,6 +28,7 @@ from resolver import Mesh
 from executors.common.atomic import write_atomic
 from executors.common.messages import delivery_subject
 from executors.control.ca import CaError, ca_key_path, load_ca, utc_now
+from executors.control.loading import PathLike
 
 KEY_FILE, CERT_FILE = "delivery.key", "delivery.crt"
 
@@ -43,12 +44,13 @@ class DeliveryKey:
         return self.ca_certificate.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
-def paths(mesh_dir, mesh: Mesh) -> tuple[Path, Path]:
+def paths(mesh_dir: PathLike, mesh: Mesh) -> tuple[Path, Path]:
     directory = ca_key_path(mesh_dir, mesh).parent
     return directory / KEY_FILE, directory / CERT_FILE
 
 
-def _load(key_path: Path, cert_path: Path):
+def _load(key_path: Path,
+          cert_path: Path) -> Optional[tuple[ed25519.Ed25519PrivateKey, x509.Certificate]]:
     try:
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
@@ -64,7 +66,7 @@ def _due(certificate: x509.Certificate, mesh: Mesh, now: datetime.datetime) -> b
     return now >= renew_at
 
 
-def ensure_delivery_key(mesh_dir, mesh: Mesh,
+def ensure_delivery_key(mesh_dir: PathLike, mesh: Mesh,
                         now: Optional[datetime.datetime] = None) -> DeliveryKey:
     """The delivery key and its certificate, created or renewed with the CA when needed."""
     now = now or utc_now()

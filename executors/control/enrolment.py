@@ -27,21 +27,28 @@ import io
 import re
 import secrets
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-import resolver
-from resolver import MESH_FILE, MeshError
+from resolver import MeshError, documents
+from resolver.documents import MESH_FILE
 
 from executors.common import amqp, enrol_token, messages
+from executors.common.atomic import write_atomic
 from executors.common.keys import seal
-from executors.control.control_state import ControlState
+from executors.common.message_formats import ENROLMENT_ANSWER
+from executors.control.control_state import ControlState, Document
 from executors.control.delivery_key import DeliveryKey
 from executors.control.fleet import ANSWERED, Fleet, token_open
 from executors.control.fleet_broker import WantedAccount
-from executors.control.loading import mesh_lock, write_atomic
+from executors.control.loading import PathLike, mesh_lock
+
+if TYPE_CHECKING:  # pika ships no types: its channel is named for the reader
+    from pika.adapters.blocking_connection import BlockingChannel
+
+Say = Callable[[str], None]
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -54,7 +61,7 @@ def _iso(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def make_token(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, *,
+def make_token(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: DeliveryKey, node: str, *,
                minutes: int = 60, now: Optional[datetime.datetime] = None) -> str:
     """A new one-time token for `node`: recorded, its broker account and answer queue made."""
     if not NODE_NAME.match(node):
@@ -66,7 +73,7 @@ def make_token(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, *,
     record = {"id": token_id, "node": node, "mesh": fleet.names.mesh, "state": "issued",
               "created": _iso(now), "expires": expires,
               "secret_sha256": hashlib.sha256(secret.encode("ascii")).hexdigest()}
-    with mesh_lock(mesh_dir):
+    with mesh_lock(mesh_dir):  # the control state is written under the ledger's lock
         fleet.state.write_token(record)
     fleet.ensure_accounts(extra=[WantedAccount(fleet.names.enrol_user(token_id),
                                                fleet.names.enrol_permissions(token_id),
@@ -78,7 +85,7 @@ def make_token(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, *,
         ca_fingerprint=messages.certificate_fingerprint(key.ca_certificate), expires=expires))
 
 
-def request_for(state: ControlState, node: str) -> dict:
+def request_for(state: ControlState, node: str) -> Document:
     """The open token of `node` carrying a request (the newest), or EnrolmentError."""
     candidates = [t for t in state.tokens().values()
                   if t.get("node") == node and t.get("state") == "requested" and token_open(t)]
@@ -92,7 +99,7 @@ def request_for(state: ControlState, node: str) -> dict:
     return max(candidates, key=lambda t: t.get("request", {}).get("received", ""))
 
 
-def write_node_into_mesh(mesh_dir, node: str, public_key: str, address: str) -> list[str]:
+def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: str, address: str) -> list[str]:
     """Put the node's key and address into mesh.yaml, keeping comments and layout; the lines
     said about it (an address or key it replaced)."""
     path = Path(mesh_dir) / MESH_FILE
@@ -132,21 +139,22 @@ def write_node_into_mesh(mesh_dir, node: str, public_key: str, address: str) -> 
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     new_text = buffer.getvalue()
-    resolver.load_mesh(new_text, str(path))  # InputError (located) rather than a bad write
+    documents.load_mesh(new_text, str(path))  # InputError (located) rather than a bad write
     write_atomic(path, new_text, mode=path.stat().st_mode & 0o777)
     return said
 
 
-def _answer(channel, key: DeliveryKey, token: dict, body: dict) -> None:
-    data = messages.sign(messages.ENROLMENT_ANSWER, body, key.key, key.certificate_pem)
+def _answer(channel: BlockingChannel, key: DeliveryKey, token: Document,
+            body: Document) -> None:
+    data = messages.sign(ENROLMENT_ANSWER, body, key.key, key.certificate_pem)
     amqp.declare_answer_queue(channel, token["id"])
     amqp.publish(channel, amqp.ANSWERS, token["id"], data,
                  amqp.properties(message_id=f"answer/{token['id']}",
-                                 kind=messages.ENROLMENT_ANSWER))
+                                 kind=ENROLMENT_ANSWER))
 
 
-def accept(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str,
-           say: Callable[[str], None] = lambda line: None) -> dict:
+def accept(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: DeliveryKey,
+           node: str, say: Say = lambda line: None) -> Document:
     """Accept `node`'s waiting request: mesh.yaml, its account and queue, the signed answer."""
     token = request_for(fleet.state, node)
     request = token["request"]
@@ -169,7 +177,7 @@ def accept(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str,
     return token
 
 
-def make_node_account(mesh_dir, fleet: Fleet, node: str, public_key: str,
+def make_node_account(mesh_dir: PathLike, fleet: Fleet, node: str, public_key: str,
                       token_id: str) -> tuple[str, str]:
     """`node`'s broker account with a new password: (its user, the password sealed to its key).
     Recorded before it is made, as a token is: an ensure running meanwhile in another process
@@ -189,8 +197,8 @@ def make_node_account(mesh_dir, fleet: Fleet, node: str, public_key: str,
     return user, sealed
 
 
-def reject(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, reason: str,
-           say: Callable[[str], None] = lambda line: None) -> dict:
+def reject(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: DeliveryKey,
+           node: str, reason: str, say: Say = lambda line: None) -> Document:
     token = request_for(fleet.state, node)
     _answer(channel, key, token, {"mesh": fleet.names.mesh, "node": node, "token": token["id"],
                                   "result": "rejected", "reason": reason})
@@ -201,8 +209,8 @@ def reject(mesh_dir, fleet: Fleet, channel, key: DeliveryKey, node: str, reason:
     return token
 
 
-def close_answered(mesh_dir, fleet: Fleet, channel,
-                   say: Callable[[str], None] = lambda line: None) -> list[str]:
+def close_answered(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel,
+                   say: Say = lambda line: None) -> list[str]:
     """Tokens whose answer the node took (queue empty, nobody consuming) and tokens that
     expired unused: closed, their accounts and answer queues removed."""
     closed = []
@@ -229,7 +237,7 @@ def close_answered(mesh_dir, fleet: Fleet, channel,
     return closed
 
 
-def listing(state: ControlState) -> list[dict]:
+def listing(state: ControlState) -> list[Document]:
     rows = []
     for token_id, token in sorted(state.tokens().items(),
                                   key=lambda item: item[1].get("created", "")):

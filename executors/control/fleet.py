@@ -14,20 +14,24 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from executors.common import amqp
 from executors.common.amqp import FleetNames
 from executors.common.broker_api import Api
 from executors.control.broker_settings import BrokerSettings
-from executors.control.control_state import ControlState
+from executors.control.control_state import ControlState, Document
 from executors.control.fleet_broker import WantedAccount, ensure
+
+if TYPE_CHECKING:  # pika ships no types: its objects are named for the reader
+    from pika import ConnectionParameters
+    from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 OPEN = ("issued", "requested")
 ANSWERED = ("accepted", "rejected")  # its account lives until the node took the answer
 
 
-def token_open(token: dict, now: Optional[datetime.datetime] = None) -> bool:
+def token_open(token: Document, now: Optional[datetime.datetime] = None) -> bool:
     if token.get("state") not in OPEN:
         return False
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -46,7 +50,7 @@ class Fleet:
         self.state = state
         self.say = say
 
-    def open_tokens(self) -> dict[str, dict]:
+    def open_tokens(self) -> dict[str, Document]:
         """Tokens whose broker account must exist: open ones, and answered ones whose answer
         the node has not taken yet."""
         return {i: t for i, t in self.state.tokens().items()
@@ -78,13 +82,14 @@ class Fleet:
         finally:
             api.close()
 
-    def parameters(self, heartbeat: int = 30):
+    def parameters(self, heartbeat: int = 30) -> ConnectionParameters:
         return amqp.parameters(self.settings.amqp, self.names.vhost, self.names.control_user,
                                self.state.control_password(), heartbeat=heartbeat)
 
-    def connect(self, *, deadline: Optional[float] = None, stop=lambda: False):
+    def connect(self, *, deadline: Optional[float] = None,
+                stop: Callable[[], bool] = lambda: False) -> BlockingConnection:
         """The control account's connection, retried with capped backoff until `deadline`."""
         return amqp.connect_retrying(self.parameters(), self.say, deadline=deadline, stop=stop)
 
-    def declare(self, channel, nodes: Iterable[str]) -> None:
+    def declare(self, channel: BlockingChannel, nodes: Iterable[str]) -> None:
         amqp.declare_fleet(channel, sorted(nodes), sorted(self.open_tokens()))

@@ -78,7 +78,7 @@ class Account:
 class FleetObserved:
     admin: str
     users: Mapping[str, Account]
-    vhosts: frozenset
+    vhosts: frozenset[str]
     permissions: Mapping[str, Permissions]  # user → its permissions on the mesh's vhost
     marks: Mapping[tuple[str, str], str]
 
@@ -169,8 +169,9 @@ def _account_calls(want: WantedAccount, observed: FleetObserved, mark: str,
         body = {"tags": ""}
         if want.password is not None:
             body["password"] = want.password
-        else:  # keep the stored hash: a PUT without a password would clear it
-            body.update(password_hash=account.password_hash,
+        elif account is not None:  # keep the stored hash: a PUT without a password clears it
+            # (an account gone with no password known was refused: _refusal)
+            body.update(password_hash=account.password_hash or "",
                         hashing_algorithm=account.hashing)
         calls.append(Call("create-user" if account is None else "update-user", want.user,
                           "; ".join(why), "PUT", path("users", want.user), body))
@@ -196,7 +197,7 @@ def observe(api: Api, names: FleetNames) -> FleetObserved:
 
 
 def ensure(api: Api, names: FleetNames, wanted: Wanted,
-           say=lambda line: None, rounds: int = ROUNDS) -> FleetPlan:
+           say: Callable[[str], None] = lambda line: None, rounds: int = ROUNDS) -> FleetPlan:
     """Make the broker match (observe → diff → apply); every request said as it is sent.
 
     `wanted` is the list, or a function read again after each observation (the accounts wanted
@@ -225,7 +226,8 @@ def ensure(api: Api, names: FleetNames, wanted: Wanted,
     return FleetPlan(tuple(sent), plan.refusals)
 
 
-def _plan(api: Api, names: FleetNames, want) -> FleetPlan:
+def _plan(api: Api, names: FleetNames,
+          want: Callable[[], Sequence[WantedAccount]]) -> FleetPlan:
     try:
         observed = observe(api, names)
     except (ApiError, OSError) as error:
@@ -235,14 +237,15 @@ def _plan(api: Api, names: FleetNames, want) -> FleetPlan:
     return fleet_diff(names, want(), observed)  # read after observing: see ensure
 
 
-def _apply(api: Api, plan: FleetPlan, say, sent: list) -> Optional[tuple[Call, ApiError]]:
+def _apply(api: Api, plan: FleetPlan, say: Callable[[str], None],
+           sent: list[Call]) -> Optional[tuple[Call, ApiError]]:
     """Send the plan's requests in order: None when all were done, (the call, its error) for
     the first that lost to another writer; any other failure is a FleetError."""
     for call in plan.calls:
         try:
             api.send(call.method, call.path, call.body)
         except Exception as error:  # noqa: BLE001 - connection errors too, said in one line
-            if lost_race(call.method, error):
+            if isinstance(error, ApiError) and lost_race(call.method, error):
                 return call, error
             raise FleetError(f"broker: {call.op} {call.subject}: {error}") from None
         sent.append(call)

@@ -5,12 +5,15 @@ Invariants:
   `user_id` against the account that sent it, and a report whose body names another node, or
   whose `user_id` is no node account of this mesh, is refused and only logged.
 - Every report is kept (`reports.json`, per node: the last one, a short history, the drift
-  repaired, the last verify); an `applied` one is recorded in the ledger exactly as `mesh applied` records a
-  node's applied.json (control/applied.record_report), under the ledger lock, and only when
-  the rules accept it (succeeded in every phase, the declaration the mesh declares now). A
-  report recorded twice changes nothing (generations only move forward). A batch of reports is
-  judged against one resolution and recorded one after the other: each node is judged by the
-  declaration it was handed, and the ledger is written once.
+  repaired, the last verify); an `applied` one is recorded in the ledger exactly as `mesh
+  applied` records a node's applied.json (control/applied.record_report), in one ledger
+  transaction (control/ledger_transaction.transact), and only when the rules accept it
+  (succeeded in every phase, the declaration the mesh declares now). A report recorded twice
+  changes nothing (generations only move forward). A batch of reports is judged against one
+  resolution and recorded one after the other: each node is judged by the declaration it was
+  handed, and the ledger is written once, then the reports file, both in one hold of the
+  ledger lock. A batch with no applied report loads nothing (a mesh that does not load holds
+  up only the reports that need it).
 - An enrolment request is kept only when it comes from the account of an open token (the
   broker authenticated it with the token's secret, `user_id` validated), names the token's node
   and carries a valid X25519 public key and an address; anything else is refused and logged.
@@ -22,18 +25,25 @@ import base64
 import binascii
 import datetime
 import ipaddress
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import attrs
 
+from resolver import Inputs, Ledger, Resolution
+
 from executors.common import messages
 from executors.common.amqp import FleetNames
+from executors.common.message_formats import ENROLMENT_REQUEST_FORMAT, REPORT_FORMAT
 from executors.control.applied import record_report, resolve_current
-from executors.control.control_state import ControlState
+from executors.control.control_state import ControlState, Document
 from executors.control.fleet import token_open
-from executors.control.loading import load_mesh_dir, mesh_lock, write_ledger
+from executors.control.ledger_transaction import transact
+from executors.control.loading import PathLike, load_mesh_dir, mesh_lock
 
 HISTORY = 20
+
+#: The mesh as it is now, asked under the ledger lock: (inputs, their resolution).
+Current = Callable[[], tuple[Inputs, Resolution]]
 
 
 @attrs.frozen
@@ -47,12 +57,13 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def summary(report: dict) -> dict:
+def summary(report: Document) -> Document:
     return {k: report.get(k) for k in ("at", "trigger", "message_id", "serial", "result",
                                        "superseded_by", "reason", "serial_applied")}
 
 
-def _parse_report(names: FleetNames, user_id: Optional[str], body: bytes):
+def _parse_report(names: FleetNames, user_id: Optional[str],
+                  body: bytes) -> Union[tuple[str, Document], Outcome]:
     """(node, report) or the Outcome refusing it."""
     node = names.node_of(user_id)
     if node is None:
@@ -60,7 +71,7 @@ def _parse_report(names: FleetNames, user_id: Optional[str], body: bytes):
         return Outcome(f"report refused: published by {who}, which is no node account of "
                        f"mesh {names.mesh}", refused=True)
     try:
-        report = messages.open_plain(body, messages.REPORT_FORMAT)
+        report = messages.open_plain(body, REPORT_FORMAT)
     except messages.MessageRefused as refusal:
         return Outcome(f"report from {node} refused: {refusal.reason}", refused=True)
     if report.get("node") != node or report.get("mesh") != names.mesh:
@@ -70,7 +81,7 @@ def _parse_report(names: FleetNames, user_id: Optional[str], body: bytes):
     return node, report
 
 
-def _kept(kept: dict, node: str, report: dict) -> dict:
+def _kept(kept: Document, node: str, report: Document) -> Document:
     history = ([summary(report)] + list(kept.get("history") or []))[:HISTORY]
     drift = list(report.get("drift") or [])
     return {"node": node, "received": _now(), "last": report, "history": history,
@@ -82,7 +93,7 @@ def _kept(kept: dict, node: str, report: dict) -> dict:
                              else kept.get("last_applied"))}
 
 
-def _line(node: str, report: dict) -> str:
+def _line(node: str, report: Document) -> str:
     drift = report.get("drift") or []
     return (f"report from {node}: serial {report.get('serial')} {report.get('result')}"
             + (f" (superseded by {report.get('superseded_by')})"
@@ -91,15 +102,15 @@ def _line(node: str, report: dict) -> str:
             + (f"; drift repaired: {len(drift)} operation(s)" if drift else ""))
 
 
-def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
+def handle_reports(mesh_dir: PathLike, state: ControlState, names: FleetNames,
                    items: Sequence[tuple[Optional[str], bytes]],
-                   current: Optional[Callable] = None) -> list[Outcome]:
+                   current: Optional[Current] = None) -> list[Outcome]:
     """Keep a batch of reports and record the applied ones in the ledger: one lock, one load,
     one resolution, one write of each file for the whole batch. `current()`, called under the
     lock, gives (inputs, resolution) of the mesh as it is (a cache may answer it); by default
     the mesh directory is loaded and resolved."""
-    outcomes: list[Optional[Outcome]] = [None] * len(items)
-    parsed = []
+    outcomes: dict[int, Outcome] = {}
+    parsed: list[tuple[int, str, Document]] = []
     for index, (user_id, body) in enumerate(items):
         found = _parse_report(names, user_id, body)
         if isinstance(found, Outcome):
@@ -107,58 +118,71 @@ def handle_reports(mesh_dir, state: ControlState, names: FleetNames,
         else:
             parsed.append((index, *found))
     if not parsed:
-        return outcomes
-    with mesh_lock(mesh_dir):
+        return [outcomes[i] for i in range(len(items))]
+    with mesh_lock(mesh_dir):  # the reports file and the ledger: one hold for the batch
         kept = state.reports()
-        inputs = resolution = ledger = None
+        applied: list[tuple[int, str, Document, str]] = []
         for index, node, report in parsed:
             kept[node] = _kept(kept.get(node) or {}, node, report)
             line = _line(node, report)
             if report.get("result") != "applied" or not isinstance(report.get("record"), dict):
                 outcomes[index] = Outcome(line)
-                continue
-            if inputs is None:
-                inputs, resolution = (current or _load_and_resolve(mesh_dir))()
-                ledger = resolution.ledger
-            recorded = record_report(inputs, node, report["record"], current=resolution,
-                                     onto=ledger)
-            if not recorded.accepted:
-                outcomes[index] = Outcome(f"{line}; not recorded: {recorded.why}")
-                continue
-            ledger = recorded.ledger
-            if recorded.moved:
-                outcomes[index] = Outcome(f"{line}; recorded in the ledger: "
-                                          f"{', '.join(recorded.moved)}", recorded=True)
             else:
-                outcomes[index] = Outcome(f"{line}; nothing new to record")
+                applied.append((index, node, report, line))
+        if applied:
+            loaded = (current or _load_and_resolve(mesh_dir))()
+            outcomes.update(transact(mesh_dir, lambda inputs: _record_batch(
+                inputs, loaded[1], applied), load=lambda: loaded[0]).result)
         state.write_reports(kept)
-        if inputs is not None and ledger != resolution.ledger:
-            after = resolve_current(inputs, ledger)
-            if after.ledger != inputs.ledger:
-                write_ledger(inputs.ledger_path, after.ledger)
-    return outcomes
+    return [outcomes[i] for i in range(len(items))]
 
 
-def _load_and_resolve(mesh_dir) -> Callable:
-    def load():
+def _record_batch(inputs: Inputs, resolution: Resolution,
+                  applied: Sequence[tuple[int, str, Document, str]]
+                  ) -> tuple[Ledger, dict[int, Outcome]]:
+    """Each applied report recorded onto the ledger in turn, judged against `resolution`
+    (the declarations the nodes were handed): (the ledger to keep, each report's outcome)."""
+    outcomes: dict[int, Outcome] = {}
+    ledger = resolution.ledger
+    for index, node, report, line in applied:
+        recorded = record_report(inputs, node, report["record"], current=resolution,
+                                 onto=ledger)
+        if recorded.ledger is None:
+            outcomes[index] = Outcome(f"{line}; not recorded: {recorded.why}")
+            continue
+        ledger = recorded.ledger
+        if recorded.moved:
+            outcomes[index] = Outcome(f"{line}; recorded in the ledger: "
+                                      f"{', '.join(recorded.moved)}", recorded=True)
+        else:
+            outcomes[index] = Outcome(f"{line}; nothing new to record")
+    if ledger == resolution.ledger:
+        return inputs.ledger, outcomes  # nothing recorded: nothing kept
+    return resolve_current(inputs, ledger).ledger, outcomes
+
+
+def _load_and_resolve(mesh_dir: PathLike) -> Current:
+    def load() -> tuple[Inputs, Resolution]:
         inputs = load_mesh_dir(mesh_dir)
         return inputs, resolve_current(inputs)
     return load
 
 
-def handle_report(mesh_dir, state: ControlState, names: FleetNames, user_id: Optional[str],
-                  body: bytes) -> Outcome:
+def handle_report(mesh_dir: PathLike, state: ControlState, names: FleetNames,
+                  user_id: Optional[str], body: bytes) -> Outcome:
     return handle_reports(mesh_dir, state, names, [(user_id, body)])[0]
 
 
-def _valid_key(text) -> bool:
+def _valid_key(text: object) -> bool:
     try:
         return isinstance(text, str) and len(base64.b64decode(text, validate=True)) == 32
     except (binascii.Error, ValueError):
         return False
 
 
-def _valid_address(text) -> bool:
+def _valid_address(text: object) -> bool:
+    if not isinstance(text, (str, int)):
+        return False
     try:
         ipaddress.ip_address(text)
         return True
@@ -166,7 +190,7 @@ def _valid_address(text) -> bool:
         return False
 
 
-def handle_enrolment(mesh_dir, state: ControlState, names: FleetNames,
+def handle_enrolment(mesh_dir: PathLike, state: ControlState, names: FleetNames,
                      user_id: Optional[str], body: bytes,
                      say: Callable[[str], None] = lambda line: None) -> Outcome:
     token_id = names.token_of(user_id)
@@ -175,11 +199,11 @@ def handle_enrolment(mesh_dir, state: ControlState, names: FleetNames,
         return Outcome(f"enrolment request refused: published by {who}, which is no "
                        f"enrolment account of mesh {names.mesh}", refused=True)
     try:
-        request = messages.open_plain(body, messages.ENROLMENT_REQUEST_FORMAT)
+        request = messages.open_plain(body, ENROLMENT_REQUEST_FORMAT)
     except messages.MessageRefused as refusal:
         return Outcome(f"enrolment request with token {token_id} refused: {refusal.reason}",
                        refused=True)
-    with mesh_lock(mesh_dir):
+    with mesh_lock(mesh_dir):  # the control state is written under the ledger's lock
         token = state.tokens().get(token_id)
         if token is None or token.get("state") != "issued" or not token_open(token):
             why = ("unknown" if token is None else "used already" if token.get("state")

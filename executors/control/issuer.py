@@ -26,10 +26,23 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import attrs
 from nacl.public import PrivateKey
+from pyrsistent import pmap, pvector
+from pyrsistent.typing import PMap
 
-from resolver import Credential, Generation, Ledger, Mesh, MeshError, Request
-from resolver import certificate_reason
 from resolver import (
+    Certificate,
+    Credential,
+    Generation,
+    Inputs,
+    Ledger,
+    Mesh,
+    MeshError,
+    Request,
+    Resolution,
+    resolve_inputs,
+)
+from resolver.certificates import certificate_reason
+from resolver.rotation import (
     begin_rotation,
     holder_nodes,
     in_progress,
@@ -37,9 +50,11 @@ from resolver import (
     reseal,
 )
 
-from resolver import TLS_REQUEST, is_tls_credential, tls_credential, tls_reason
+from resolver.certificates import TLS_REQUEST, is_tls_credential, tls_credential, tls_reason
 
 from .ca import CaError, MeshCa, ca_pem, iso, load_ca, sign_node, sign_server, utc_now
+from .ledger_transaction import Transacted, transact
+from .loading import PathLike
 from executors.common.keys import UnsealError, sealed_to_each, unseal
 
 Entropy = Callable[[], str]
@@ -55,7 +70,14 @@ def new_secret() -> str:
 
 
 def _public_keys(mesh: Mesh, holders: Iterable[str]) -> dict[str, str]:
-    return {node: mesh.nodes[node].public_key for node in holders}
+    """Each holder's public key (check_keys refused a holder without one before)."""
+    keys: dict[str, str] = {}
+    for node in holders:
+        key = mesh.nodes[node].public_key
+        if not key:
+            raise IssueError(f"cannot seal to node {node}: it has no public-key in mesh.yaml")
+        keys[node] = key
+    return keys
 
 
 def check_keys(mesh: Mesh, requests: Iterable[Request]) -> None:
@@ -83,12 +105,17 @@ def control_node(mesh: Mesh) -> Optional[str]:
                  if node.control and node.public_key), None)
 
 
-def _escrow(mesh: Mesh, value: str) -> dict[str, str]:
+def _escrow(mesh: Mesh, value: str) -> PMap[str, str]:
     control = control_node(mesh)
-    return sealed_to_each({control: mesh.nodes[control].public_key}, value) if control else {}
+    return pmap(sealed_to_each(_public_keys(mesh, [control]), value) if control else {})
 
 
-def _generations(credential: Credential):
+def _sealed(mesh: Mesh, holders: Iterable[str], value: str) -> PMap[str, str]:
+    """`value` sealed to each holder's public key: holder → sealed box, a frozen value."""
+    return pmap(sealed_to_each(_public_keys(mesh, holders), value))
+
+
+def _generations(credential: Credential) -> list[Generation]:
     return [g for g in (credential.active, credential.pending, credential.retiring)
             if g is not None]
 
@@ -157,24 +184,32 @@ def _issue_credential(ledger: Ledger, mesh: Mesh, request: Request, entropy: Ent
         value = entropy()
         generation = Generation(generation=next_generation_number(credential),
                                 slot=request.slot,
-                                sealed=sealed_to_each(_public_keys(mesh, holders), value),
+                                sealed=_sealed(mesh, holders, value),
                                 escrow=_escrow(mesh, value))
         credential = attrs.evolve(credential, active=generation)
         notes.append(f"issued {request.id} generation {generation.generation}, sealed to "
                      f"{', '.join(holders)}")
     else:  # the holders changed: the same values, re-sealed; no new generation
-        def sealed_for(generation: Generation, nodes) -> dict[str, str]:
-            return sealed_to_each(_public_keys(mesh, nodes),
-                                  opened[(request.id, generation.generation)])
+        def sealed_for(generation: Generation, nodes: list[str]) -> PMap[str, str]:
+            return _sealed(mesh, nodes, opened[(request.id, generation.generation)])
 
         credential = reseal(credential, holders, sealed_for)
         control = control_node(mesh)
-        for slot_name in ("active", "pending", "retiring"):
-            generation = getattr(credential, slot_name)
-            value = opened.get((request.id, generation.generation)) if generation else None
-            if value is not None and control and control not in generation.escrow:
-                credential = attrs.evolve(credential, **{slot_name: attrs.evolve(
-                    generation, escrow=generation.escrow.update(_escrow(mesh, value)))})
+
+        def escrowed(generation: Optional[Generation]) -> Optional[Generation]:
+            """The generation with its value also in the control node's escrow, when it was
+            opened here and the escrow lacks it."""
+            if generation is None or not control or control in generation.escrow:
+                return generation
+            known = opened.get((request.id, generation.generation))
+            if known is None:
+                return generation
+            return attrs.evolve(generation,
+                                escrow=generation.escrow.update(_escrow(mesh, known)))
+
+        credential = attrs.evolve(credential, active=escrowed(credential.active),
+                                  pending=escrowed(credential.pending),
+                                  retiring=escrowed(credential.retiring))
         notes.append(f"re-sealed {request.id} generation(s) "
                      f"{', '.join(str(g.generation) for g in _generations(credential))} to "
                      f"{', '.join(holders)} ({request.reason})")
@@ -248,7 +283,7 @@ def _sign_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, instance: str, node: str, 
     previous = ledger.credentials.get(cred_id) or Credential()
     number = next_generation_number(previous)
     generation = Generation(generation=number,
-                            sealed=sealed_to_each(_public_keys(mesh, [node]), key_pem),
+                            sealed=_sealed(mesh, [node], key_pem),
                             escrow=_escrow(mesh, key_pem))
     del key_pem
     retired = previous.retired.extend(g.generation for g in _generations(previous))
@@ -290,7 +325,7 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
            entropy: Entropy = new_secret, server_held: Iterable[str] = ()) -> Ledger:
     """A new generation for each credential, sealed to the holders of its current one.
     `server_held`: the own secrets a provider's server holds (its admin), rotated provider
-    first like a provider's credentials (resolver.server_held_credentials)."""
+    first like a provider's credentials (resolver.rotation.server_held_credentials)."""
     server_held = frozenset(server_held)
     ids = sorted(set(credential_ids))
     refused = []
@@ -305,13 +340,13 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
             refused.append(f"{cred_id}: a rotation is in progress: {reason}")
     if refused:
         raise IssueError("cannot rotate:\n  " + "\n  ".join(refused))
-    check_keys(mesh, [Request("credential", i, holder_nodes(ledger.credentials[i]))
+    check_keys(mesh, [Request("credential", i, pvector(holder_nodes(ledger.credentials[i])))
                       for i in ids])
     for cred_id in ids:
         credential = ledger.credentials[cred_id]
         holders = holder_nodes(credential)
         value = entropy()
-        sealed = sealed_to_each(_public_keys(mesh, holders), value)
+        sealed = _sealed(mesh, holders, value)
         ledger = attrs.evolve(ledger, credentials=ledger.credentials.set(
             cred_id, begin_rotation(cred_id, credential, sealed, _escrow(mesh, value),
                                     server_held=cred_id in server_held)))
@@ -341,25 +376,23 @@ class Renewal:
     """`mesh renew`: the node's certificates signed anew, and the mesh before and after."""
 
     node: str
-    before: object  # Resolution with the ledger as it was
-    after: object  # Resolution with the renewed certificates (its ledger is to be written)
-    old: Optional[object]  # the node certificate replaced (None: the node had none)
-    new: object  # the node certificate signed
+    before: Resolution  # with the ledger as it was
+    after: Resolution  # with the renewed certificates (its ledger is to be written)
+    old: Optional[Certificate]  # the node certificate replaced (None: the node had none)
+    new: Certificate  # the node certificate signed
     # (instance, certificate replaced, certificate signed) per server certificate renewed
-    servers: tuple = ()
-    notes: tuple = ()
+    servers: tuple[tuple[str, Optional[Certificate], Certificate], ...] = ()
+    notes: tuple[str, ...] = ()
 
 
-def renewal(inputs, node: str) -> Renewal:
+def renewal(inputs: Inputs, node: str) -> Renewal:
     """Sign `node`'s certificates anew with the mesh CA of the mesh directory, whatever their
     renewal windows, and resolve the mesh before and after (nothing is written)."""
-    import resolver
-
     ca = load_ca(inputs.mesh_dir, inputs.mesh)
-    before = resolver.resolve_inputs(inputs)
+    before = resolve_inputs(inputs)
     notes: list[str] = []
     ledger = renew(before.ledger, inputs.mesh, ca, node, notes)
-    after = resolver.resolve_inputs(inputs, ledger)
+    after = resolve_inputs(inputs, ledger)
     servers = tuple((instance, before.ledger.tls.get(instance), certificate)
                     for instance, certificate in sorted(ledger.tls.items())
                     if before.ledger.tls.get(instance) != certificate)
@@ -367,7 +400,17 @@ def renewal(inputs, node: str) -> Renewal:
                    ledger.certificates[node], servers, tuple(notes))
 
 
-def issue_requests(inputs, resolution, *, notes: Optional[list[str]] = None,
+def renew_in_ledger(mesh_dir: PathLike, node: str) -> Transacted[Renewal]:
+    """`mesh renew`: renewal in one ledger transaction; the renewed ledger is kept."""
+
+    def compute(inputs: Inputs) -> tuple[Ledger, Renewal]:
+        renewed = renewal(inputs, node)
+        return renewed.after.ledger, renewed
+
+    return transact(mesh_dir, compute)
+
+
+def issue_requests(inputs: Inputs, resolution: Resolution, *, notes: Optional[list[str]] = None,
                    entropy: Entropy = new_secret,
                    control_key: Optional[PrivateKey] = None) -> Ledger:
     """For `mesh plan --issue`: the resolution's new ledger with its requests issued, the CA

@@ -2,10 +2,12 @@
 
 Invariants:
 - Every ledger write happens under the ledger's lock: an flock on the directory that holds the
-  ledger (no lock file is left beside it; two ledgers in one directory share the lock). Writers that read, compute and write (plan, rotate, applied, pin, mirror, renew,
-  the control loop) hold it around the whole read → compute → write, so a `mesh rotate` typed
-  while `mesh control` records a report never loses either change; `write_ledger` takes it
-  itself when its caller did not.
+  ledger (no lock file is left beside it; two ledgers in one directory share the lock). Writers
+  that read, compute and write (plan, rotate, applied, renew, pin, mirror, build, the control
+  loop) hold it around the whole read → compute → write through the one transaction
+  (control/ledger_transaction.transact), so a `mesh rotate` typed while `mesh control` records
+  a report never loses either change; `write_ledger` takes it itself when its caller did not.
+  The control state's files (control/control_state.py) are written under the same lock.
 - Re-entrant within a process: a holder that writes (or calls a function that locks again)
   does not wait on itself. flock is per open file, so a second open in the same process would
   deadlock; the hold is counted here instead.
@@ -21,24 +23,26 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 _guard = threading.Lock()
-_held: dict[str, list] = {}  # lock path → [fd, depth]
+_held: dict[str, list[int]] = {}  # lock path → [fd, depth]
+
+PathLike = Union[str, os.PathLike[str]]
 
 
-def lock_path_for(ledger_path) -> Path:
+def lock_path_for(ledger_path: PathLike) -> Path:
     """What is locked: the directory holding the ledger."""
     return Path(ledger_path).parent
 
 
-def held(ledger_path) -> bool:
+def held(ledger_path: PathLike) -> bool:
     with _guard:
         return str(lock_path_for(ledger_path).resolve()) in _held
 
 
 @contextlib.contextmanager
-def locked(ledger_path, say: Optional[Callable[[str], None]] = None) -> Iterator[None]:
+def locked(ledger_path: PathLike, say: Optional[Callable[[str], None]] = None) -> Iterator[None]:
     """Hold the lock of the ledger at `ledger_path` for the duration of the block."""
     path = lock_path_for(ledger_path)
     path.mkdir(parents=True, exist_ok=True)

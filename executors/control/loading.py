@@ -14,8 +14,9 @@ Invariants:
   paste them into an editor.
 - Files are written whole or not at all: a temp file in the same directory, fsync, rename,
   fsync of the directory. A ledger on disk is never replaced by one that does not load.
-- The ledger is written only under its lock (control/ledger_lock.py): `mesh_lock(DIR)` around a
-  whole load → compute → write, or `write_ledger` takes it for the one write.
+- The ledger is written only under its lock (control/ledger_lock.py): every writer goes
+  through the one transaction (control/ledger_transaction.transact: `mesh_lock(DIR)` around
+  a whole load → compute → write); `write_ledger` takes the lock itself for the one write.
 """
 
 from __future__ import annotations
@@ -24,24 +25,34 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import resolver
-from executors.common.atomic import write_atomic  # noqa: F401  (re-exported: callers import it here)
+from resolver import documents
+from executors.common.atomic import write_atomic
 from executors.control import ledger_lock
 from resolver import (
     MAX_DOCUMENT_BYTES,
-    MESH_FILE,
     Inputs,
     Ledger,
     MeshError,
     ReadFault,
+)
+from resolver.documents import (
+    MESH_FILE,
     dump_ledger,
     load_ledger,
 )
 
+#: A path as callers hand it: a str or a pathlib.Path.
+PathLike = Union[str, os.PathLike[str]]
 
-def display_path(path) -> str:
+#: What a change of a mesh's inputs changes: (path, inode, size, mtime) per file, None when
+#: the file cannot be read.
+Fingerprint = tuple[tuple[str, Optional[int], Optional[int], Optional[int]], ...]
+
+
+def display_path(path: PathLike) -> str:
     """The path as an operator would type it: relative to the current directory if below it."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
@@ -101,38 +112,39 @@ class FileReader:
         return display_path(path)
 
 
-def load_mesh_dir(path) -> Inputs:
+def load_mesh_dir(path: PathLike) -> Inputs:
     """Load mesh.yaml, the catalogue it names and the ledger from disk; one InputError for all
     faults (resolver.load_mesh_dir through FileReader)."""
     return resolver.load_mesh_dir(str(path), FileReader())
 
 
-def mesh_paths(path) -> tuple[Path, Path]:
+def mesh_paths(path: PathLike) -> tuple[Path, Path]:
     """(catalogue directory, ledger file) of DIR as mesh.yaml names them (else the defaults),
-    read without loading anything else (resolver.mesh_paths: cheap on every call, the ledger
-    lock and the control loop ask often)."""
+    read without loading anything else (resolver.documents.mesh_paths: cheap on every call, the
+    ledger lock and the control loop ask often)."""
     mesh_dir = str(path)
     try:
         text: Optional[str] = (Path(mesh_dir) / MESH_FILE).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError):
         text = None
-    paths = resolver.mesh_paths(mesh_dir, text)
+    paths = documents.mesh_paths(mesh_dir, text)
     return Path(paths.catalogue), Path(paths.ledger)
 
 
-def ledger_path_of(path) -> Path:
+def ledger_path_of(path: PathLike) -> Path:
     """Where DIR's ledger lives (mesh.yaml `ledger:`, else ledger.yaml)."""
     return mesh_paths(path)[1]
 
 
 @contextlib.contextmanager
-def mesh_lock(path, say=None) -> Iterator[None]:
+def mesh_lock(path: PathLike,
+              say: Optional[Callable[[str], None]] = None) -> Iterator[None]:
     """Hold DIR's ledger lock around a whole load → compute → write (re-entrant)."""
     with ledger_lock.locked(ledger_path_of(path), say=say):
         yield
 
 
-def write_ledger(path, ledger: Ledger) -> None:
+def write_ledger(path: PathLike, ledger: Ledger) -> None:
     """Write the ledger under its lock, after proving the text reads back as the same ledger."""
     text = dump_ledger(ledger)
     reread, _ = load_ledger(text, str(path))
@@ -142,14 +154,14 @@ def write_ledger(path, ledger: Ledger) -> None:
         write_atomic(path, text, mode=0o600)
 
 
-def inputs_fingerprint(mesh_dir) -> tuple:
+def inputs_fingerprint(mesh_dir: PathLike) -> Fingerprint:
     """What a change of the mesh's inputs changes: each file's path, inode, size and mtime (a
     write replaces the file: a new inode)."""
     catalogue, ledger = mesh_paths(mesh_dir)
     files = [Path(mesh_dir) / MESH_FILE, ledger]
     for root, _, names in os.walk(catalogue):
         files.extend(Path(root) / name for name in names if name.endswith(".yaml"))
-    entries = []
+    entries: list[tuple[str, Optional[int], Optional[int], Optional[int]]] = []
     for path in files:
         try:
             facts = path.stat()

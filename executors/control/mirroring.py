@@ -7,8 +7,10 @@ Invariants:
   marked `mirror: false` are skipped and said so; an unpinned one is a failure located at its
   tag (file:line:col), and the others still go.
 - Each copied digest is recorded in the ledger (`mirrored`: digest → registry address), which
-  is what lets declarations name the mesh's registry (self-hosting). The ledger is written
-  (atomically, read back first) only when something new was recorded.
+  is what lets declarations name the mesh's registry (self-hosting). The copies are made
+  outside the ledger lock and merged into the ledger as it is then, in one ledger transaction
+  (ledger_transaction.merge_into_ledger): written (atomically, read back first) only when
+  something new was recorded.
 - The target is the mesh's own registry as the resolver chooses it (Resolution.registry, the
   one image references name) unless the caller names one. Every step is
   said through `say` as it happens.
@@ -20,14 +22,14 @@ from typing import Callable, Optional
 
 import attrs
 
-from resolver import Ledger, MeshError, resolve
-from resolver import (
+from resolver import Inputs, Ledger, MeshError, resolve_inputs
+from resolver.artifacts import (
     catalogue_artifacts,
     pin_key,
     used_artifacts,
 )
 
-from .loading import load_mesh_dir, mesh_lock, write_ledger
+from .ledger_transaction import merge_into_ledger
 from .registry import RegistryClient, RegistryError
 
 
@@ -43,7 +45,7 @@ class Mirrored:
     registry_of_mesh: Optional[str]  # the mesh's own registry (may differ from target)
 
 
-def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
+def mirror(inputs: Inputs, *, client: RegistryClient, registry: Optional[str] = None,
            every_artifact: bool = False,
            say: Callable[[str], None] = lambda line: None) -> Mirrored:
     """Copy every pinned artifact the mesh runs (of the catalogue, with `every_artifact`) into
@@ -51,7 +53,7 @@ def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
     catalogue, mesh, ledger, sources = inputs.catalogue, inputs.mesh, inputs.ledger, inputs.sources
     # the mesh's own registry is the resolver's answer (Resolution.registry), the one every
     # image reference names: mirroring can never fill another registry than the one pulled from
-    target = registry or resolve(catalogue, mesh, ledger, sources=sources).registry
+    target = registry or resolve_inputs(inputs).registry
     if target is None:
         raise MeshError("the mesh has no registry to mirror into: assign one instance of a module "
                         "providing artifact-store (with its port in the ledger), or pass --registry HOST:PORT")
@@ -67,7 +69,7 @@ def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
         artifact = every[name]
         key = pin_key(artifact)
         module, artifact_name = name.split("/", 1)
-        if key is None or not artifact.mirror:
+        if key is None or not artifact.mirror or artifact.repository is None:
             why = "built artifact: pushed by its build" if key is None else "mirror: false"
             say(f"  skip {name}: {why}")
             continue
@@ -95,11 +97,9 @@ def mirror(inputs, *, client: RegistryClient, registry: Optional[str] = None,
 
     updated = attrs.evolve(ledger, mirrored=ledger.mirrored.update(mirrored))
     written = updated != ledger
-    if written:
-        with mesh_lock(inputs.mesh_dir):  # copied outside the lock: merge into the ledger as it is
-            now = load_mesh_dir(inputs.mesh_dir).ledger
-            write_ledger(inputs.ledger_path,
-                         attrs.evolve(now, mirrored=now.mirrored.update(mirrored)))
+    if written:  # copied outside the lock: merged into the ledger as it is now
+        merge_into_ledger(inputs.mesh_dir, lambda now: attrs.evolve(
+            now, mirrored=now.mirrored.update(mirrored)))
         say(f"ledger written: {inputs.ledger_path}")
-    after = resolve(catalogue, mesh, updated, sources=sources)
+    after = resolve_inputs(inputs, updated)
     return Mirrored(target, failures, updated, written, after.artifacts, after.registry)

@@ -6,8 +6,9 @@ Invariants:
   `refresh` names it (or is EVERYTHING), so pins never move by themselves.
 - A registry that did not answer is not asked again in the same run; every tag that could not
   be resolved is said with the file:line:col of its artifact, and the others are recorded.
-- The ledger is written (atomically, read back first: loading.write_ledger) only when a pin
-  changed. Every step is said through `say` as it happens; the caller prints it.
+- The registries are asked outside the ledger lock; the pins are merged into the ledger as it
+  is then, in one ledger transaction (ledger_transaction.merge_into_ledger), written
+  (atomically, read back first) only when a pin changed. Every step is said through `say` as it happens; the caller prints it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Callable, Optional
 
 import attrs
 
-from resolver import Ledger, MeshError
-from resolver import (
+from resolver import Inputs, Ledger, MeshError
+from resolver.artifacts import (
     artifacts_changed_by_pins,
     catalogue_artifacts,
     containers_using,
@@ -28,7 +29,7 @@ from resolver import (
     with_pins,
 )
 
-from .loading import load_mesh_dir, mesh_lock, write_ledger
+from .ledger_transaction import merge_into_ledger
 from .registry import RegistryClient, RegistryError
 
 EVERYTHING = "*"
@@ -47,7 +48,7 @@ class Pinned:
     changed: tuple[str, ...] = ()  # containers those moved pins change
 
 
-def pin(inputs, *, client: RegistryClient, refresh: Optional[str] = None,
+def pin(inputs: Inputs, *, client: RegistryClient, refresh: Optional[str] = None,
         every_artifact: bool = False, say: Callable[[str], None] = lambda line: None) -> Pinned:
     """Pin the tags of the artifacts the mesh runs (every artifact of the catalogue with
     `every_artifact`), asking again about `refresh` (an artifact, a repository:tag, or
@@ -100,12 +101,10 @@ def pin(inputs, *, client: RegistryClient, refresh: Optional[str] = None,
 
     updated = with_pins(ledger, digests)
     written = updated != ledger
-    if written:
-        with mesh_lock(inputs.mesh_dir):  # the registries were asked outside the lock: merge
-            now = load_mesh_dir(inputs.mesh_dir).ledger  # into the ledger as it is now
-            write_ledger(inputs.ledger_path, with_pins(now, digests))
+    if written:  # the registries were asked outside the lock: merged into the ledger as it is
+        merge_into_ledger(inputs.mesh_dir, lambda now: with_pins(now, digests))
         say(f"ledger written: {inputs.ledger_path}")
     moved = tuple(k for k in artifacts_changed_by_pins(catalogue, ledger, updated)
-                  if ledger.pins.get(pin_key(every[k])))
+                  if (key := pin_key(every[k])) is not None and ledger.pins.get(key))
     changed = tuple(containers_using(catalogue, inputs.mesh, list(moved))) if moved else ()
     return Pinned(tuple(wanted), len(requests_), failures, updated, written, moved, changed)

@@ -7,7 +7,7 @@ Invariants:
 - What is published is exactly what was written: the mesh is resolved under the ledger lock
   (serials from the ledger and the declarations already written, never backwards; requests
   issued when asked), the declarations written to the state's `out/` and recorded in the
-  ledger (resolver.record_declared) before any message leaves; a crash between writing and
+  ledger (resolver.rendering.record_declared) before any message leaves; a crash between writing and
   publishing leaves a digest not yet published, so the next run publishes it.
 - The body carries the node's declaration and an extract of the ledger holding, for each
   credential sealed to that node, each generation's box for that node alone: never the whole
@@ -21,16 +21,20 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 import attrs
+from nacl.public import PrivateKey
 from pyrsistent import pmap
 
 import resolver
-from resolver import Credential, Declaration, Generation, Ledger, unstructure
+from resolver import Credential, Declaration, Generation, Inputs, Ledger, Resolution
+from resolver.documents import unstructure
 
 from executors.common import amqp, messages
+from executors.common.message_formats import DECLARATION
 from executors.control.declarations import (
+    Document,
     read_declarations,
     resolve_for_writing,
     write_and_record,
@@ -38,7 +42,11 @@ from executors.control.declarations import (
 from executors.control.control_state import ControlState
 from executors.control.delivery_key import DeliveryKey
 from executors.control.issuer import IssueError
-from executors.control.loading import inputs_fingerprint, load_mesh_dir, mesh_lock
+from executors.control.ledger_transaction import transact
+from executors.control.loading import Fingerprint, PathLike, inputs_fingerprint, mesh_lock
+
+if TYPE_CHECKING:  # pika ships no types: its channel is named for the reader
+    from pika.adapters.blocking_connection import BlockingChannel
 
 
 @attrs.frozen
@@ -49,11 +57,20 @@ class Prepared:
     declarations: tuple[Declaration, ...]
     ledger: Ledger
     nodes: tuple[str, ...]  # every node of the mesh (their queues must exist)
-    problems: tuple[str, ...] = ()  # refusals of the resolution, one line each
-    inputs: object = None  # the mesh as loaded, with the ledger as written
-    resolution: object = None  # its resolution, with the ledger as written
-    fingerprint: tuple = ()  # loading.inputs_fingerprint once written, under the lock
-    documents: dict = attrs.field(factory=dict)  # node → its declaration, unstructured
+    problems: tuple[str, ...]  # refusals of the resolution, one line each
+    inputs: Inputs  # the mesh as loaded, with the ledger as written
+    resolution: Resolution  # its resolution, with the ledger as written
+    fingerprint: Fingerprint  # loading.inputs_fingerprint once written, under the lock
+    documents: Mapping[str, Document]  # node → its declaration, unstructured
+
+
+@attrs.frozen
+class _Written:
+    """What `prepare` resolved and wrote, inside its transaction."""
+
+    resolution: Resolution
+    targets: tuple[str, ...]
+    documents: dict[str, Document]
 
 
 @attrs.frozen
@@ -87,21 +104,23 @@ def message_id(declaration: Declaration) -> str:
 
 
 def declaration_body(declaration: Declaration, ledger: Ledger, published_at: str,
-                     document: Optional[dict] = None) -> dict:
+                     document: Optional[Document] = None) -> Document:
     return {"mesh": declaration.mesh, "node": declaration.node, "serial": declaration.serial,
             "digest": declaration.digest, "published": published_at,
             "declaration": unstructure(declaration) if document is None else document,
             "secrets": unstructure(sealed_extract(ledger, declaration.node))}
 
 
-def prepare(mesh_dir, state: ControlState, *, now: str, issue: bool = True,
-            control_key=None, force: Iterable[str] = (), only: Optional[Iterable[str]] = None,
-            notes: Optional[list] = None) -> Prepared:
+def prepare(mesh_dir: PathLike, state: ControlState, *, now: str, issue: bool = True,
+            control_key: Optional[PrivateKey] = None, force: Iterable[str] = (),
+            only: Optional[Iterable[str]] = None,
+            notes: Optional[list[str]] = None) -> Prepared:
     """Resolve, write and record the declarations that must be published: those whose digest
     changed since last published, plus `force` (republished as they are). `only` limits it."""
-    force = set(force)
-    with mesh_lock(mesh_dir):
-        inputs = load_mesh_dir(mesh_dir)
+    forced = set(force)
+    chosen = None if only is None else set(only)
+
+    def write(inputs: Inputs) -> tuple[Ledger, _Written]:
         previous = read_declarations(state.out)
         try:
             resolution = resolve_for_writing(inputs, previous, now=now, issue=issue,
@@ -111,19 +130,24 @@ def prepare(mesh_dir, state: ControlState, *, now: str, issue: bool = True,
                 notes.append(f"not issued: {error}")
             resolution = resolve_for_writing(inputs, previous, now=now)
         published = state.published()
-        unknown = sorted((force | set(only or ())) - set(resolution.declarations))
+        unknown = sorted((forced | (chosen or set())) - set(resolution.declarations))
         if unknown:
             raise resolver.MeshError(f"no node {', '.join(unknown)} in the mesh; nodes: "
                                      f"{', '.join(sorted(resolution.declarations))}")
-        targets = [n for n in sorted(resolution.declarations)
-                   if (only is None or n in set(only))
-                   and (n in force or (published.get(n) or {}).get("digest")
-                        != resolution.declarations[n].digest)]
+        targets = tuple(n for n in sorted(resolution.declarations)
+                        if (chosen is None or n in chosen)
+                        and (n in forced or (published.get(n) or {}).get("digest")
+                             != resolution.declarations[n].digest))
         documents = {n: unstructure(resolution.declarations[n]) for n in targets}
-        ledger = write_and_record(inputs, resolution,
-                                  state.ensure().out if targets else state.out, targets,
-                                  documents, compact=True)
+        ledger = write_and_record(resolution, state.ensure().out if targets else state.out,
+                                  targets, documents, compact=True)
+        return ledger, _Written(resolution, targets, documents)
+
+    with mesh_lock(mesh_dir):  # one hold: the fingerprint is of what this transaction wrote
+        done = transact(mesh_dir, write)
         fingerprint = inputs_fingerprint(mesh_dir)
+    inputs, ledger, written = done.inputs, done.ledger, done.result
+    resolution, targets = written.resolution, written.targets
     problems = tuple(f"{p.where}: [{p.code}] {p.message}" for p in resolution.problems
                      if p.severity == "error")
     # resolving again with the ledger as written gives the same declarations (a fixed point)
@@ -131,13 +155,13 @@ def prepare(mesh_dir, state: ControlState, *, now: str, issue: bool = True,
                     ledger, tuple(sorted(resolution.declarations)), problems,
                     inputs=attrs.evolve(inputs, ledger=ledger),
                     resolution=attrs.evolve(resolution, ledger=ledger), fingerprint=fingerprint,
-                    documents=documents)
+                    documents=written.documents)
 
 
-def send(channel, key: DeliveryKey, prepared: Prepared,
+def send(channel: BlockingChannel, key: DeliveryKey, prepared: Prepared,
          now: Optional[datetime.datetime] = None,
          say: Callable[[str], None] = lambda line: None,
-         declared: Optional[set] = None) -> list[Published]:
+         declared: Optional[set[str]] = None) -> list[Published]:
     """Sign and publish each prepared declaration, each confirmed by the broker before the
     next; returns what was confirmed (BrokerError stops at the first that was not). A node's
     queue is declared first unless `declared` (kept by the caller across calls) names it."""
@@ -151,10 +175,10 @@ def send(channel, key: DeliveryKey, prepared: Prepared,
             declared.add(declaration.node)
         body = declaration_body(declaration, prepared.ledger, stamp,
                                 prepared.documents.get(declaration.node))
-        data = messages.sign(messages.DECLARATION, body, key.key, key.certificate_pem)
+        data = messages.sign(DECLARATION, body, key.key, key.certificate_pem)
         ident = message_id(declaration)
         amqp.publish(channel, amqp.DECLARATIONS, declaration.node, data,
-                     amqp.properties(message_id=ident, kind=messages.DECLARATION,
+                     amqp.properties(message_id=ident, kind=DECLARATION,
                                      headers={"serial": declaration.serial}))
         say(f"published {declaration.node} serial {declaration.serial} "
             f"({declaration.digest}, {len(data)} bytes)")
@@ -162,13 +186,13 @@ def send(channel, key: DeliveryKey, prepared: Prepared,
     return done
 
 
-def record_published(mesh_dir, state: ControlState, done: Sequence[Published],
+def record_published(mesh_dir: PathLike, state: ControlState, done: Sequence[Published],
                      now: Optional[datetime.datetime] = None) -> None:
     if not done:
         return
     now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    with mesh_lock(mesh_dir):
+    with mesh_lock(mesh_dir):  # the control state is written under the ledger's lock
         published = state.published()
         for item in done:
             published[item.node] = {"serial": item.serial, "digest": item.digest,

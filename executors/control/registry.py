@@ -23,13 +23,13 @@ import json
 import re
 import tempfile
 import time
-from typing import Callable, Optional
+from typing import IO, Any, Callable, Optional, Union
 from urllib.parse import urljoin
 
 import requests
 
 from resolver import MeshError
-from resolver import is_loopback, split_repository
+from resolver.artifacts import is_loopback, split_repository
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -47,6 +47,10 @@ CHUNK = 1 << 20
 PROGRESS_SECONDS = 5.0
 
 Progress = Callable[[str], None]
+#: A requests timeout: seconds, or (connect, read) seconds.
+Timeout = Union[float, tuple[float, float]]
+#: A manifest as JSON: read from a registry, so its shape is checked where it is used.
+Manifest = dict[str, Any]
 
 
 class RegistryError(MeshError):
@@ -74,7 +78,7 @@ def sha256_digest(data: bytes) -> str:
 class RegistryClient:
     """Talks to any number of registries; keeps one anonymous token per (registry, scope)."""
 
-    def __init__(self, timeout=DEFAULT_TIMEOUT, session: Optional[requests.Session] = None,
+    def __init__(self, timeout: Timeout = DEFAULT_TIMEOUT, session: Optional[requests.Session] = None,
                  trust: Optional[dict[str, str]] = None,
                  auth: Optional[dict[str, tuple[str, str]]] = None):
         self.timeout = timeout
@@ -84,13 +88,14 @@ class RegistryClient:
         # registry host:port → (user, password): the mesh registry's push account (basic auth)
         self.auth: dict[str, tuple[str, str]] = dict(auth or {})
 
-    def _verify(self, registry: str):
+    def _verify(self, registry: str) -> Union[str, bool]:
         return self.trust.get(registry, True)
 
     # ------------------------------------------------------------------ plumbing
 
     def _request(self, method: str, registry: str, path: str, scope: str, *,
-                 what: str, ok=(200,), headers=None, **kwargs) -> requests.Response:
+                 what: str, ok: tuple[int, ...] = (200,),
+                 headers: Optional[dict[str, str]] = None, **kwargs: Any) -> requests.Response:
         url = path if path.startswith(("http://", "https://")) else urljoin(base_url(registry), path)
         headers = dict(headers or {})
         token = self._tokens.get((registry, scope))
@@ -153,8 +158,11 @@ class RegistryClient:
             raise RegistryError("protocol", f"{what}: token service {realm} answered {response.status_code}")
         try:
             body = response.json()
-            return body.get("token") or body["access_token"]
-        except (ValueError, KeyError, AttributeError):
+            token = body.get("token") or body["access_token"]
+            if not isinstance(token, str):
+                raise TypeError("not a string")
+            return token
+        except (ValueError, KeyError, AttributeError, TypeError):
             raise RegistryError("protocol", f"{what}: token service {realm} sent no token") from None
 
     # ------------------------------------------------------------------ reading
@@ -229,7 +237,8 @@ class RegistryClient:
                                  headers={"Content-Type": media_type}, data=body)
         return response.headers.get("Docker-Content-Digest") or sha256_digest(body)
 
-    def push_blob(self, registry: str, path: str, digest: str, data) -> None:
+    def push_blob(self, registry: str, path: str, digest: str,
+                  data: Union[bytes, IO[bytes]]) -> None:
         """Upload one blob monolithically (POST for an upload URL, then PUT with the digest)."""
         scope = f"repository:{path}:pull,push"
         what = f"uploading blob {digest[:19]} to {registry}/{path}"
@@ -304,7 +313,7 @@ class RegistryClient:
         progress(f"  manifest {target_path}@{digest[:19]}: pushed")
 
 
-def _json(body: bytes, what: str) -> dict:
+def _json(body: bytes, what: str) -> Manifest:
     try:
         document = json.loads(body)
     except ValueError:

@@ -7,26 +7,30 @@ Invariants:
   own admin secret is rotated provider first like its credentials (server_held).
 - The plan is two resolutions: `now` (the rotated ledger: the provider's grant or admin
   changes first) and `once_applied` (as if each provider reported its pending generation in
-  force: holders move). Nothing here writes; the caller writes `now.ledger`.
+  force: holders move). `rotate_in_ledger` keeps `now.ledger` in one ledger transaction
+  (control/ledger_transaction.transact); a refused rotation keeps nothing.
 - Pure given the rotated ledger: the entropy is the issuer's, the rules the resolver's.
 """
 
 from __future__ import annotations
 
-from typing import AbstractSet, Iterable, Mapping, Optional, Sequence
+from typing import AbstractSet, Iterable, Mapping, Optional, Sequence, Union
 
 import attrs
 
 import resolver
-from resolver import Inputs, Ledger, MeshError, Resolution, SecretWay, secret_way
-from resolver import is_dual, provider_applied, provider_first, server_held_credentials
+from resolver import Inputs, Ledger, MeshError, Resolution
+from resolver.rotation import SecretWay, secret_way
+from resolver.rotation import is_dual, provider_applied, provider_first, server_held_credentials
 
 from .issuer import rotate, select_credentials
+from .ledger_transaction import Transacted, transact
+from .loading import PathLike
 
 
 class RotationRefused(MeshError):
     """A rotation that would record a generation no running process uses: each own secret
-    refused, with why and the way out (resolver.secret_way)."""
+    refused, with why and the way out (resolver.rotation.secret_way)."""
 
     def __init__(self, ways: Sequence[SecretWay]):
         self.ways = tuple(ways)
@@ -105,3 +109,21 @@ def plan_rotation(inputs: Inputs, *, credential: Optional[str] = None, provider:
     now = resolve(rotated)
     return RotationPlan(tuple(ids), server_held, rotated, before, now,
                         resolve(with_providers_applied(now.ledger, ids)), ways)
+
+
+def rotate_in_ledger(mesh_dir: PathLike, *, credential: Optional[str] = None,
+                     provider: Optional[str] = None, consumer: Optional[str] = None,
+                     provisioned: AbstractSet[str] = frozenset(),
+                     write: bool = True) -> Transacted[Union[RotationPlan, RotationRefused]]:
+    """plan_rotation in one ledger transaction: the rotated ledger (`now`) kept, or the
+    refusal and nothing kept; `write=False` is a dry run (no lock, nothing written)."""
+
+    def compute(inputs: Inputs) -> tuple[Ledger, Union[RotationPlan, RotationRefused]]:
+        try:
+            plan = plan_rotation(inputs, credential=credential, provider=provider,
+                                 consumer=consumer, provisioned=provisioned)
+        except RotationRefused as refused:
+            return inputs.ledger, refused
+        return plan.now.ledger, plan
+
+    return transact(mesh_dir, compute, write=write)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from resolver import holder_nodes, in_progress, waiting_holders
+from resolver.rotation import holder_nodes, in_progress, waiting_holders
 
-from executors.control.control_state import ControlState
-from executors.control.loading import load_mesh_dir
+from resolver import Mesh
+
+from executors.control.control_state import ControlState, Document
+from executors.control.loading import PathLike, load_mesh_dir
 
 
-def _provider_node(mesh, credential_id: str) -> Optional[str]:
+def _provider_node(mesh: Mesh, credential_id: str) -> Optional[str]:
     parts = credential_id.split("/")
     if len(parts) < 2:
         return None
@@ -30,13 +32,14 @@ def _provider_node(mesh, credential_id: str) -> Optional[str]:
     return instance.node if instance is not None else None
 
 
-def status(mesh_dir, state: ControlState) -> dict:
+def status(mesh_dir: PathLike, state: ControlState) -> Document:
     inputs = load_mesh_dir(mesh_dir)
     mesh, ledger = inputs.mesh, inputs.ledger
     published, accounts, reports = state.published(), state.accounts(), state.reports()
-    nodes = []
+    nodes: list[Document] = []
     for node in sorted(mesh.nodes):
         sent = published.get(node) or {}
+        written = ledger.nodes.get(node)
         kept = reports.get(node) or {}
         last = kept.get("last") or {}
         applied = kept.get("last_applied") or {}
@@ -49,7 +52,7 @@ def status(mesh_dir, state: ControlState) -> dict:
                ("ok", "requires-nothing", "not-provisioned")]
         entry = {
             "node": node, "address": mesh.nodes[node].address, "enrolled": node in accounts,
-            "serial_written": (ledger.nodes.get(node).serial if node in ledger.nodes else None),
+            "serial_written": written.serial if written is not None else None,
             "serial_published": sent.get("serial"), "published_at": sent.get("at"),
             "serial_applied": in_force, "last_report_at": kept.get("received"),
             "last_result": last.get("result"), "last_trigger": last.get("trigger"),
@@ -65,7 +68,7 @@ def status(mesh_dir, state: ControlState) -> dict:
         entry["behind"] = bool(sent.get("serial") is not None and
                                (in_force is None or in_force < sent["serial"]))
         nodes.append(entry)
-    rotations = []
+    rotations: list[Document] = []
     for credential_id, credential in sorted(ledger.credentials.items()):
         why = in_progress(credential)
         if why is None:
@@ -74,11 +77,11 @@ def status(mesh_dir, state: ControlState) -> dict:
             provider = _provider_node(mesh, credential_id)
             waiting = [provider] if provider else []
             stage = "pending"
-            generation = credential.pending.generation
-        else:
+            generation: Optional[int] = credential.pending.generation
+        else:  # retiring: the active generation replaces it
             waiting = list(waiting_holders(credential))
             stage = "retiring"
-            generation = credential.active.generation
+            generation = credential.active.generation if credential.active else None
         rotations.append({"credential": credential_id, "stage": stage,
                           "generation": generation, "holders": list(holder_nodes(credential)),
                           "waiting_for": waiting, "why": why})

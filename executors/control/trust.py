@@ -14,14 +14,14 @@ import os
 import tempfile
 from typing import Optional
 
-from resolver import MeshError
+from resolver import Inputs, MeshError, Resolution
 from resolver import resolve_inputs
-from resolver import PUSH_LOGIN, push_credential, registry_user
+from resolver.artifacts import PUSH_LOGIN, push_credential, registry_user
 
 from .ca import ca_cert_path
 
 
-def ca_bundle(inputs) -> Optional[str]:
+def ca_bundle(inputs: Inputs) -> Optional[str]:
     """A file holding the mesh CA's certificate, or None when the mesh has no CA yet."""
     path = ca_cert_path(inputs.mesh_dir, inputs.mesh)
     if path.is_file():
@@ -31,17 +31,22 @@ def ca_bundle(inputs) -> Optional[str]:
     handle, name = tempfile.mkstemp(prefix="mesh-ca-", suffix=".crt")
     with os.fdopen(handle, "w") as out:
         out.write(inputs.ledger.ca)
-    atexit.register(lambda: os.path.exists(name) and os.unlink(name))
+    def remove() -> None:
+        if os.path.exists(name):
+            os.unlink(name)
+
+    atexit.register(remove)
     return name
 
 
-def _resolved(inputs):
+def _resolved(inputs: Inputs) -> Resolution:
     """The mesh as resolved now: the resolver alone says which registry is the mesh's
-    (resolver.choose_artifact_store), so trust and pushes go where images are pulled from."""
+    (resolver.artifacts.choose_artifact_store), so trust and pushes go where images are pulled
+    from."""
     return resolve_inputs(inputs)
 
 
-def registry_trust(inputs) -> dict[str, str]:
+def registry_trust(inputs: Inputs) -> dict[str, str]:
     """registry address → CA bundle: the mesh's registry, trusted through the mesh CA."""
     address = _resolved(inputs).registry
     bundle = ca_bundle(inputs)
@@ -50,13 +55,15 @@ def registry_trust(inputs) -> dict[str, str]:
     return {address: bundle}
 
 
-def push_auth(inputs, key_file: Optional[str]) -> dict[str, tuple[str, str]]:
+def push_auth(inputs: Inputs, key_file: Optional[str]) -> dict[str, tuple[str, str]]:
     """registry address → (the push account, its password), opened with `key_file` (the
     control node's private key, to which the push credential is sealed); {} without a key."""
     resolution = _resolved(inputs)
     address, store = resolution.registry, resolution.registry_instance
     if key_file is None or address is None or store is None:
         return {}
+    # PyNaCl (the control extra) is needed only to open the push account: `mesh pin` and
+    # `mesh mirror` without --key run without it
     from executors.common.keys import UnsealError, load_private_key, unseal
 
     credential = inputs.ledger.credentials.get(push_credential(store))
