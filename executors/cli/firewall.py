@@ -1,23 +1,25 @@
 """`mesh firewall DECLARATION`: make this machine's nftables table `inet mesh` match a declaration.
 
 Invariants:
-- Reads one declaration file (YAML or JSON of resolver.unstructure(Declaration)); bad input is
-  reported as file:line:col (exit 2), never a traceback.
+- Reads one declaration file (YAML or JSON of resolver.documents.unstructure(Declaration)); bad
+  input is reported as file:line:col (exit 2), never a traceback.
 - Touches table `inet mesh` in the current network namespace only (see executors/node/firewall/executor.py).
 - Exit 0 when the table matches (changed or not), 1 when refused or failed.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
+from executors.cli._verb import Subparsers
 from executors.node.firewall.executor import DEFAULT_STATE_DIR, apply_firewall
 from executors.node.firewall.render import FirewallError, render
 from executors.node.apply.runner import firewall_bridges, load_declaration
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     declaration = load_declaration(args.declaration)
     if declaration.firewall is None:
         print(f"mesh firewall: {args.declaration}: the declaration of node {declaration.node} "
@@ -45,7 +47,7 @@ def run(args) -> int:
     return 1
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "firewall",
         help="apply a declaration's firewall to this machine (nftables table inet mesh)",

@@ -17,15 +17,18 @@ same `--secrets`/`--key` pair as `mesh apply` and are never printed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+from typing import Optional, TextIO
 
+from executors.cli._verb import Subparsers
 from executors.node.apply.runner import load_declaration, secret_source_from
 from executors.node.verify.check import engine_client, engine_locator, verify_declaration
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "verify",
         help="check, from inside each consumer's containers, that every binding really works",
@@ -56,7 +59,7 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     declaration = load_declaration(args.declaration)
     secret_source = secret_source_from(args.secrets, args.key, declaration.node)

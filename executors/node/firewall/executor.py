@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional, Protocol, TypedDict
 
 import attrs
 
 from resolver import FirewallIntent, MeshError
 
 from executors.common.atomic import write_atomic
+from executors.common.marks import digest_from_chain_name
 from executors.node.node_paths import DEFAULT_STATE_ROOT, FIREWALL_DIGEST_FILE, NodePaths
 
-from executors.node.firewall.readback import keeps_ssh_floor
+from executors.node.firewall.readback import ListedChain, Listing, keeps_ssh_floor
 from executors.node.firewall.render import (
     DEFAULT_BRIDGES,
     FAMILY,
@@ -34,7 +35,6 @@ from executors.node.firewall.render import (
     FirewallError,
     Rendered,
     SshFloorMissing,
-    digest_from_chain_name,
     render,
 )
 
@@ -48,6 +48,42 @@ RECORD_DIGEST = "record-digest"
 
 class NftablesUnavailable(MeshError):
     """The nftables binding (python3-nftables over libnftables1) cannot be loaded."""
+
+
+class Nftables(Protocol):
+    """What the executor asks of a libnftables context (python3-nftables' `nftables.Nftables`,
+    which is untyped; tests may pass their own)."""
+
+    def json_cmd(self, json_root: Mapping[str, object], /) -> tuple[int, Listing, str]:
+        """(rc, output, error) of a command in JSON syntax: a `list` command's output is the
+        listing, parsed."""
+        ...
+
+    def cmd(self, cmdline: str, /) -> tuple[int, str, str]:
+        """(rc, output, error) of a script in nft syntax (or JSON, in JSON output mode)."""
+        ...
+
+    def set_json_output(self, val: bool, /) -> bool:
+        """Turn JSON output on or off; the previous setting."""
+        ...
+
+    def set_dry_run(self, onoff: bool, /) -> bool:
+        """Turn dry runs (the kernel checks a batch, commits nothing) on or off; the previous
+        setting."""
+        ...
+
+
+class TableRows(TypedDict):
+    """The kernel's listings that say whether our table runs (`_query_table`)."""
+
+    chains: Listing  # `list chains`
+    tables: Optional[Listing]  # `list tables`, only when none of the chains is ours
+
+
+class FirewallRows(TableRows):
+    """What observing the machine reads (`query`)."""
+
+    recorded: Optional[str]  # the digest in <state_dir>/firewall.digest
 
 
 @attrs.frozen
@@ -78,7 +114,7 @@ class FirewallReport:
 
     digest: str = ""
     dry_run: bool = False
-    steps: list = attrs.Factory(list)
+    steps: list[Step] = attrs.Factory(list)
     refusal: Optional[str] = None
     transactions: int = 0  # commits sent to the kernel (dry-run checks not counted)
     emit: Optional[Callable[[str], None]] = attrs.field(default=None, repr=False, eq=False)
@@ -106,7 +142,7 @@ class FirewallReport:
         self.say(f"firewall refused: {why}")
         return self
 
-    def lines(self) -> list:
+    def lines(self) -> list[str]:
         out = [f"firewall {s.op.kind} [{s.result}] ({s.op.cause})"
                + (f": {s.detail}" if s.detail else "") for s in self.steps]
         if self.refusal:
@@ -119,9 +155,10 @@ class FirewallReport:
 # ---------------------------------------------------------------------------- the machine
 
 
-def open_nftables():
+def open_nftables() -> Nftables:
     """A libnftables context (Debian's python3-nftables binding)."""
     try:
+        # Imported here: a system package, absent on a machine that never applies a firewall.
         import nftables
     except ImportError as error:
         raise NftablesUnavailable(
@@ -129,9 +166,10 @@ def open_nftables():
             f"and make it importable (scripts/services.sh does): {error}"
         ) from None
     try:
-        return nftables.Nftables()
+        context: Nftables = nftables.Nftables()
     except OSError as error:
         raise NftablesUnavailable(f"cannot load libnftables.so.1: {error}") from None
+    return context
 
 
 def digest_path(state_dir: str) -> str:
@@ -151,12 +189,12 @@ def write_recorded_digest(state_dir: str, digest: str) -> None:
     write_atomic(digest_path(state_dir), digest + "\n", mode=0o644)
 
 
-def _our_chains(chains: Mapping[str, Any]) -> list:
+def _our_chains(chains: Listing) -> list[ListedChain]:
     return [o["chain"] for o in chains.get("nftables", [])
             if o.get("chain", {}).get("family") == FAMILY and o["chain"].get("table") == TABLE]
 
 
-def _query_table(nft) -> dict[str, Any]:
+def _query_table(nft: Nftables) -> TableRows:
     """The kernel's listings that say whether our table runs and what it carries (I/O).
 
     One `list chains` (no rules, no set elements: the cheapest listing there is); other
@@ -173,42 +211,43 @@ def _query_table(nft) -> dict[str, Any]:
     return {"chains": chains, "tables": tables}
 
 
-def _parse_table(rows: Mapping[str, Any]) -> tuple[bool, Optional[str]]:
+def _parse_table(rows: TableRows) -> tuple[bool, Optional[str]]:
     """Whether our table exists and the one digest its chains carry (pure)."""
     ours = _our_chains(rows["chains"])
     if not ours:
-        exists = rows.get("tables") is not None and any(
+        tables = rows.get("tables")
+        exists = tables is not None and any(
             o.get("table", {}).get("family") == FAMILY and o["table"].get("name") == TABLE
-            for o in rows["tables"].get("nftables", []))
+            for o in tables.get("nftables", []))
         return exists, None  # an empty table of our name: replace it
     digests = [d for d in (digest_from_chain_name(c["name"]) for c in ours) if d]
     return True, digests[0] if len(digests) == 1 else None
 
 
-def _running_table(nft) -> tuple[bool, Optional[str]]:
+def _running_table(nft: Nftables) -> tuple[bool, Optional[str]]:
     return _parse_table(_query_table(nft))
 
 
-def query(nft, state_dir: str) -> dict[str, Any]:
+def query(nft: Nftables, state_dir: str) -> FirewallRows:
     """What observing the machine reads (I/O): the kernel's listings and the recorded digest."""
     return {**_query_table(nft), "recorded": read_recorded_digest(state_dir)}
 
 
-def parse(rows: Mapping[str, Any]) -> Observed:
+def parse(rows: FirewallRows) -> Observed:
     """The observed firewall from `query`'s rows (pure)."""
     exists, running = _parse_table(rows)
     return Observed(table_exists=exists, running_digest=running,
                     recorded_digest=rows.get("recorded"))
 
 
-def observe(nft, state_dir: str) -> Observed:
+def observe(nft: Nftables, state_dir: str) -> Observed:
     return parse(query(nft, state_dir))
 
 
 # ---------------------------------------------------------------------------- diff (pure)
 
 
-def diff(desired_digest: str, observed: Observed) -> tuple:
+def diff(desired_digest: str, observed: Observed) -> tuple[Op, ...]:
     """The operations that make the node carry `desired_digest`; () when it already does."""
     if not observed.table_exists:
         cause = f"table {TABLE_NAME} absent"
@@ -243,7 +282,7 @@ def after(observed: Observed, ops: Iterable[Op]) -> Observed:
 # ---------------------------------------------------------------------------- apply
 
 
-def _run_document(nft, text: str) -> tuple:
+def _run_document(nft: Nftables, text: str) -> tuple[int, str]:
     """Hand libnftables the script (nft syntax: in JSON mode it would try JSON first)."""
     previous = nft.set_json_output(False)
     try:
@@ -258,8 +297,9 @@ def _first_error(error: str) -> str:
     return " | ".join(lines) or "libnftables gave no reason"
 
 
-def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, *,
-          dry_run: bool = False, check_first: bool = True) -> FirewallReport:
+def apply(ops: Iterable[Op], rendered: Rendered, nft: Nftables, state_dir: str,
+          report: FirewallReport, *, dry_run: bool = False,
+          check_first: bool = True) -> FirewallReport:
     """Perform `ops` for `rendered`; a refused or failed batch leaves the running table in force.
 
     `check_first=False` skips the dry-run check (tests use it to show the kernel's own
@@ -287,12 +327,12 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
             started = time.monotonic()
             previous = nft.set_dry_run(True)
             try:
-                rc, error = _run_document(nft, rendered.text)
+                rc, stderr = _run_document(nft, rendered.text)
             finally:
                 nft.set_dry_run(previous)
             if rc != 0:
                 report.record(Step(op, "failed", "the batch check failed, nothing applied, the "
-                                   f"running ruleset stays in force: {_first_error(error)}",
+                                   f"running ruleset stays in force: {_first_error(stderr)}",
                                    time.monotonic() - started))
                 return report
             if dry_run:
@@ -300,11 +340,11 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
                                    time.monotonic() - started))
                 continue
         started = time.monotonic()
-        rc, error = _run_document(nft, rendered.text)
+        rc, stderr = _run_document(nft, rendered.text)
         report.transactions += 1
         if rc != 0:
             report.record(Step(op, "failed", "the kernel refused the transaction, the running "
-                               f"ruleset stays in force: {_first_error(error)}",
+                               f"ruleset stays in force: {_first_error(stderr)}",
                                time.monotonic() - started))
             return report
         elapsed = time.monotonic() - started
@@ -319,7 +359,7 @@ def apply(ops, rendered: Rendered, nft, state_dir: str, report: FirewallReport, 
 
 
 def apply_firewall(intent: FirewallIntent, state_dir: str = DEFAULT_STATE_DIR, *,
-                   dry_run: bool = False, nft=None,
+                   dry_run: bool = False, nft: Optional[Nftables] = None,
                    emit: Optional[Callable[[str], None]] = None,
                    bridges: Iterable[str] = DEFAULT_BRIDGES) -> FirewallReport:
     """Make this machine's table `inet mesh` match `intent`: render, observe, diff, apply.

@@ -15,7 +15,15 @@ from typing import Iterable
 
 from resolver import FirewallIntent
 
-from executors.node.firewall.render import ANYWHERE, DEFAULT_BRIDGES, _address, parse_source
+from executors.node.firewall.render import (
+    ANYWHERE,
+    DEFAULT_BRIDGES,
+    Network,
+    Triple,
+    _address,
+    collapse,
+    parse_source,
+)
 
 ANY_BRIDGE = "*"  # a same-node opening not limited to the runtime's bridges (never rendered)
 
@@ -25,12 +33,12 @@ def local_source(mac: str, bridge: str) -> str:
 
 
 def intent_triples(intent: FirewallIntent, *, published_only: bool = False,
-                   bridges: Iterable[str] = DEFAULT_BRIDGES) -> frozenset:
+                   bridges: Iterable[str] = DEFAULT_BRIDGES) -> frozenset[Triple]:
     """(port, protocol, source) the intent opens, computed from the intent alone.
 
     With published_only: what must pass the forward hook (all but allows marked as not
     published: floors, exposures and same-node consumers all reach published ports)."""
-    triples = set()
+    triples: set[Triple] = set()
     for allow in intent.allow:
         if published_only and not allow.published:
             continue
@@ -41,19 +49,18 @@ def intent_triples(intent: FirewallIntent, *, published_only: bool = False,
                            for s in floor.sources)
         else:
             triples.add((floor.port, floor.protocol, ANYWHERE))
-    networks: dict = {}
+    networks: dict[tuple[int, str], list[Network]] = {}
     for exposure in intent.expose:
         for text in exposure.sources:
-            kind, value = parse_source(text, "expose")
-            if kind == "any":
+            source = parse_source(text, "expose")
+            if source[0] == "any":
                 triples.add((exposure.port, exposure.protocol, ANYWHERE))
-            elif kind == "addr":
-                triples.add((exposure.port, exposure.protocol, value[2]))
+            elif source[0] == "addr":
+                triples.add((exposure.port, exposure.protocol, source[1][2]))
             else:
-                networks.setdefault((exposure.port, exposure.protocol, value.version),
-                                    []).append(value)
-    for (port, protocol, _), nets in networks.items():
-        triples.update((port, protocol, str(n)) for n in ipaddress.collapse_addresses(nets))
+                networks.setdefault((exposure.port, exposure.protocol), []).append(source[1])
+    for (port, protocol), nets in networks.items():
+        triples.update((port, protocol, str(n)) for n in collapse(nets))
     names = sorted(set(bridges))
     for local in intent.local:
         triples.update((local.port, local.protocol, local_source(mac, bridge))

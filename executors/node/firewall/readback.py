@@ -15,13 +15,15 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Required, TypedDict, Union
 
 import attrs
 
+from executors.common.marks import digest_from_chain_name
 from executors.node.firewall.meaning import ANY_BRIDGE, local_source
 from executors.node.firewall.render import (
     ANYWHERE,
@@ -33,9 +35,10 @@ from executors.node.firewall.render import (
     INPUT_PREAMBLE,
     PROTOCOLS,
     SET_KINDS,
+    Expr,
     FirewallError,
+    Triple,
     canonical_address,
-    digest_from_chain_name,
     forward_rule,
     input_rule,
 )
@@ -45,16 +48,68 @@ class UnrecognisedRule(FirewallError):
     """A rule (or line) whose shape read_back does not know: it cannot vouch for what it does."""
 
 
+# ---------------------------------------------------------------------------- listings
+#
+# What `nft -j list …` gives, as far as the mesh reads it (libnftables' JSON schema: every
+# object has more keys, such as `handle`, that nothing here looks at).
+
+
+class ListedTable(TypedDict):
+    family: str
+    name: str
+
+
+class ListedSet(TypedDict, total=False):
+    family: Required[str]
+    table: Required[str]
+    name: Required[str]
+    type: Required[Union[str, list[str]]]  # a list for a concatenation
+    flags: list[str]
+    elem: list[object]  # ports, names, {"concat": [source, port]} (a source may be a prefix)
+
+
+class ListedChain(TypedDict, total=False):
+    family: Required[str]
+    table: Required[str]
+    name: Required[str]
+    hook: str  # a base chain's, with prio and policy; a regular chain has none of the three
+    prio: int
+    policy: str
+
+
+class ListedRule(TypedDict):
+    family: str
+    table: str
+    chain: str
+    expr: list[Expr]
+
+
+class ListedItem(TypedDict, total=False):
+    """One object of a listing: exactly one of these keys (or one the mesh never writes)."""
+
+    metainfo: dict[str, object]
+    table: ListedTable
+    set: ListedSet
+    chain: ListedChain
+    rule: ListedRule
+
+
+class Listing(TypedDict):
+    """A JSON listing: `nft -j list table inet mesh`, `list chains`, `list tables`."""
+
+    nftables: list[ListedItem]
+
+
 @attrs.frozen
 class ReadBack:
     """What a script or listing does, read from its rules and sets (not from the intent)."""
 
     input_policy: Optional[str]
     forward_priority: Optional[int]
-    input: frozenset  # (port, protocol, source) accepted by the input hook
-    forward: frozenset  # (port, protocol, source) accepted for DNAT'd (published) traffic
+    input: frozenset[Triple]  # (port, protocol, source) accepted by the input hook
+    forward: frozenset[Triple]  # (port, protocol, source) accepted for DNAT'd (published) traffic
     published_closed: bool  # the forward hook drops every other DNAT'd connection
-    tables: frozenset  # (family, name) of every table the script mentions
+    tables: frozenset[tuple[str, str]]  # (family, name) of every table the script mentions
     digest: Optional[str]  # from the digest chain's name
 
     def accepts(self, port: int, protocol: str, source: str, *, forward: bool = False) -> bool:
@@ -75,11 +130,30 @@ class ReadBack:
 # ---------------------------------------------------------------------------- parsing
 
 
+# A set's element: a port (int), an interface name (str) or a (source, port) pair.
+Element = Union[int, str, tuple[str, int]]
+# What one part of a lookup key reads: (what, detail, origin), e.g. ("saddr", "ip", "packet")
+# or ("dport", "", "ct") (the connection's original port: its protocol is the rule's l4proto).
+_Field = tuple[str, str, str]
+
+
 @attrs.define
 class _Set:
     type: str  # as nft writes it: "ipv4_addr . inet_service"
     interval: bool
-    elements: Callable[[], list]  # parsed on demand: ints, strings or (source, port) pairs
+    elements: Callable[[], list[Element]]  # parsed on demand
+
+
+@attrs.frozen
+class _Chain:
+    """A chain's hook, priority and policy: all None for a regular chain."""
+
+    hook: Optional[str] = None
+    prio: Optional[int] = None
+    policy: Optional[str] = None
+
+
+_REGULAR = _Chain()
 
 
 @attrs.frozen
@@ -97,25 +171,36 @@ class _Parsed:
     """A script's or listing's tables, chains and sets, and what each accepting rule matches
     (elements unread: reading 5,000 is the costly part, done only where needed)."""
 
-    tables: frozenset
-    sets: dict  # name → _Set
-    chains: dict  # name → {"hook", "prio", "policy"} (empty for a regular chain)
-    input: tuple  # _Accept of the input hook's accepting rules, in order
-    forward: tuple  # _Accept of the forward hook's rules for DNAT'd connections
+    tables: frozenset[tuple[str, str]]
+    sets: dict[str, _Set]
+    chains: dict[str, _Chain]
+    input: tuple[_Accept, ...]  # the input hook's accepting rules, in order
+    forward: tuple[_Accept, ...]  # the forward hook's rules for DNAT'd connections
     closed: bool
 
     @property
-    def bridges(self) -> list:
+    def bridges(self) -> list[str]:
         found = self.sets.get(BRIDGES_SET)
         if found is None:
             return []
+        bad = UnrecognisedRule(f"set @{BRIDGES_SET} is not a plain set of interface names")
         if found.type != "ifname" or found.interval:
-            raise UnrecognisedRule(f"set @{BRIDGES_SET} is not a plain set of interface names")
-        return sorted(found.elements())
+            raise bad
+        elements = found.elements()
+        names = [e for e in elements if isinstance(e, str)]
+        if len(names) != len(elements):
+            raise bad
+        return sorted(names)
 
 
-def _expr_key(expr) -> str:
-    def norm(value):
+# The parts of a script or listing, before the rules are interpreted: tables, sets, chains and
+# each rule as (chain, expressions).
+_Pieces = tuple[set[tuple[str, str]], dict[str, _Set], dict[str, _Chain],
+                list[tuple[str, list[Expr]]]]
+
+
+def _expr_key(expr: object) -> str:
+    def norm(value: object) -> object:
         if isinstance(value, dict):
             return {k: (sorted(v) if k == "set" and isinstance(v, list) else norm(v))
                     for k, v in value.items()}
@@ -131,7 +216,7 @@ _FIXED[(FORWARD_CHAIN, _expr_key(ESTABLISHED[1]))] = ""
 _FIXED[(FORWARD_CHAIN, _expr_key(FORWARD_CLOSE[1]))] = "close"
 
 
-def _text_to_expr() -> dict:
+def _text_to_expr() -> dict[tuple[str, str], list[Expr]]:
     """(chain, rule text) → expressions, for every rule the renderer can write: the script's
     text is read through this table, the kernel's listing gives expressions directly (the
     kernel property test holds the two to each other)."""
@@ -151,25 +236,27 @@ def _text_to_expr() -> dict:
 _TEXT = _text_to_expr()
 
 
-def _field(expr) -> Optional[tuple]:
+def _field(expr: object) -> Optional[_Field]:
     """What a lookup key's part reads, as (what, detail, origin), or None if unknown: the
     packet's own header (origin "packet") or the connection's original tuple ("ct")."""
-    if "payload" in expr:
-        p = expr["payload"]
+    if not isinstance(expr, dict):
+        return None
+    p = expr.get("payload")
+    if isinstance(p, dict):
         if p.get("field") == "saddr" and p.get("protocol") in ("ip", "ip6", "ether"):
             return ("saddr", p["protocol"], "packet")
         if p.get("field") == "dport" and p.get("protocol") in PROTOCOLS:
             return ("dport", p["protocol"], "packet")
-    if "ct" in expr:
-        c = expr["ct"]
+    c = expr.get("ct")
+    if isinstance(c, dict):
         if c.get("dir") == "original" and c.get("key") in ("ip saddr", "ip6 saddr"):
             return ("saddr", c["key"].split()[0], "ct")
         if c.get("dir") == "original" and c.get("key") == "proto-dst":
-            return ("dport", None, "ct")
+            return ("dport", "", "ct")
     return None
 
 
-def _interpret(chain: str, expr: list) -> _Accept:
+def _interpret(chain: str, expr: list[Expr]) -> _Accept:
     """An accepting rule's meaning, from its expressions alone (UnrecognisedRule otherwise):
     a set lookup keyed by [source .] destination port, optionally only on @bridges. In the
     input hook the key is the packet's; in the forward hook the rule applies to DNAT'd
@@ -179,23 +266,28 @@ def _interpret(chain: str, expr: list) -> _Accept:
         raise UnrecognisedRule(f"{chain} rule {expr!r}")
     bad = UnrecognisedRule(f"{chain} rule {expr!r}")
     dnat = bridges_only = False
-    l4proto = lookup = None
+    l4proto: Optional[str] = None
+    lookup: Optional[tuple[str, list[_Field]]] = None
     for item in expr[:-1]:
         match = item.get("match") if isinstance(item, dict) else None
-        if not match or match.get("op") not in ("==", "in"):
+        if not isinstance(match, dict) or match.get("op") not in ("==", "in"):
             raise bad
-        left, right, op = match["left"], match["right"], match["op"]
+        left: object = match["left"]
+        right: object = match["right"]
+        op: object = match["op"]
         if left == {"ct": {"key": "status"}} and right == "dnat" and op == "in" and not dnat:
             dnat = True
         elif left == {"meta": {"key": "iifname"}} and right == "@" + BRIDGES_SET \
                 and op == "==" and not bridges_only:
             bridges_only = True
-        elif left == {"meta": {"key": "l4proto"}} and right in PROTOCOLS and op == "==" \
-                and l4proto is None:
+        elif left == {"meta": {"key": "l4proto"}} and isinstance(right, str) \
+                and right in PROTOCOLS and op == "==" and l4proto is None:
             l4proto = right
         elif isinstance(right, str) and right.startswith("@") and op == "==" and lookup is None:
-            fields = [_field(p) for p in (left["concat"] if "concat" in left else [left])]
-            if None in fields or len(fields) > 2 or fields[-1][0] != "dport" \
+            parts = left["concat"] if isinstance(left, dict) and "concat" in left else [left]
+            found = [_field(p) for p in parts] if isinstance(parts, list) else [None]
+            fields = [f for f in found if f is not None]
+            if len(fields) != len(found) or len(fields) > 2 or fields[-1][0] != "dport" \
                     or (len(fields) == 2 and fields[0][0] != "saddr"):
                 raise bad
             lookup = (right[1:], fields)
@@ -206,7 +298,7 @@ def _interpret(chain: str, expr: list) -> _Accept:
     name, fields = lookup
     source, port = (fields[0] if len(fields) == 2 else None), fields[-1]
     if chain == FORWARD_CHAIN:
-        if port != ("dport", None, "ct") or l4proto is None:
+        if port != ("dport", "", "ct") or l4proto is None:
             raise bad
         if source is not None and source[2] != ("packet" if source[1] == "ether" else "ct"):
             raise bad
@@ -228,15 +320,22 @@ _CHAIN = re.compile(r"add chain (\S+) (\S+) (\S+)(?: \{ type filter hook (\w+) p
 _RULE = re.compile(r'add rule (\S+) (\S+) (\S+) (.*?)(?: comment "[^"]*")?')
 
 
-def _text_element(text: str):
+def _text_element(text: str) -> Element:
     if " . " not in text:
         return text[1:-1] if text.startswith('"') else int(text)
     source, port = text.rsplit(" . ", 1)
     return (source, int(port))
 
 
-def _parse_text(text: str) -> tuple:
-    tables, sets, chains, rules = set(), {}, {}, []
+def _text_elements(text: str) -> list[Element]:
+    return [_text_element(x) for x in text.split(", ")]
+
+
+def _parse_text(text: str) -> _Pieces:
+    tables: set[tuple[str, str]] = set()
+    sets: dict[str, _Set] = {}
+    chains: dict[str, _Chain] = {}
+    rules: list[tuple[str, list[Expr]]] = []
     for line in text.splitlines():
         if not line:
             continue
@@ -247,7 +346,7 @@ def _parse_text(text: str) -> tuple:
             family, table, name, type_, extra, elements = found.groups()
             tables.add((family, table))
             sets[name] = _Set(type_, extra == " flags interval;",
-                              lambda e=elements: [_text_element(x) for x in e.split(", ")])
+                              functools.partial(_text_elements, elements))
         elif line.startswith("add rule "):
             found = _RULE.fullmatch(line)
             if found is None:
@@ -263,7 +362,7 @@ def _parse_text(text: str) -> tuple:
                 raise UnrecognisedRule(f"chain line {line!r}")
             family, table, name, hook, prio, policy = found.groups()
             tables.add((family, table))
-            chains[name] = ({"hook": hook, "prio": int(prio), "policy": policy} if hook else {})
+            chains[name] = _Chain(hook, int(prio), policy) if hook else _REGULAR
         else:
             found = _TABLE.fullmatch(line)
             if found is None:
@@ -272,7 +371,7 @@ def _parse_text(text: str) -> tuple:
     return tables, sets, chains, rules
 
 
-def _json_element(value):
+def _json_element(value: object) -> Element:
     if isinstance(value, dict) and "concat" in value:
         source, port = value["concat"]
         if isinstance(source, dict) and "prefix" in source:
@@ -280,45 +379,55 @@ def _json_element(value):
         elif isinstance(source, dict):
             raise UnrecognisedRule(f"set element {value!r}")
         return (source, port)
-    if isinstance(value, dict):
-        raise UnrecognisedRule(f"set element {value!r}")
-    return value
+    if isinstance(value, (int, str)):
+        return value
+    raise UnrecognisedRule(f"set element {value!r}")
 
 
-def _parse_listing(listing: dict) -> tuple:
-    tables, sets, chains, rules = set(), {}, {}, []
+def _json_elements(elements: list[object]) -> list[Element]:
+    return [_json_element(x) for x in elements]
+
+
+def _parse_listing(listing: Listing) -> _Pieces:
+    tables: set[tuple[str, str]] = set()
+    sets: dict[str, _Set] = {}
+    chains: dict[str, _Chain] = {}
+    rules: list[tuple[str, list[Expr]]] = []
     for item in listing["nftables"]:
-        ((kind, body),) = item.items()
-        if kind == "metainfo":
-            continue
-        if kind == "table":
-            tables.add((body["family"], body["name"]))
-            continue
-        tables.add((body["family"], body["table"]))
-        if kind == "set":
-            type_ = body["type"]
-            sets[body["name"]] = _Set(
-                " . ".join(type_) if isinstance(type_, list) else type_,
-                "interval" in (body.get("flags") or []),
-                lambda e=body.get("elem", []): [_json_element(x) for x in e])
-        elif kind == "chain":
-            chains[body["name"]] = ({"hook": body["hook"], "prio": body["prio"],
-                                     "policy": body["policy"]} if "hook" in body else {})
-        elif kind == "rule":
-            rules.append((body["chain"], body["expr"]))
-        else:
-            raise UnrecognisedRule(f"{kind} {body.get('name')!r} in the listing")
+        ((kind, body),) = item.items()  # one object an item
+        match item:
+            case {"metainfo": _}:
+                continue
+            case {"table": table}:
+                tables.add((table["family"], table["name"]))
+            case {"set": found}:
+                tables.add((found["family"], found["table"]))
+                type_ = found["type"]
+                sets[found["name"]] = _Set(
+                    " . ".join(type_) if isinstance(type_, list) else type_,
+                    "interval" in (found.get("flags") or []),
+                    functools.partial(_json_elements, found.get("elem", [])))
+            case {"chain": chain}:
+                tables.add((chain["family"], chain["table"]))
+                chains[chain["name"]] = (_Chain(chain["hook"], chain["prio"], chain["policy"])
+                                         if "hook" in chain else _REGULAR)
+            case {"rule": rule}:
+                tables.add((rule["family"], rule["table"]))
+                rules.append((rule["chain"], rule["expr"]))
+            case _:
+                name = body.get("name") if isinstance(body, dict) else None
+                raise UnrecognisedRule(f"{kind} {name!r} in the listing")
     return tables, sets, chains, rules
 
 
-def _parse(source: Union[str, dict]) -> _Parsed:
+def _parse(source: Union[str, Listing]) -> _Parsed:
     tables, sets, chains, rules = (_parse_text(source) if isinstance(source, str)
                                    else _parse_listing(source))
-    for name, chain in chains.items():
+    for name, declared in chains.items():
         wanted = {INPUT_CHAIN: "input", FORWARD_CHAIN: "forward"}.get(name)
-        if chain.get("hook") != wanted or (wanted is None and not digest_from_chain_name(name)):
-            raise UnrecognisedRule(f"chain {name!r} ({chain.get('hook') or 'no hook'})")
-    accepts = {INPUT_CHAIN: [], FORWARD_CHAIN: []}
+        if declared.hook != wanted or (wanted is None and not digest_from_chain_name(name)):
+            raise UnrecognisedRule(f"chain {name!r} ({declared.hook or 'no hook'})")
+    accepts: dict[str, list[_Accept]] = {INPUT_CHAIN: [], FORWARD_CHAIN: []}
     closed = False
     for chain, expr in rules:
         if chain not in accepts:
@@ -343,7 +452,23 @@ KEY_TYPES = {"any": "inet_service", "ip": "ipv4_addr . inet_service",
              "ip6": "ipv6_addr . inet_service", "ether": "ether_addr . inet_service"}
 
 
-def _accepted(parsed: _Parsed, accept: _Accept) -> list:
+def _ports(name: str, elements: list[Element]) -> list[int]:
+    """The elements of a set of ports (UnrecognisedRule for anything else)."""
+    ports = [e for e in elements if isinstance(e, int)]
+    if len(ports) != len(elements):
+        raise UnrecognisedRule(f"set @{name} holds elements other than ports")
+    return ports
+
+
+def _pairs(name: str, elements: list[Element]) -> list[tuple[str, int]]:
+    """The elements of a set of (source, port) pairs (UnrecognisedRule for anything else)."""
+    pairs = [e for e in elements if isinstance(e, tuple)]
+    if len(pairs) != len(elements):
+        raise UnrecognisedRule(f"set @{name} holds elements other than (source, port) pairs")
+    return pairs
+
+
+def _accepted(parsed: _Parsed, accept: _Accept) -> list[Triple]:
     """The triples a rule accepts: its set's elements, read as the rule keys them, checked
     against the type the set declares."""
     found = parsed.sets[accept.set]
@@ -354,16 +479,18 @@ def _accepted(parsed: _Parsed, accept: _Accept) -> list:
     protocol = accept.protocol
     bridges = parsed.bridges if accept.bridges_only else [ANY_BRIDGE]
     if accept.key == "any":
+        ports = _ports(accept.set, elements)
         if accept.bridges_only:
-            return [(port, protocol, f"any via {b}") for port in elements for b in bridges]
-        return [(port, protocol, ANYWHERE) for port in elements]
+            return [(port, protocol, f"any via {b}") for port in ports for b in bridges]
+        return [(port, protocol, ANYWHERE) for port in ports]
+    pairs = _pairs(accept.set, elements)
     if accept.key == "ether":
-        return [(port, protocol, local_source(mac, b)) for mac, port in elements for b in bridges]
+        return [(port, protocol, local_source(mac, b)) for mac, port in pairs for b in bridges]
     if accept.bridges_only:
         raise UnrecognisedRule(f"an address lookup limited to @{BRIDGES_SET} ({accept.set})")
     version = 4 if accept.key == "ip" else 6
-    triples = []
-    for source, port in elements:
+    triples: list[Triple] = []
+    for source, port in pairs:
         if found.interval:
             network = ipaddress.ip_network(source)
             if network.version != version:
@@ -380,21 +507,22 @@ def _accepted(parsed: _Parsed, accept: _Accept) -> list:
     return triples
 
 
-def read_back(source: Union[str, dict]) -> ReadBack:
+def read_back(source: Union[str, Listing]) -> ReadBack:
     """What a rendered script (nft text) or a JSON listing of table inet mesh opens.
 
     Each accepting rule is interpreted from its expressions, each set read as its rules key
     it; anything else raises UnrecognisedRule, since an unknown rule could open anything."""
     parsed = _parse(source)
-    accepted_in, accepted_fwd = set(), set()
+    accepted_in: set[Triple] = set()
+    accepted_fwd: set[Triple] = set()
     for accept in parsed.input:
         accepted_in.update(_accepted(parsed, accept))
     for accept in parsed.forward:
         accepted_fwd.update(_accepted(parsed, accept))
     digests = [d for d in map(digest_from_chain_name, parsed.chains) if d]
     return ReadBack(
-        input_policy=parsed.chains.get(INPUT_CHAIN, {}).get("policy"),
-        forward_priority=parsed.chains.get(FORWARD_CHAIN, {}).get("prio"),
+        input_policy=parsed.chains.get(INPUT_CHAIN, _REGULAR).policy,
+        forward_priority=parsed.chains.get(FORWARD_CHAIN, _REGULAR).prio,
         input=frozenset(accepted_in),
         forward=frozenset(accepted_fwd),
         published_closed=parsed.closed,
@@ -403,18 +531,18 @@ def read_back(source: Union[str, dict]) -> ReadBack:
     )
 
 
-def keeps_ssh_floor(source: Union[str, dict], ssh_triples: frozenset) -> bool:
+def keeps_ssh_floor(source: Union[str, Listing], ssh_triples: frozenset[Triple]) -> bool:
     """Whether the script accepts every ssh-floor triple under a dropping input policy.
 
     Every line is read (an unknown one raises UnrecognisedRule); of the sets' elements, only
     those of the rules an ssh triple could pass (from anywhere, or by an address of its
     family), since reading 5,000 elements is most of the cost."""
     parsed = _parse(source)
-    if not ssh_triples or parsed.chains.get(INPUT_CHAIN, {}).get("policy") != "drop":
+    if not ssh_triples or parsed.chains.get(INPUT_CHAIN, _REGULAR).policy != "drop":
         return False
     keys = {"any" if s == ANYWHERE else ("ip" if canonical_address(s)[0] == 4 else "ip6")
             for _, _, s in ssh_triples}
-    found = set()
+    found: set[Triple] = set()
     for accept in parsed.input:
         if accept.key in keys and not accept.bridges_only:
             found.update(_accepted(parsed, accept))

@@ -34,19 +34,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
-from typing import Any, Iterable, Optional
+from typing import Iterable, Literal, Optional, Union
 
 import attrs
 
-from resolver import FirewallIntent, MeshError
+from resolver import FirewallFloor, FirewallIntent, MeshError
 
-from executors.common.marks import (  # noqa: F401  (part of this module's API)
-    DIGEST_CHAIN_PREFIX,
-    FIREWALL_FAMILY as FAMILY,
-    FIREWALL_TABLE as TABLE,
+from executors.common.marks import (
+    DIGEST_CHAIN_PREFIX as DIGEST_CHAIN_PREFIX,  # part of this module's API
+    FIREWALL_FAMILY,
+    FIREWALL_TABLE,
     digest_chain_name,
-    digest_from_chain_name,
+    digest_from_chain_name as digest_from_chain_name,  # part of this module's API
 )
+
+FAMILY = FIREWALL_FAMILY
+TABLE = FIREWALL_TABLE
 
 INPUT_CHAIN = "input"
 FORWARD_CHAIN = "forward"
@@ -89,6 +92,13 @@ class SetKind:
     def interval(self) -> bool:
         return self.source == "net"
 
+    @property
+    def address_family(self) -> str:
+        """`ip` or `ip6`: the family of the addresses or networks the set holds."""
+        if self.family is None:
+            raise FirewallError(f"set kind {self.suffix} holds no addresses")
+        return self.family
+
 
 # In rule order.
 SET_KINDS = (
@@ -102,6 +112,20 @@ SET_KINDS = (
     SetKind("local", "local", None, True, "same-node consumers: container MAC on the bridge"),
 )
 KIND = {k.suffix: k for k in SET_KINDS}
+
+Triple = tuple[int, str, str]  # (port, protocol, source) an opening lets in
+Canonical = tuple[int, int, str]  # an address: (version, integer, canonical text)
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+# An exposure's source, told by its first item: from anywhere, one address, or a network.
+Source = Union[tuple[Literal["any"], None], tuple[Literal["addr"], Canonical],
+               tuple[Literal["net"], Network]]
+# How a set's elements sort: the port (`any`), address and port in one integer (`v4`, `v6`),
+# (network, prefix length, port) (`_net`) or (MAC, port) (`local`).
+SortKey = Union[int, tuple[int, int, int], tuple[str, int]]
+# One expression of a rule as `nft -j list` gives it (a JSON object).
+Expr = dict[str, object]
+# A rule as the script writes it (nft text) and as the kernel lists it (its expressions).
+RuleShape = tuple[str, list[Expr]]
 
 
 class FirewallError(MeshError):
@@ -118,24 +142,24 @@ class Rendered:
 
     text: str = attrs.field(eq=False, repr=False)  # nft syntax, one command a line
     digest: str
-    ssh_triples: frozenset  # the (port, protocol, source) the ssh floor must keep open
+    ssh_triples: frozenset[Triple]  # the (port, protocol, source) the ssh floor must keep open
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def canonical_address(text: str) -> tuple:
+def canonical_address(text: str) -> Canonical:
     """(version, integer, canonical text) of an address; pure, cached for 5,000 sources."""
     address = ipaddress.ip_address(text)
     return (address.version, int(address), str(address))
 
 
-def _address(text: str, where: str) -> tuple:
+def _address(text: str, where: str) -> Canonical:
     try:
         return canonical_address(text)
     except (ValueError, TypeError):
         raise FirewallError(f"{where}: {text!r} is not an IP address") from None
 
 
-def parse_source(text: str, where: str):
+def parse_source(text: str, where: str) -> Source:
     """An exposure source: ("any", None), ("addr", (version, integer, text)), or ("net",
     ip_network) for a network wider than one address."""
     if text == ANYWHERE:
@@ -148,6 +172,14 @@ def parse_source(text: str, where: str):
     if network.prefixlen == network.max_prefixlen:
         return ("addr", canonical_address(str(network.network_address)))
     return ("net", network)
+
+
+def collapse(networks: Iterable[Network]) -> list[Network]:
+    """The networks with nested and adjacent ones merged (ipaddress.collapse_addresses),
+    IPv4 and IPv6 each on their own."""
+    nets = list(networks)
+    return [*ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network)),
+            *ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))]
 
 
 def parse_mac(text: str, where: str) -> str:
@@ -174,7 +206,7 @@ def _check_port(port: int, protocol: str, where: str) -> None:
         raise FirewallError(f"{where}: protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
 
 
-def ssh_floors(intent: FirewallIntent) -> list:
+def ssh_floors(intent: FirewallIntent) -> list[FirewallFloor]:
     return [f for f in intent.floors if f.reason.lower().startswith("ssh")]
 
 
@@ -190,16 +222,16 @@ class Openings:
     """Every (source, port) pair of an intent, by protocol and set suffix; each value maps a
     sort key to the element as nft text (equal keys are equal elements)."""
 
-    sets: dict  # (protocol, suffix) → {sort key: element text}
-    bridges: tuple
+    sets: dict[tuple[str, str], dict[SortKey, str]]  # (protocol, suffix) → {key: element text}
+    bridges: tuple[str, ...]
 
-    def elements(self, protocol: str, suffix: str) -> list:
+    def elements(self, protocol: str, suffix: str) -> list[str]:
         found = self.sets.get((protocol, suffix), {})
         return [found[key] for key in sorted(found)]
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _element_head(text: str) -> tuple:
+def _element_head(text: str) -> tuple[int, int, str]:
     """(version, integer, '<canonical address> . ') of an address."""
     version, number, canonical = canonical_address(text)
     return version, number, canonical + " . "
@@ -211,12 +243,13 @@ def openings(intent: FirewallIntent, bridges: Iterable[str] = DEFAULT_BRIDGES) -
     Elements are written as text here, once each (5,000 of them are the bulk of a script),
     sorted by source then port."""
     _address(intent.address, "address")
-    sets: dict = {}
+    sets: dict[tuple[str, str], dict[SortKey, str]] = {}
 
-    def add(protocol, suffix, key, element):
+    def add(protocol: str, suffix: str, key: SortKey, element: str) -> None:
         sets.setdefault((protocol, suffix), {})[key] = element
 
-    def add_addresses(protocol, port, sources, where, published=True):
+    def add_addresses(protocol: str, port: int, sources: Iterable[str], where: str,
+                      published: bool = True) -> None:
         host = "" if published else "_host"
         v4 = sets.setdefault((protocol, "v4" + host), {})
         v6 = sets.setdefault((protocol, "v6" + host), {})
@@ -236,23 +269,22 @@ def openings(intent: FirewallIntent, bridges: Iterable[str] = DEFAULT_BRIDGES) -
     for i, allow in enumerate(intent.allow):
         _check_port(allow.port, allow.protocol, f"allow {i}")
         add_addresses(allow.protocol, allow.port, allow.sources, f"allow {i}", allow.published)
-    networks: dict = {}
+    networks: dict[tuple[str, int], list[Network]] = {}
     for i, exposure in enumerate(intent.expose):
         where = f"expose {i}"
         _check_port(exposure.port, exposure.protocol, where)
         for text in exposure.sources:
-            kind, value = parse_source(text, where)
-            if kind == "any":
+            source = parse_source(text, where)
+            if source[0] == "any":
                 add(exposure.protocol, "any", exposure.port, str(exposure.port))
-            elif kind == "addr":
-                add_addresses(exposure.protocol, exposure.port, [value[2]], where)
+            elif source[0] == "addr":
+                add_addresses(exposure.protocol, exposure.port, [source[1][2]], where)
             else:
-                networks.setdefault((exposure.protocol, exposure.port, value.version),
-                                    []).append(value)
-    for (protocol, port, version), nets in networks.items():
+                networks.setdefault((exposure.protocol, exposure.port), []).append(source[1])
+    for (protocol, port), nets in networks.items():
         # intervals of one set may not overlap: merge nested and adjacent networks first
-        for net in ipaddress.collapse_addresses(nets):
-            add(protocol, "v4_net" if version == 4 else "v6_net",
+        for net in collapse(nets):
+            add(protocol, "v4_net" if net.version == 4 else "v6_net",
                 (int(net.network_address), net.prefixlen, port), f"{net} . {port}")
     has_local = False
     for i, local in enumerate(intent.local):
@@ -274,26 +306,27 @@ def openings(intent: FirewallIntent, bridges: Iterable[str] = DEFAULT_BRIDGES) -
 # it (what firewall_readback compares a listing with).
 
 
-def _match(left: Any, right: Any, op: str = "==") -> dict:
+def _match(left: object, right: object, op: str = "==") -> Expr:
     return {"match": {"op": op, "left": left, "right": right}}
 
 
-def _payload(protocol: str, field: str) -> dict:
+def _payload(protocol: str, field: str) -> Expr:
     return {"payload": {"protocol": protocol, "field": field}}
 
 
-def _ct(key: str, direction: Optional[str] = None) -> dict:
+def _ct(key: str, direction: Optional[str] = None) -> Expr:
     return {"ct": {"key": key, "dir": direction}} if direction else {"ct": {"key": key}}
 
 
-def _meta(key: str) -> dict:
+def _meta(key: str) -> Expr:
     return {"meta": {"key": key}}
 
 
-ACCEPT, DROP = {"accept": None}, {"drop": None}
-ESTABLISHED = ("ct state established,related accept",
+ACCEPT: Expr = {"accept": None}
+DROP: Expr = {"drop": None}
+ESTABLISHED: RuleShape = ("ct state established,related accept",
                [_match(_ct("state"), ["established", "related"], op="in"), ACCEPT])
-INPUT_PREAMBLE = (
+INPUT_PREAMBLE: tuple[RuleShape, ...] = (
     ('iif "lo" accept', [_match(_meta("iif"), "lo"), ACCEPT]),
     ESTABLISHED,
     ("ct state invalid drop", [_match(_ct("state"), "invalid", op="in"), DROP]),
@@ -302,10 +335,10 @@ INPUT_PREAMBLE = (
     (f"icmpv6 type {{ {', '.join(ICMPV6_TYPES)} }} accept",
      [_match(_payload("icmpv6", "type"), {"set": ICMPV6_TYPES}), ACCEPT]),
 )
-FORWARD_CLOSE = ("ct status dnat drop", [_match(_ct("status"), "dnat", op="in"), DROP])
+FORWARD_CLOSE: RuleShape = ("ct status dnat drop", [_match(_ct("status"), "dnat", op="in"), DROP])
 
 
-def input_rule(protocol: str, suffix: str) -> tuple[str, list]:
+def input_rule(protocol: str, suffix: str) -> RuleShape:
     """The input rule accepting what set `<protocol>_<suffix>` holds: (text, expressions)."""
     kind = KIND[suffix]
     name = set_name(protocol, suffix)
@@ -316,11 +349,12 @@ def input_rule(protocol: str, suffix: str) -> tuple[str, list]:
         return (f"iifname @{BRIDGES_SET} ether saddr . {protocol} dport @{name} accept",
                 [_match(_meta("iifname"), "@" + BRIDGES_SET),
                  _match({"concat": [_payload("ether", "saddr"), dport]}, "@" + name), ACCEPT])
-    return (f"{kind.family} saddr . {protocol} dport @{name} accept",
-            [_match({"concat": [_payload(kind.family, "saddr"), dport]}, "@" + name), ACCEPT])
+    family = kind.address_family
+    return (f"{family} saddr . {protocol} dport @{name} accept",
+            [_match({"concat": [_payload(family, "saddr"), dport]}, "@" + name), ACCEPT])
 
 
-def forward_rule(protocol: str, suffix: str) -> tuple[str, list]:
+def forward_rule(protocol: str, suffix: str) -> RuleShape:
     """The forward rule accepting DNAT'd connections the set holds: (text, expressions)."""
     kind = KIND[suffix]
     name = set_name(protocol, suffix)
@@ -335,9 +369,10 @@ def forward_rule(protocol: str, suffix: str) -> tuple[str, list]:
                 f"ether saddr . ct original proto-dst @{name} accept",
                 [dnat, _match(_meta("iifname"), "@" + BRIDGES_SET), l4,
                  _match({"concat": [_payload("ether", "saddr"), port]}, "@" + name), ACCEPT])
-    return (f"ct status dnat meta l4proto {protocol} ct original {kind.family} saddr . "
+    family = kind.address_family
+    return (f"ct status dnat meta l4proto {protocol} ct original {family} saddr . "
             f"ct original proto-dst @{name} accept",
-            [dnat, l4, _match({"concat": [_ct(f"{kind.family} saddr", "original"), port]},
+            [dnat, l4, _match({"concat": [_ct(f"{family} saddr", "original"), port]},
                               "@" + name), ACCEPT])
 
 
@@ -364,7 +399,7 @@ def set_size(elements: int) -> int:
     return max(64, 1 << max(elements - 1, 0).bit_length())
 
 
-def _lines(openings: Openings) -> list:
+def _lines(openings: Openings) -> list[str]:
     """The transaction's commands, one a line, in order."""
     lines = [f"add table {OBJECT}",  # so the delete below never fails on a fresh node
              f"delete table {OBJECT}",

@@ -30,15 +30,18 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import socket
 import threading
 from typing import Callable, Optional
 
 import attrs
+import docker
 
 from resolver import BindingDecl, Declaration
 
+from executors.node import docker_engine
 from executors.node.extensions import SecretSource
 from executors.node.provisioners.admin_login import read_admin, refused_message
 from executors.node.provisioners.base import (
@@ -63,6 +66,8 @@ from executors.node.verify.registry import verify_registry_logins
 
 # container name → (pid of its first process, state); pid None unless it runs
 Locate = Callable[[str], tuple[Optional[int], str]]
+# the node's Docker Engine client, connected when first called
+EngineClient = Callable[[], docker.APIClient]
 CLONE_NEWNET = 0x40000000
 
 
@@ -144,7 +149,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
     """`work()` run on a thread of its own that first enters the network namespace of
     process `pid` (setns(2) moves only the calling thread); the thread ends with it."""
-    box: dict = {}
+    results: list[Result] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:
@@ -155,25 +161,23 @@ def in_network_namespace(pid: int, work: Callable[[], Result]) -> Result:
                     raise OSError(errno, os.strerror(errno))
             finally:
                 os.close(fd)
-            box["result"] = work()
+            results.append(work())
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
-            box["error"] = error
+            errors.append(error)
 
     thread = threading.Thread(target=run, name=f"verify-in-netns-of-{pid}", daemon=True)
     thread.start()
     thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
-def engine_client(docker_host: Optional[str]) -> Callable[[], object]:
+def engine_client(docker_host: Optional[str]) -> EngineClient:
     """The node's Docker Engine client, connected when first needed, then the same one."""
-    api: list = []
+    api: list[docker.APIClient] = []
 
-    def engine():
-        from executors.node import docker_engine
-
+    def engine() -> docker.APIClient:
         if not api:
             api.append(docker_engine.connect(docker_host, timeout=30))
         return api[0]
@@ -181,14 +185,12 @@ def engine_client(docker_host: Optional[str]) -> Callable[[], object]:
     return engine
 
 
-def engine_locator(docker_host: Optional[str], engine=None) -> Locate:
+def engine_locator(docker_host: Optional[str], engine: Optional[EngineClient] = None) -> Locate:
     """container name → (pid, state), asked of the Docker Engine when first needed."""
-    engine = engine or engine_client(docker_host)
+    client = engine or engine_client(docker_host)
 
     def locate(name: str) -> tuple[Optional[int], str]:
-        from executors.node import docker_engine
-
-        return docker_engine.container_pid(engine(), name)
+        return docker_engine.container_pid(client(), name)
 
     return locate
 
@@ -201,7 +203,8 @@ def verify_from_containers(binding: BindingDecl, containers: list[str], locate: 
                            secret_source: Optional[SecretSource], timeout: float) -> Result:
     """The binding checked from inside each of the consumer's containers; the first that
     cannot use it is the result (naming the container and the consumer)."""
-    checked, result = [], None
+    checked: list[str] = []
+    result: Optional[Result] = None
     for name in containers:
         where = f"container {name} (consumer {binding.consumer})"
         try:
@@ -223,6 +226,8 @@ def verify_from_containers(binding: BindingDecl, containers: list[str], locate: 
         if result.status != OK:
             return result
         checked.append(name)
+    if result is None:
+        raise ValueError(f"no container of {binding.consumer} to check its binding from")
     return attrs.evolve(result, message=f"{result.message}, from inside {', '.join(checked)}")
 
 
@@ -230,52 +235,53 @@ def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource
                   timeout: float = 5.0) -> list[Result]:
     """A result per provider on this node holding an admin credential: does its running
     server accept it (the generation in force, or a rotation's pending one)?"""
-    results = []
+    results: list[Result] = []
     for p in declaration.providers:
-        provisioner = provisioner_for(p.kind) if p.admin is not None else None
-        if provisioner is None:
+        current = p.admin
+        provisioner = provisioner_for(p.kind) if current is not None else None
+        if current is None or provisioner is None:
             continue
-        admin = Admin(p.admin, p.admin_pending)
+        admin = Admin(current, p.admin_pending)
         endpoint = derive_endpoint(declaration, p.instance, p.kind)
-        common = dict(consumer=p.instance, requirement="admin", provider=p.instance,
-                      kind=p.kind, credential=admin.credential)
-        if p.admin.generation is None:
-            results.append(Result(status=NOT_PROVISIONED, generation=None, **common,
-                                  message=f"credential {admin.credential} is not issued yet: "
-                                  f"run `mesh plan --issue`"))
+        said = functools.partial(Result, consumer=p.instance, requirement="admin",
+                                 provider=p.instance, kind=p.kind, credential=admin.credential)
+        if current.generation is None:
+            results.append(said(status=NOT_PROVISIONED, generation=None,
+                                message=f"credential {admin.credential} is not issued yet: "
+                                f"run `mesh plan --issue`"))
             continue
         if endpoint is None or secret_source is None:
-            results.append(Result(status=NOT_PROVISIONED, generation=p.admin.generation,
-                                  **common, message=f"{admin.credential} not checked: "
-                                  + ("pass --secrets and --key" if secret_source is None
-                                     else f"no published port of {p.instance}")))
+            results.append(said(status=NOT_PROVISIONED, generation=current.generation,
+                                message=f"{admin.credential} not checked: "
+                                + ("pass --secrets and --key" if secret_source is None
+                                   else f"no published port of {p.instance}")))
             continue
         address = f"{endpoint.host}:{endpoint.port}"
         reading = read_admin(provisioner, endpoint, admin, secret_source, timeout)
         if reading.status == "accepted":
-            results.append(Result(status=OK, generation=reading.generation, address=address,
-                                  message=f"{p.instance}'s server accepts its admin "
-                                  f"{endpoint.user} with {admin.credential} generation "
-                                  f"{reading.generation} ({reading.detail})", **common))
+            results.append(said(status=OK, generation=reading.generation, address=address,
+                                message=f"{p.instance}'s server accepts its admin "
+                                f"{endpoint.user} with {admin.credential} generation "
+                                f"{reading.generation} ({reading.detail})"))
         elif reading.status == "refused":
-            results.append(Result(status=AUTH_FAILED, generation=p.admin.generation,
-                                  address=address, **common,
-                                  message=refused_message(p.instance, endpoint, admin,
-                                                          reading.tried)))
+            results.append(said(status=AUTH_FAILED, generation=current.generation,
+                                address=address,
+                                message=refused_message(p.instance, endpoint, admin,
+                                                        reading.tried)))
         elif reading.status == "unsealed":
-            results.append(Result(status=NOT_PROVISIONED, generation=p.admin.generation,
-                                  address=address, message=reading.detail, **common))
+            results.append(said(status=NOT_PROVISIONED, generation=current.generation,
+                                address=address, message=reading.detail))
         else:
-            results.append(Result(status=UNREACHABLE, generation=p.admin.generation,
-                                  address=address, **common,
-                                  message=f"{p.instance}'s server at {address} does not answer "
-                                  f"({reading.detail}): run `mesh apply` on this node"))
+            results.append(said(status=UNREACHABLE, generation=current.generation,
+                                address=address,
+                                message=f"{p.instance}'s server at {address} does not answer "
+                                f"({reading.detail}): run `mesh apply` on this node"))
     return results
 
 
 def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
                        timeout: float = 5.0, locate: Optional[Locate] = None,
-                       engine: Optional[Callable[[], object]] = None) -> list[Result]:
+                       engine: Optional[EngineClient] = None) -> list[Result]:
     """A result per binding, per provider admin on this node, per registry account of this
     node (with `engine`: the node's Docker Engine logs in, registry.py), then a
     `requires-nothing` result per instance with none of either.

@@ -16,8 +16,9 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from resolver import Declaration
 
@@ -27,7 +28,18 @@ from executors.node.provisioners.base import AUTH_FAILED, OK, UNREACHABLE, _one_
 from executors.node.verify.result import NOT_PROVISIONED, Result
 
 KIND = "registry+account"
-Engine = Callable[[], object]  # returns a docker.APIClient for this node's engine
+
+
+class RegistryLogin(Protocol):
+    """What a registry account's check asks of the node's Docker Engine client (a
+    docker.APIClient): log in to a registry with an account (`POST /auth`)."""
+
+    def login(self, *, username: str, password: str, registry: str, reauth: bool) -> object:
+        """Raise when the engine or the registry refuses the account."""
+        ...
+
+
+Engine = Callable[[], RegistryLogin]  # the node's Docker Engine client, connected when called
 
 
 def _engine_reason(error: Exception, password: str) -> str:
@@ -60,38 +72,38 @@ def refused_by_registry(why: str, registry: str, status: Optional[int] = None) -
 def verify_registry_logins(declaration: Declaration, secret_source: Optional[SecretSource],
                            engine: Engine) -> list[Result]:
     """A result per pull account the declaration gives this node's container runtime."""
-    results = []
+    results: list[Result] = []
     runtime = f"{declaration.node}'s container runtime"
     for login in declaration.registry_logins:
         secret = login.secret
-        common = dict(consumer=runtime, requirement=f"pull as {login.user}",
-                      provider=login.registry, kind=KIND, credential=secret.credential,
-                      generation=secret.generation, address=login.registry)
+        said = functools.partial(Result, consumer=runtime, requirement=f"pull as {login.user}",
+                                 provider=login.registry, kind=KIND, credential=secret.credential,
+                                 generation=secret.generation, address=login.registry)
         if secret.generation is None:
-            results.append(Result(status=NOT_PROVISIONED, **common,
-                                  message=f"credential {secret.credential} is not issued yet: "
-                                  f"run `mesh plan --issue`, then `mesh apply` on the "
-                                  f"registry's node and on this one"))
+            results.append(said(status=NOT_PROVISIONED,
+                                message=f"credential {secret.credential} is not issued yet: "
+                                f"run `mesh plan --issue`, then `mesh apply` on the "
+                                f"registry's node and on this one"))
             continue
         if secret_source is None:
-            results.append(Result(status=NOT_PROVISIONED, **common,
-                                  message=f"{secret.credential} generation {secret.generation} "
-                                  f"not checked: pass --secrets and --key"))
+            results.append(said(status=NOT_PROVISIONED,
+                                message=f"{secret.credential} generation {secret.generation} "
+                                f"not checked: pass --secrets and --key"))
             continue
         try:
             password = secret_source(secret)
         except Exception:  # noqa: BLE001 - not sealed to this node in the secrets given
-            results.append(Result(status=NOT_PROVISIONED, **common,
-                                  message=f"{secret.credential} generation {secret.generation} "
-                                  f"is not sealed to {declaration.node} in the secrets given: "
-                                  f"run `mesh plan --issue`"))
+            results.append(said(status=NOT_PROVISIONED,
+                                message=f"{secret.credential} generation {secret.generation} "
+                                f"is not sealed to {declaration.node} in the secrets given: "
+                                f"run `mesh plan --issue`"))
             continue
         try:
             api = engine()
         except Exception as error:  # noqa: BLE001 - the engine's own reason, named
-            results.append(Result(status=UNREACHABLE, **common,
-                                  message=f"cannot ask {runtime} to log in to {login.registry}: "
-                                  f"{_one_line(error)}"))
+            results.append(said(status=UNREACHABLE,
+                                message=f"cannot ask {runtime} to log in to {login.registry}: "
+                                f"{_one_line(error)}"))
             continue
         try:
             api.login(username=login.user, password=password, registry=login.registry,
@@ -100,23 +112,23 @@ def verify_registry_logins(declaration: Declaration, secret_source: Optional[Sec
             why = _engine_reason(error, password)
             status = getattr(getattr(error, "response", None), "status_code", None)
             if refused_by_registry(why, login.registry, status):
-                results.append(Result(status=AUTH_FAILED, **common,
-                                      message=f"{login.registry} refuses {login.user} with "
-                                      f"{secret.credential} generation {secret.generation} "
-                                      f"({why}): run `mesh apply` on the registry's node (its "
-                                      f"htpasswd provisioner puts the account in force), and "
-                                      f"`mesh applied` so this node is told the generation "
-                                      f"in force"))
+                results.append(said(status=AUTH_FAILED,
+                                    message=f"{login.registry} refuses {login.user} with "
+                                    f"{secret.credential} generation {secret.generation} "
+                                    f"({why}): run `mesh apply` on the registry's node (its "
+                                    f"htpasswd provisioner puts the account in force), and "
+                                    f"`mesh applied` so this node is told the generation "
+                                    f"in force"))
             else:
-                results.append(Result(status=UNREACHABLE, **common,
-                                      message=f"{runtime} cannot log in to {login.registry} "
-                                      f"({why}): check that the registry runs, that its "
-                                      f"node's firewall lets {declaration.node} in, and that "
-                                      f"/etc/docker/certs.d/{login.registry}/ca.crt holds the "
-                                      f"mesh CA (`mesh apply` on this node writes it)"))
+                results.append(said(status=UNREACHABLE,
+                                    message=f"{runtime} cannot log in to {login.registry} "
+                                    f"({why}): check that the registry runs, that its "
+                                    f"node's firewall lets {declaration.node} in, and that "
+                                    f"/etc/docker/certs.d/{login.registry}/ca.crt holds the "
+                                    f"mesh CA (`mesh apply` on this node writes it)"))
             continue
-        results.append(Result(status=OK, **common,
-                              message=f"{login.registry} lets {login.user} in with "
-                              f"{secret.credential} generation {secret.generation}, logged in "
-                              f"by {runtime} over TLS, as its pulls are"))
+        results.append(said(status=OK,
+                            message=f"{login.registry} lets {login.user} in with "
+                            f"{secret.credential} generation {secret.generation}, logged in "
+                            f"by {runtime} over TLS, as its pulls are"))
     return results

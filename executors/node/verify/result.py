@@ -36,5 +36,5 @@ class Result:
     def warning(self) -> bool:
         return self.status == NO_PROVISIONER
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return attrs.asdict(self)
