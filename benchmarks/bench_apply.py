@@ -26,20 +26,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Mapping
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import _docker  # noqa: E402  (the tests' image helper: busybox-static via docker import)
+# the tests' image helper (busybox-static via docker import); tests/ is outside mypy's files
+import _docker  # type: ignore[import-not-found]  # noqa: E402
+
+from executors.node import docker_engine  # noqa: E402
+from executors.node.apply.pipeline import apply_declaration  # noqa: E402
+from resolver import Declaration  # noqa: E402
+from resolver.documents import structure  # noqa: E402
 
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"]
 LABELS = {"mesh": "mesh apply", "full": "mesh apply --no-fast", "script": "mesh (console script)",
           "library": "apply_declaration (in-process)", "compose": "docker-compose up -d"}
 
 
-def timed(command: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
+def timed(command: list[str], *, cwd: Path, env: Mapping[str, str],
+          ) -> tuple[float, subprocess.CompletedProcess[str]]:
     began = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env)
     elapsed = time.perf_counter() - began
     if done.returncode != 0:
         sys.exit(f"{' '.join(command[:4])}… failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -67,8 +75,6 @@ def main() -> int:
     parser.add_argument("--containers", type=int, default=40)
     parser.add_argument("--repetitions", type=int, default=7)
     args = parser.parse_args()
-
-    from executors.node import docker_engine
 
     api = docker_engine.connect(_docker.docker_host())
     api.ping()
@@ -105,9 +111,6 @@ def main() -> int:
             print(f"  mesh apply (creating {n}): {first:.2f}s")
             first, _ = timed(compose_command, cwd=work_path, env=env)
             print(f"  docker-compose up -d (creating {n}): {first:.2f}s")
-            from executors.node.apply.pipeline import apply_declaration
-            from resolver import Declaration, structure
-
             decl = structure(json.loads(Path(declaration).read_text()), Declaration)
             commands = {"mesh": mesh_command, "full": full_command}
             if script_command:

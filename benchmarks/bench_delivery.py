@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import multiprocessing.process
+import multiprocessing.queues
 import os
 import shutil
 import statistics
@@ -41,12 +43,34 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Optional
 from urllib.parse import quote
+
+import attrs
+import pika
+import requests
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import requests  # noqa: E402
+# the tests' fleet of real `mesh agent` processes; tests/ is outside mypy's files
+from _fleet import APP, FleetMesh  # type: ignore[import-not-found]  # noqa: E402
+
+from executors.common import amqp, messages  # noqa: E402
+from executors.common.message_formats import DECLARATION  # noqa: E402
+from executors.control import publish  # noqa: E402
+from executors.control.broker_settings import settings_from  # noqa: E402
+from executors.control.ca import init_ca  # noqa: E402
+from executors.control.control_loop import Control, Delivery  # noqa: E402
+from executors.control.control_state import ControlState  # noqa: E402
+from executors.control.delivery_key import ensure_delivery_key  # noqa: E402
+from executors.control.loading import load_mesh_dir  # noqa: E402
+from executors.node.agent.config import AgentConfig, BrokerLogin  # noqa: E402
+from executors.node.agent.loop import Agent, check_body  # noqa: E402
+
+if TYPE_CHECKING:  # pika is untyped: these name what the channels and deliveries are
+    from pika.adapters.blocking_connection import BlockingChannel
+    from pika.spec import Basic, BasicProperties
 
 DIGEST = "sha256:" + "ab" * 32
 MODULE = """\
@@ -60,8 +84,49 @@ containers:
 """
 
 
-def service_broker() -> dict:
-    env = {}
+@attrs.frozen
+class Broker:
+    """The services' RabbitMQ (scripts/services.sh) and its administrator."""
+
+    amqp: str  # host:port
+    api: str  # the management API's URL
+    admin: str
+    password_file: str
+
+
+@attrs.frozen
+class Job:
+    """What one worker process is given: simulated agents for `nodes` (mode mesh) or raw
+    answerers (mode raw), over the benchmark's account."""
+
+    amqp: str  # host:port
+    vhost: str
+    user: str
+    password: str
+    mesh: str
+    ca: str  # the mesh CA's certificate, PEM
+    state: str
+    reply_size: int
+    nodes: tuple[str, ...] = ()
+    mode: Literal["mesh", "raw"] = "mesh"
+    index: int = 0
+
+
+@attrs.frozen
+class Row:
+    """One size of part 1: seconds (best and median of the repetitions) and message size."""
+
+    nodes: int
+    prepare: float  # resolve + write + record, before the first publish
+    ours: float
+    ours_median: float
+    raw: float
+    raw_median: float
+    message_bytes: float
+
+
+def service_broker() -> Broker:
+    env: dict[str, str] = {}
     path = Path("/var/lib/mesh-test/env")
     if path.exists():
         for line in path.read_text().splitlines():
@@ -69,17 +134,14 @@ def service_broker() -> dict:
             env[key] = value
     env.update({k: v for k, v in os.environ.items() if k.startswith("MESH_TEST_")})
     amqp = env.get("MESH_TEST_RABBIT_AMQP", "amqp://127.0.0.1:5672")
-    return {"amqp": amqp.split("//", 1)[1], "api": env.get("MESH_TEST_RABBIT_API",
-                                                          "http://127.0.0.1:15672"),
-            "admin": env.get("MESH_TEST_RABBIT_USER", "mesh-admin"),
-            "password_file": env.get("MESH_TEST_RABBIT_PASSWORD_FILE",
-                                     "/var/lib/mesh-test/rabbit-admin")}
+    return Broker(amqp=amqp.split("//", 1)[1],
+                  api=env.get("MESH_TEST_RABBIT_API", "http://127.0.0.1:15672"),
+                  admin=env.get("MESH_TEST_RABBIT_USER", "mesh-admin"),
+                  password_file=env.get("MESH_TEST_RABBIT_PASSWORD_FILE",
+                                        "/var/lib/mesh-test/rabbit-admin"))
 
 
 def synthetic_mesh(directory: Path, name: str, nodes: int) -> list[str]:
-    from executors.control.ca import init_ca
-    from executors.control.loading import load_mesh_dir
-
     names = [f"n{i:04d}" for i in range(nodes)]
     (directory / "catalogue" / "app").mkdir(parents=True)
     (directory / "catalogue" / "provisions.yaml").write_text("{}\n")
@@ -94,15 +156,10 @@ def synthetic_mesh(directory: Path, name: str, nodes: int) -> list[str]:
     return names
 
 
-def make_control(directory: Path, broker: dict):
-    from executors.control.broker_settings import settings_from
-    from executors.control.control_loop import Control
-    from executors.control.control_state import ControlState
-    from executors.control.loading import load_mesh_dir
-
+def make_control(directory: Path, broker: Broker) -> Control:
     inputs = load_mesh_dir(directory)
-    settings = settings_from(inputs, broker=broker["amqp"], api=broker["api"],
-                             admin=broker["admin"], admin_password_file=broker["password_file"])
+    settings = settings_from(inputs, broker=broker.amqp, api=broker.api,
+                             admin=broker.admin, admin_password_file=broker.password_file)
     return Control(mesh_dir=directory, settings=settings, state=ControlState(directory),
                    say=lambda line: None, issue=False)
 
@@ -110,9 +167,9 @@ def make_control(directory: Path, broker: dict):
 class Impersonator:
     """This benchmark's account: all rights in the mesh's vhost, the `impersonator` tag."""
 
-    def __init__(self, broker: dict, vhost: str):
-        self.api, self.vhost = broker["api"], vhost
-        self.auth = (broker["admin"], Path(broker["password_file"]).read_text().strip())
+    def __init__(self, broker: Broker, vhost: str) -> None:
+        self.api, self.vhost = broker.api, vhost
+        self.auth = (broker.admin, Path(broker.password_file).read_text().strip())
         self.user = f"bench-{uuid.uuid4().hex[:8]}"
         self.password = uuid.uuid4().hex
         base = f"{self.api}/api"
@@ -127,9 +184,9 @@ class Impersonator:
         requests.delete(f"{self.api}/api/users/{self.user}", auth=self.auth, timeout=10)
 
 
-def remove_mesh(broker: dict, mesh: str) -> None:
-    auth = (broker["admin"], Path(broker["password_file"]).read_text().strip())
-    api, vhost = broker["api"], f"mesh.{mesh}"
+def remove_mesh(broker: Broker, mesh: str) -> None:
+    auth = (broker.admin, Path(broker.password_file).read_text().strip())
+    api, vhost = broker.api, f"mesh.{mesh}"
     requests.delete(f"{api}/api/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=30)
     for user in requests.get(f"{api}/api/users", auth=auth, timeout=10).json():
         if user["name"].startswith(vhost + "."):
@@ -144,41 +201,37 @@ def remove_mesh(broker: dict, mesh: str) -> None:
 # --------------------------------------------------------------------------- workers
 
 
-def worker(job: dict, ready, done) -> None:
-    """Simulated agents for `job["nodes"]`: verify and report (mode mesh) or answer (raw)."""
-    import pika
-
-    from executors.common import amqp, messages
-    from executors.node.agent.loop import Agent, check_body
-    from executors.node.agent.config import AgentConfig, BrokerLogin
-
-    host, port = job["amqp"].split(":")
+def worker(job: Job, ready: multiprocessing.queues.Queue[int],
+           done: multiprocessing.queues.Queue[int]) -> None:
+    """Simulated agents for `job.nodes`: verify and report (mode mesh) or answer (raw)."""
+    host, port = job.amqp.split(":")
     connection = pika.BlockingConnection(pika.ConnectionParameters(
-        host, int(port), job["vhost"], pika.PlainCredentials(job["user"], job["password"])))
+        host, int(port), job.vhost, pika.PlainCredentials(job.user, job.password)))
     consume = connection.channel()
     consume.basic_qos(prefetch_count=500)
     replies = connection.channel()
     replies.confirm_delivery()
-    names = amqp.FleetNames(job["mesh"])
-    agents, cas = {}, messages.load_certificate(job["ca"])
-    for node in job["nodes"]:
-        config = AgentConfig(path="-", mesh=job["mesh"], node=node, key="-",
+    names = amqp.FleetNames(job.mesh)
+    agents: dict[str, Agent] = {}
+    cas = messages.load_certificate(job.ca)
+    for node in job.nodes:
+        config = AgentConfig(path="-", mesh=job.mesh, node=node, key="-",
                              ca_fingerprint=messages.certificate_fingerprint(cas),
-                             broker_host=host, broker_port=int(port), vhost=job["vhost"],
-                             state_root=job["state"], verify=False, ca_certificate=job["ca"],
-                             login=BrokerLogin(host, int(port), job["vhost"],
+                             broker_host=host, broker_port=int(port), vhost=job.vhost,
+                             state_root=job.state, verify=False, ca_certificate=job.ca,
+                             login=BrokerLogin(host, int(port), job.vhost,
                                                names.node_user(node), "-"))
         agents[node] = Agent(config, say=lambda line: None)
-    reply = b"x" * job["reply_size"]
+    reply = b"x" * job.reply_size
     count = {"n": 0}
 
-    def on_message(channel, method, props, body, node):
-        if job["mode"] == "mesh":
+    def on_message(channel: BlockingChannel, method: Basic.Deliver, props: BasicProperties,
+                   body: bytes, node: str) -> None:
+        if job.mode == "mesh":
             agent = agents[node]
-            verified = messages.open_signed(body, kind=messages.DECLARATION, ca=agent.ca,
-                                            mesh=job["mesh"])
+            verified = messages.open_signed(body, kind=DECLARATION, ca=agent.ca, mesh=job.mesh)
             declaration = check_body(verified, agent.config)
-            record = {"version": 2, "mesh": job["mesh"], "node": node, "result": "applied",
+            record = {"version": 2, "mesh": job.mesh, "node": node, "result": "applied",
                       "serial": declaration.serial, "digest": declaration.digest,
                       "generations": {}, "granted": {}, "not_provisioned": [], "failed": None}
             report = agent._report("message", result="applied", message_id=props.message_id,
@@ -193,22 +246,25 @@ def worker(job: dict, ready, done) -> None:
         channel.basic_ack(method.delivery_tag)
         count["n"] += 1
 
-    for node in job["nodes"]:
+    for node in job.nodes:
         consume.basic_consume(names.node_queue(node),
                               lambda ch, m, p, b, node=node: on_message(ch, m, p, b, node))
-    ready.put(job["index"])
-    while count["n"] < len(job["nodes"]):
+    ready.put(job.index)
+    while count["n"] < len(job.nodes):
         connection.process_data_events(time_limit=0.5)
-    done.put(job["index"])
+    done.put(job.index)
     connection.close()
 
 
-def start_workers(mode: str, shards: list[list[str]], base: dict):
+def start_workers(mode: Literal["mesh", "raw"], shards: list[list[str]], base: Job,
+                  ) -> tuple[list[multiprocessing.process.BaseProcess],
+                             multiprocessing.queues.Queue[int]]:
     context = multiprocessing.get_context("fork")
-    ready, done = context.Queue(), context.Queue()
-    processes = []
+    ready: multiprocessing.queues.Queue[int] = context.Queue()
+    done: multiprocessing.queues.Queue[int] = context.Queue()
+    processes: list[multiprocessing.process.BaseProcess] = []
     for index, nodes in enumerate(shards):
-        job = dict(base, nodes=nodes, mode=mode, index=index)
+        job = attrs.evolve(base, nodes=tuple(nodes), mode=mode, index=index)
         process = context.Process(target=worker, args=(job, ready, done), daemon=True)
         process.start()
         processes.append(process)
@@ -217,16 +273,13 @@ def start_workers(mode: str, shards: list[list[str]], base: dict):
     return processes, done
 
 
-def take_reports(control, channel, expected: int, handle: bool) -> None:
+def take_reports(control: Control, channel: BlockingChannel, expected: int,
+                 handle: bool) -> None:
     """Consume `expected` messages off the reports queue; with `handle`, as control does."""
-    import pika
-
-    from executors.common import amqp
-
     connection = channel.connection
     inbox = connection.channel()
     inbox.basic_qos(prefetch_count=1000)
-    waiting: list = []
+    waiting: list[Delivery] = []
     inbox.basic_consume(amqp.REPORT_QUEUE, lambda ch, m, p, b: waiting.append(
         (amqp.REPORT_QUEUE, m, p, b)))
     taken = 0
@@ -240,16 +293,10 @@ def take_reports(control, channel, expected: int, handle: bool) -> None:
             else:
                 inbox.basic_ack(batch[-1][1].delivery_tag, multiple=True)
     inbox.close()
-    assert isinstance(pika.__version__, str)
 
 
-def part_one(sizes, workers: int, repetitions: int, broker: dict) -> list[dict]:
-    from executors.common import amqp, messages
-    from executors.control import publish
-    from executors.control.delivery_key import ensure_delivery_key
-    from executors.control.loading import load_mesh_dir
-
-    rows = []
+def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -> list[Row]:
+    rows: list[Row] = []
     for size in sizes:
         scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
         mesh = f"bd{uuid.uuid4().hex[:8]}"
@@ -263,16 +310,17 @@ def part_one(sizes, workers: int, repetitions: int, broker: dict) -> list[dict]:
             began = time.perf_counter()
             prepared = control.prepare()
             prepare_seconds = time.perf_counter() - began
-            raw_data = [messages.sign(messages.DECLARATION,
+            raw_data = [messages.sign(DECLARATION,
                                       publish.declaration_body(d, prepared.ledger, "x"),
                                       key.key, key.certificate_pem)
                         for d in prepared.declarations]
             shards = [nodes[i::workers] for i in range(workers)]
-            base = {"amqp": broker["amqp"], "vhost": control.fleet.names.vhost,
-                    "user": impersonator.user, "password": impersonator.password,
-                    "mesh": mesh, "ca": key.ca_pem, "state": str(scratch / "agent"),
-                    "reply_size": 1200}
-            ours, raw = [], []
+            base = Job(amqp=broker.amqp, vhost=control.fleet.names.vhost,
+                       user=impersonator.user, password=impersonator.password,
+                       mesh=mesh, ca=key.ca_pem, state=str(scratch / "agent"),
+                       reply_size=1200)
+            ours: list[float] = []
+            raw: list[float] = []
             for repetition in range(repetitions):
                 processes, done = start_workers("mesh", shards, base)
                 began = time.perf_counter()
@@ -296,10 +344,10 @@ def part_one(sizes, workers: int, repetitions: int, broker: dict) -> list[dict]:
             reports = control.state.reports()
             assert len(reports) == size and all(r["last"]["result"] == "applied"
                                                 for r in reports.values())
-            rows.append({"nodes": size, "prepare": prepare_seconds, "ours": min(ours),
-                         "ours_median": statistics.median(ours), "raw": min(raw),
-                         "raw_median": statistics.median(raw),
-                         "message_bytes": statistics.mean(len(d) for d in raw_data)})
+            rows.append(Row(nodes=size, prepare=prepare_seconds, ours=min(ours),
+                            ours_median=statistics.median(ours), raw=min(raw),
+                            raw_median=statistics.median(raw),
+                            message_bytes=statistics.mean(len(d) for d in raw_data)))
             connection.close()
         finally:
             if impersonator is not None:
@@ -307,28 +355,21 @@ def part_one(sizes, workers: int, repetitions: int, broker: dict) -> list[dict]:
             remove_mesh(broker, mesh)
             shutil.rmtree(scratch, ignore_errors=True)
         row = rows[-1]
-        print(f"{size:>5} nodes: publish→reports {row['ours']:.3f}s (median "
-              f"{row['ours_median']:.3f}s), raw publish+consume+reply {row['raw']:.3f}s "
-              f"(median {row['raw_median']:.3f}s), ratio {row['ours'] / row['raw']:.2f}; "
-              f"{1000 * row['ours'] / size:.2f} ms/node; resolve+write+record before it "
-              f"{row['prepare']:.2f}s; message {row['message_bytes']:.0f} bytes", flush=True)
+        print(f"{size:>5} nodes: publish→reports {row.ours:.3f}s (median "
+              f"{row.ours_median:.3f}s), raw publish+consume+reply {row.raw:.3f}s "
+              f"(median {row.raw_median:.3f}s), ratio {row.ours / row.raw:.2f}; "
+              f"{1000 * row.ours / size:.2f} ms/node; resolve+write+record before it "
+              f"{row.prepare:.2f}s; message {row.message_bytes:.0f} bytes", flush=True)
     return rows
 
 
 # --------------------------------------------------------------------------- one real node
 
 
-def part_two(repetitions: int) -> dict:
-    from _fleet import FleetMesh
-
-    from executors.control.control_loop import Control
-    from executors.control.control_state import ControlState
-    from executors.control.broker_settings import settings_from
-    from executors.control.loading import load_mesh_dir
-
+def part_two(repetitions: int) -> dict[str, list[float]]:
     scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-node-"))
     fleet = FleetMesh(scratch, {"app@solo": ("app", "solo")})
-    results = {"change": [], "republish": []}
+    results: dict[str, list[float]] = {"change": [], "republish": []}
     try:
         fleet.setup()
         fleet.enrol("solo")
@@ -343,20 +384,21 @@ def part_two(repetitions: int) -> dict:
         control.publish(channel)
         take_reports(control, channel, 1, handle=True)
         for repetition in range(repetitions):
-            from _fleet import APP
-
             fleet.write_module("app", APP.replace("GREETING: hello",
                                                   f"GREETING: hello{repetition}"))
             began = time.perf_counter()
             control.publish(channel)
             take_reports(control, channel, 1, handle=True)
             results["change"].append(time.perf_counter() - began)
-            assert control.state.report("solo")["last"]["result"] == "applied"
+            report = control.state.report("solo")
+            assert report is not None and report["last"]["result"] == "applied"
             began = time.perf_counter()
             control.publish(channel, force=["solo"], only=["solo"])
             take_reports(control, channel, 1, handle=True)
             results["republish"].append(time.perf_counter() - began)
-            last = control.state.report("solo")["last"]
+            report = control.state.report("solo")
+            assert report is not None
+            last = report["last"]
             assert last["result"] == "applied" and last["operations"] == [], last
         connection.close()
     finally:
@@ -370,7 +412,7 @@ def part_two(repetitions: int) -> dict:
     return results
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--workers", type=int, default=2)
@@ -384,14 +426,14 @@ def main(argv=None) -> int:
     rows = part_one(args.sizes, args.workers, args.repetitions, broker)
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
-        print(f"cost per node from {first['nodes']} to {last['nodes']} nodes: "
-              f"{1000 * first['ours'] / first['nodes']:.2f} → "
-              f"{1000 * last['ours'] / last['nodes']:.2f} ms/node (raw "
-              f"{1000 * first['raw'] / first['nodes']:.2f} → "
-              f"{1000 * last['raw'] / last['nodes']:.2f})")
+        print(f"cost per node from {first.nodes} to {last.nodes} nodes: "
+              f"{1000 * first.ours / first.nodes:.2f} → "
+              f"{1000 * last.ours / last.nodes:.2f} ms/node (raw "
+              f"{1000 * first.raw / first.nodes:.2f} → "
+              f"{1000 * last.raw / last.nodes:.2f})")
     if not args.no_real_node:
         part_two(args.real_node_repetitions)
-    print(json.dumps({"simulated": rows}, indent=None))
+    print(json.dumps({"simulated": [attrs.asdict(row) for row in rows]}, indent=None))
     return 0
 
 

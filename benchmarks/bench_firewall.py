@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, ParamSpec, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 MARKER = "MESH_BENCH_FIREWALL_IN_NETNS"
@@ -44,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from pyrsistent import pvector  # noqa: E402
 
-from executors.node.firewall import executor as fw# noqa: E402
+from executors.node.firewall import executor as fw  # noqa: E402
 from executors.node.firewall.readback import keeps_ssh_floor, read_back  # noqa: E402
 from executors.node.firewall.render import render  # noqa: E402
 from resolver import FirewallAllow, FirewallFloor, FirewallIntent  # noqa: E402
@@ -53,13 +54,16 @@ PAIRS = 5000
 SHAPES = ((1000, 5), (250, 20), (50, 100))
 TARGET = 2.0
 
+P = ParamSpec("P")
+T = TypeVar("T")
 
-def sources(count: int, offset: int = 0) -> list:
+
+def sources(count: int, offset: int = 0) -> list[str]:
     return [f"10.{78 + (i + offset) // 65536}.{(i + offset) // 256 % 256}.{(i + offset) % 256}"
             for i in range(count)]
 
 
-def pairs(ports: int, per_port: int, shift: int = 0) -> list:
+def pairs(ports: int, per_port: int, shift: int = 0) -> list[tuple[str, int]]:
     return [(source, 10000 + p) for p in range(ports) for source in sources(per_port, p + shift)]
 
 
@@ -79,13 +83,13 @@ def raw_script(ports: int, per_port: int) -> str:
             f"    elements = {{ {elements} }}\n  }}\n}}\n")
 
 
-def timed(function, *args, **kw):
+def timed(function: Callable[P, T], *args: P.args, **kw: P.kwargs) -> tuple[T, float]:
     started = time.perf_counter()
     result = function(*args, **kw)
     return result, time.perf_counter() - started
 
 
-def ms(values: list) -> str:
+def ms(values: list[float]) -> str:
     return f"{min(values) * 1000:7.1f} ms (median {statistics.median(values) * 1000:6.1f})"
 
 
@@ -93,6 +97,7 @@ def run_nft(script: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of `nft -f script`."""
     started = time.perf_counter()
     child = subprocess.Popen(["nft", "-f", str(script)], stderr=subprocess.PIPE)
+    assert child.stderr is not None  # stderr=PIPE
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     error = child.stderr.read().decode()
@@ -102,14 +107,16 @@ def run_nft(script: Path) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def apply_timed(intent_, state, nft):
+def apply_timed(intent_: FirewallIntent, state: str, nft: fw.Nftables,
+                ) -> tuple[fw.FirewallReport, float, float]:
     """(report, wall, CPU) of one apply_firewall."""
     cpu, started = time.process_time(), time.perf_counter()
     report = fw.apply_firewall(intent_, state, nft=nft)
     return report, time.perf_counter() - started, time.process_time() - cpu
 
 
-def run_shape(ports: int, per_port: int, rounds: int, nft, scratch: Path) -> tuple:
+def run_shape(ports: int, per_port: int, rounds: int, nft: fw.Nftables, scratch: Path,
+              ) -> tuple[float, float, float]:
     script = scratch / f"raw-{ports}x{per_port}.nft"
     script.write_text(raw_script(ports, per_port))
     wanted, moved = intent(ports, per_port), intent(ports, per_port, shift=1)
@@ -117,8 +124,13 @@ def run_shape(ports: int, per_port: int, rounds: int, nft, scratch: Path) -> tup
     back = read_back(rendered.text)
     assert len(back.input) == PAIRS + 1, len(back.input)  # the pairs and the ssh floor
     assert {(p, "tcp", a) for a, p in pairs(ports, per_port)} <= back.forward
-    raw, raw_cpu, firsts, first_cpu, changes, seconds = [], [], [], [], [], []
-    parts: dict = {"render": [], "read back (ssh floor)": [], "dry-run check": [],
+    raw: list[float] = []
+    raw_cpu: list[float] = []
+    firsts: list[float] = []
+    first_cpu: list[float] = []
+    changes: list[float] = []
+    seconds: list[float] = []
+    parts: dict[str, list[float]] = {"render": [], "read back (ssh floor)": [], "dry-run check": [],
                    "commit": [], "read back (running digest)": []}
     for _ in range(rounds):
         nft.cmd("delete table inet bench")  # (fails harmlessly when there is none)

@@ -2,7 +2,7 @@
 declared (issue 11: `declared` holds each instance's last written rendering).
 
 On the synthetic meshes of bench_resolve.py: the ledger after a resolve, and the same ledger
-after `mesh plan --out` recorded its declarations (resolver.record_declared). Prints, per
+after `mesh plan --out` recorded its declarations (resolver.rendering.record_declared). Prints, per
 size: the YAML size, CPU seconds to write it (dump_ledger) and to read it back (load_ledger),
 the ratio of reading with records to reading without, and a resolve with the recorded
 ledger against one without (the record is read for held instances and kept ports).
@@ -18,33 +18,40 @@ import gc
 import sys
 import time
 from pathlib import Path
+from typing import Callable, ParamSpec, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_resolve import synthetic  # noqa: E402
 
-from resolver import dump_ledger, load_ledger, record_declared, resolve  # noqa: E402
+from resolver import resolve  # noqa: E402
+from resolver.documents import dump_ledger, load_ledger  # noqa: E402
+from resolver.rendering import record_declared  # noqa: E402
 
 
-def cpu(function, *args):
-    best = None
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def cpu(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[float, T]:
+    """The best of 3 CPU seconds of function(*args), and what it returned."""
+    spent: list[float] = []
     for _ in range(3):
         gc.collect()
         started = time.process_time()
-        result = function(*args)
-        spent = time.process_time() - started
-        best = spent if best is None else min(best, spent)
-    return best, result
+        result = function(*args, **kwargs)
+        spent.append(time.process_time() - started)
+    return min(spent), result
 
 
-def main(argv) -> int:
+def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv] or [100, 500, 2000]
     print(f"{'instances':>9} {'records':>8} {'MB':>6} {'dump s':>7} {'load s':>7} "
           f"{'ratio':>6} {'resolve s':>10}")
     for size in sizes:
         catalogue, mesh, ledger = synthetic(size)
         first = resolve(catalogue, mesh, ledger)
-        plain = None
+        plain: float | None = None
         for label, written in (("no", first.ledger), ("yes", record_declared(first))):
             dump_s, text = cpu(dump_ledger, written)
             load_s, (loaded, _) = cpu(load_ledger, text, "ledger.yaml")

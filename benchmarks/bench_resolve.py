@@ -23,9 +23,10 @@ import random
 import sys
 import time
 import tracemalloc
+from typing import Sequence
 
+import attrs
 from pyrsistent import pmap, pvector
-
 
 from resolver import (
     Artifact,
@@ -49,7 +50,7 @@ from executors.common.runtime import resolving
 PER_NODE = 25
 
 
-def synthetic(size: int, seed: int = 7):
+def synthetic(size: int, seed: int = 7) -> tuple[Catalogue, Mesh, Ledger]:
     rng = random.Random(seed)
     provisions = {
         "postgres-database": Provision(grant="database+login",
@@ -60,7 +61,8 @@ def synthetic(size: int, seed: int = 7):
                           keys=pvector(["host", "port", "vhost", "user", "password"])),
     }
 
-    def module(name, provides=(), requires=()):
+    def module(name: str, provides: Sequence[str] = (), requires: Sequence[Require] = (),
+               ) -> Module:
         env = {f"{r.as_.upper()}_{k.upper()}": "${" + r.as_ + "." + k + "}"
                for r in requires for k in ("host", "port", "user", "password")}
         return Module(
@@ -80,14 +82,14 @@ def synthetic(size: int, seed: int = 7):
     nodes = {f"node{i:04d}": Node(address=f"10.{i // 250}.{i % 250}.1")
              for i in range(node_count)}
     names = sorted(nodes)
-    instances = {}
+    instances: dict[str, Instance] = {}
     for node in names:
         instances[f"db@{node}"] = Instance("db", node)
         instances[f"mq@{node}"] = Instance("mq", node)
     i = 0
     while len(instances) < size:
         node = names[i % node_count]
-        bind = {}
+        bind: dict[str, str] = {}
         if rng.random() < 0.05:
             other = rng.choice([n for n in names if n != node])
             bind = {"db": f"db@{other}", "mq": f"mq@{other}"}
@@ -99,20 +101,35 @@ def synthetic(size: int, seed: int = 7):
     return Catalogue(pmap(modules), pmap(provisions)), mesh, Ledger(pins=pmap(pins))
 
 
-def measure(size: int, tuned: bool) -> dict:
+@attrs.frozen
+class Measurement:
+    """One size's figures: CPU seconds (best of 3) unless named otherwise."""
+
+    size: int
+    resolve: float
+    wall: float  # wall-clock seconds of the best first resolve
+    gc: float  # CPU seconds of it spent in the garbage collector
+    reresolve: float
+    peak: int  # bytes, tracemalloc's peak over one first resolve
+    bindings: int
+    cross: int  # bindings whose consumer and provider are on different nodes
+    refused: int
+
+
+def measure(size: int, tuned: bool) -> Measurement:
     catalogue, mesh, ledger = synthetic(size)
     context = resolving() if tuned else contextlib.nullcontext()
     with context:
         return _measure(size, catalogue, mesh, ledger)
 
 
-def _measure(size, catalogue, mesh, ledger) -> dict:
+def _measure(size: int, catalogue: Catalogue, mesh: Mesh, ledger: Ledger) -> Measurement:
     # best of three, CPU time of this process: the machine is shared, and a neighbour's load
     # should not read as ours (wall-clock is printed beside it)
-    runs = []
+    runs: list[tuple[float, float, float]] = []
     collecting = [0.0, 0.0]  # CPU seconds inside the collector, and when this collection began
 
-    def timer(phase: str, info: dict) -> None:
+    def timer(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collecting[1] = time.process_time()
         else:
@@ -127,13 +144,13 @@ def _measure(size, catalogue, mesh, ledger) -> dict:
         runs.append((time.process_time() - cpu, time.perf_counter() - wall, collecting[0]))
         gc.callbacks.remove(timer)
     resolve_s, wall_s, gc_s = min(runs)
-    runs = []
+    reruns: list[float] = []
     for _ in range(3):
         gc.collect()
         cpu = time.process_time()
         second = resolve(catalogue, mesh, first.ledger)
-        runs.append(time.process_time() - cpu)
-    reresolve_s = min(runs)
+        reruns.append(time.process_time() - cpu)
+    reresolve_s = min(reruns)
     assert second.declarations == first.declarations, "not a fixed point"
     gc.collect()
     tracemalloc.start()
@@ -142,13 +159,12 @@ def _measure(size, catalogue, mesh, ledger) -> dict:
     tracemalloc.stop()
     bindings = len(first.bindings)
     cross = sum(1 for b in first.bindings if b.consumer_node != b.provider_node)
-    return {"size": size, "resolve": resolve_s, "wall": wall_s, "gc": gc_s,
-            "reresolve": reresolve_s,
-            "peak": peak,
-            "bindings": bindings, "cross": cross, "refused": len(first.problems)}
+    return Measurement(size=size, resolve=resolve_s, wall=wall_s, gc=gc_s,
+                       reresolve=reresolve_s, peak=peak, bindings=bindings, cross=cross,
+                       refused=len(first.problems))
 
 
-def main(argv) -> int:
+def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv] or [625, 1250, 2500, 5000, 10000]
     for tuned in (False, True):
         print("garbage collector:", "as `mesh plan` runs it (executors.common.runtime.resolving)"
@@ -160,19 +176,19 @@ def main(argv) -> int:
     return 0
 
 
-def table(sizes, tuned) -> None:
+def table(sizes: list[int], tuned: bool) -> None:
     print(f"{'instances':>9} {'bindings':>8} {'cross':>6} {'resolve s':>10} {'(wall)':>7} "
           f"{'(in gc)':>7} {'re-resolve s':>12} {'peak MB':>8} {'ratio':>6}")
-    previous = None
+    previous: Measurement | None = None
     for size in sizes:
         m = measure(size, tuned)
         ratio = "-"
         if previous:  # per doubling, whatever the step between the sizes asked for
-            doublings = math.log2(m["size"] / previous["size"])
-            ratio = f"{(m['resolve'] / previous['resolve']) ** (1 / doublings):.2f}"
-        print(f"{m['size']:>9} {m['bindings']:>8} {m['cross']:>6} {m['resolve']:>10.3f} "
-              f"{m['wall']:>7.3f} {m['gc']:>7.3f} "
-              f"{m['reresolve']:>12.3f} {m['peak'] / 1e6:>8.1f} {ratio:>6}", flush=True)
+            doublings = math.log2(m.size / previous.size)
+            ratio = f"{(m.resolve / previous.resolve) ** (1 / doublings):.2f}"
+        print(f"{m.size:>9} {m.bindings:>8} {m.cross:>6} {m.resolve:>10.3f} "
+              f"{m.wall:>7.3f} {m.gc:>7.3f} "
+              f"{m.reresolve:>12.3f} {m.peak / 1e6:>8.1f} {ratio:>6}", flush=True)
         previous = m
 
 

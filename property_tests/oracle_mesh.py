@@ -34,7 +34,7 @@ from typing import Optional
 
 import attrs
 
-import resolver as codes  # the problem codes are public names of the library
+from resolver import ProblemCode as codes  # the problem codes, one public enum
 
 STATE_ROOT = "/var/lib/mesh"
 

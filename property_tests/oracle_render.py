@@ -36,7 +36,7 @@ from resolver import (
     StateDirDecl,
 )
 
-from resolver import assign_macs  # the naming function only: a hash of the name
+from resolver.rendering import assign_macs  # the naming function only: a hash of the name
 
 from .oracle_mesh import credential, floor_conflicts, installed, state_path
 

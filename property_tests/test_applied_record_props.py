@@ -23,7 +23,7 @@ from executors.common.applied_record import (
     record_after,
 )
 from resolver import ContainerDecl, Declaration, GrantDecl, Ledger, SecretRef
-from resolver import begin_rotation, first_generation, provider_applied, record_applied
+from resolver.rotation import begin_rotation, first_generation, provider_applied, record_applied
 
 DIGESTS = st.sampled_from(["sha256:a", "sha256:b", "sha256:c"])
 CREDS = st.sampled_from(["amqp/mq@n/app@n", "secret/pg@n/admin", "postgres-database/pg@n/x@n"])

@@ -20,7 +20,7 @@ from pyrsistent import pmap, pvector
 from resolver import (Artifact, BuildRecord, Catalogue, Container, Instance, Ledger, Mesh, Module,
                       Node, PortRange, resolve, validate)
 from resolver import ProblemCode as codes
-from resolver import (
+from resolver.artifacts import (
     SELF_HOSTING,
     artifact_state,
     build_graph,
@@ -249,7 +249,7 @@ def test_images_are_named_by_their_digest_from_the_registry_holding_it(case, reg
 
 
 def test_a_cycle_of_bases_is_refused_and_an_acyclic_graph_is_not():
-    from resolver import validate_build_graph
+    from resolver.artifacts import validate_build_graph
 
     def module(name, artifacts):
         return Module(name=name, artifacts=pmap(artifacts))
@@ -279,7 +279,7 @@ ELSEWHERE = ["10.0.0.1:5000", "registry.example:8443", "[fd00::1]:5000", "ghcr.i
 
 @given(st.sampled_from(LOOPBACK + ELSEWHERE))
 def test_a_registry_is_on_loopback_exactly_when_its_host_is(registry):
-    from resolver import is_loopback
+    from resolver.artifacts import is_loopback
 
     assert is_loopback(registry) == (registry in LOOPBACK)
 
@@ -288,7 +288,7 @@ def test_a_registry_is_on_loopback_exactly_when_its_host_is(registry):
 def test_every_stale_artifact_says_which_base_moved(case):
     """Each reason names the bases that moved and, when both are known, the digests (their
     first twelve hex digits); what is stale only through a base says which one."""
-    from resolver import staleness
+    from resolver.artifacts import staleness
 
     catalogue, ledger = case
     graph = build_graph(catalogue)
@@ -321,7 +321,7 @@ def test_every_stale_artifact_says_which_base_moved(case):
 
 @given(catalogue_and_ledger(), catalogue_and_ledger(), st.data())
 def test_changed_pins_name_exactly_the_artifacts_whose_digest_moved(case, other, data):
-    from resolver import artifacts_changed_by_pins, containers_using
+    from resolver.artifacts import artifacts_changed_by_pins, containers_using
 
     catalogue, before = case
     every = catalogue_artifacts(catalogue)
@@ -352,7 +352,7 @@ def test_changed_pins_name_exactly_the_artifacts_whose_digest_moved(case, other,
 def test_the_mesh_registry_is_the_default_store_else_the_only_one(stores, default):
     """The mesh default when it names a serving store, else the only store, else none (never a
     silent pick among several); the address is that store's own."""
-    from resolver import choose_artifact_store, choose_artifact_store_instance
+    from resolver.artifacts import choose_artifact_store, choose_artifact_store_instance
 
     if default is not None and default in stores:
         expected = default

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap
 
 from resolver import Certificate, MeshError, resolve
-from resolver import epoch_seconds, is_tls_credential, renewal_due, tls_credential
+from resolver.certificates import epoch_seconds, is_tls_credential, renewal_due, tls_credential
 
 from .strategies_meshes import meshes
 

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import (ChosenBy, ContainerDecl, Declaration, FrozenMap, HeldDecl, ProblemCode,
-                      PublishedPort, SecretRef, Severity, StateDirDecl, declaration_digest,
-                      unstructure)
+                      PublishedPort, SecretRef, Severity, StateDirDecl)
+from resolver.documents import unstructure
+from resolver.rendering import declaration_digest
 
 try:
     from .strategies_documents import documents, names, texts

@@ -35,9 +35,8 @@ from resolver import (
     Provision,
     Require,
     StateDir,
-    structure,
 )
-from resolver import yaml_key
+from resolver.documents import structure, yaml_key
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "schema.md"
 SECTIONS = {  # heading on the page → the model class, and a document with only required keys

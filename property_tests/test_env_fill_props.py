@@ -46,8 +46,10 @@ from resolver import (
     Provision,
     Require,
     SecretRef,
-    credential_id,
     resolve,
+)
+from resolver.rendering import (
+    credential_id,
     secret_id,
 )
 

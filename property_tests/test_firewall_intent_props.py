@@ -16,8 +16,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import (BLOCKED_BY_PROVIDER, EXPOSURE_FAMILY, HELD, UNKNOWN_LISTEN, Exposure,
-                      assign_macs, resolve)
+from resolver import Exposure, resolve
+from resolver import ProblemCode as codes
+from resolver.rendering import assign_macs
 
 from .strategies import worlds
 from .strategies_firewall import NETWORKS
@@ -162,11 +163,11 @@ def test_an_exposure_of_no_listen_refuses_its_instance_by_name(world, data):
     second = run(attrs.evolve(world, mesh=attrs.evolve(world.mesh, instances=instances)),
                  first.ledger)
     refused = [(p.code, p.severity, p.instance, tuple(p.blocks)) for p in second.problems
-               if p.code == UNKNOWN_LISTEN]
-    assert refused == [(UNKNOWN_LISTEN, "error", name, (name,))]
+               if p.code == codes.UNKNOWN_LISTEN]
+    assert refused == [(codes.UNKNOWN_LISTEN, "error", name, (name,))]
     assert name not in second.renderings
     assert {p.code for p in second.problems} - {p.code for p in first.problems} <= {
-        UNKNOWN_LISTEN, BLOCKED_BY_PROVIDER, HELD}
+        codes.UNKNOWN_LISTEN, codes.BLOCKED_BY_PROVIDER, codes.HELD}
 
 
 FAMILY_SOURCES = {4: ["10.77.0.0/24", "10.77.0.9", "192.168.1.0/24", "10.0.0.1/32"],
@@ -196,7 +197,7 @@ def test_an_exposure_to_the_other_address_family_is_a_warning_that_refuses_nothi
         inst, expose=pmap({listen: Exposure(to=pvector(to), reason="family")})))
     second = run(attrs.evolve(world, mesh=attrs.evolve(world.mesh, instances=instances)),
                  first.ledger)
-    warned = [p for p in second.problems if p.code == EXPOSURE_FAMILY]
+    warned = [p for p in second.problems if p.code == codes.EXPOSURE_FAMILY]
     assert [(p.severity, p.instance, tuple(p.blocks)) for p in warned] == \
         [("warning", name, ())] * len(wrong)
     named = sorted(next(canonical(s) for s in wrong if f"exposed to {canonical(s)}," in p.message)
@@ -204,4 +205,4 @@ def test_an_exposure_to_the_other_address_family_is_a_warning_that_refuses_nothi
     assert named == sorted(canonical(s) for s in wrong)
     assert sorted(second.renderings) == sorted(first.renderings)
     assert {p.code for p in second.problems} - {p.code for p in first.problems} == {
-        EXPOSURE_FAMILY}
+        codes.EXPOSURE_FAMILY}

@@ -25,6 +25,7 @@ from pyrsistent import pvector
 from resolver import FirewallAllow, FirewallExposure, FirewallFloor, FirewallIntent, FirewallLocal
 
 import resolver
+from resolver import documents
 from executors.node.firewall.executor import RECORD_DIGEST, REPLACE_TABLE, Observed, diff
 from executors.node.firewall.meaning import intent_accepts, intent_triples, local_source
 from executors.node.firewall.readback import keeps_ssh_floor, read_back
@@ -154,7 +155,7 @@ def test_rendering_is_deterministic(intent, shuffler):
         shuffler.shuffle(items)
         groups[field] = pvector(items)
     assert render(attrs.evolve(intent, **groups)).text == first.text
-    round_tripped = resolver.structure(resolver.unstructure(intent), resolver.FirewallIntent)
+    round_tripped = documents.structure(documents.unstructure(intent), resolver.FirewallIntent)
     assert render(round_tripped).digest == first.digest
     assert read_back(first.text).digest == first.digest
 

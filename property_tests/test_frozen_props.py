@@ -88,7 +88,7 @@ def test_copies_and_pickles_are_equal_frozen_maps(d):
 
 @given(entries, entries)
 def test_a_container_read_back_from_its_document_holds_frozen_maps(env, labels):
-    from resolver import structure, unstructure
+    from resolver.documents import structure, unstructure
     container = ContainerDecl(name="c", instance="i@n", container="c", image="img",
                               env=FrozenMap(env), labels=FrozenMap(labels))
     again = structure(unstructure(container), ContainerDecl)
@@ -102,7 +102,8 @@ def test_a_container_read_back_from_its_document_holds_frozen_maps(env, labels):
                        max_size=5),
        st.sets(st.text(min_size=1, max_size=8), max_size=5))
 def test_a_ledger_read_back_from_its_document_holds_frozen_maps(ports, credentials):
-    from resolver import Ledger, PortAssignment, dump_ledger, load_ledger
+    from resolver import Ledger, PortAssignment
+    from resolver.documents import dump_ledger, load_ledger
     ledger = Ledger(ports=FrozenMap({i: FrozenMap({n: PortAssignment("node", p)
                                                     for n, p in listens.items()})
                                      for i, listens in ports.items()}),

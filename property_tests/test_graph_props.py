@@ -20,9 +20,11 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from pyrsistent import pmap
 
-from resolver import mesh_dot, problem_key, resolve
-from resolver import binding_id, dot_escape as escape, instance_id, problem_id, dot_quote as quote
-from resolver import EdgeView, ProblemView
+from resolver import resolve
+from resolver.picture import mesh_dot, problem_key
+from resolver.picture import (binding_id, dot_escape as escape, instance_id, problem_id,
+                              dot_quote as quote)
+from resolver.picture import EdgeView, ProblemView
 
 from .strategies import worlds
 

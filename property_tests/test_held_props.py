@@ -20,8 +20,8 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import (EMPTY_LEDGER, Floor, Instance, NodeSerial, Require, StateDir, newest_written,
-                      next_serial, record_declared, resolve)
+from resolver import EMPTY_LEDGER, Floor, Instance, NodeSerial, Require, StateDir, resolve
+from resolver.rendering import newest_written, next_serial, record_declared
 from resolver import ProblemCode as codes
 
 from .strategies import module_named, with_instance, worlds

@@ -26,10 +26,9 @@ import resolver
 from executors.control.ca import init_ca
 from executors.control.issuer import issue, rotate
 from executors.common.keys import public_key_b64
-from resolver import ProblemCode as codes
-from resolver import (
-    TLS_REQUEST,
-    container_changes,
+from resolver import ProblemCode as codes, container_changes
+from resolver.certificates import TLS_REQUEST
+from resolver.rotation import (
     holder_nodes,
     provider_applied,
     server_held_credentials,

@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 
 from resolver import (
     InputError,
-    dump_yaml,
     load_inputs,
+)
+from resolver.documents import (
+    dump_yaml,
     load_ledger,
     load_mesh,
     load_module,

@@ -29,8 +29,9 @@ from collections import defaultdict
 import attrs
 from hypothesis import given, note
 
-from resolver import resolve, unstructure
-import resolver as codes  # the problem codes are public names of the library
+from resolver import resolve
+from resolver import ProblemCode as codes  # the problem codes, one public enum
+from resolver.documents import unstructure
 
 from .oracle_mesh import LOGIN, credential, expect, floor_conflicts
 from .oracle_render import (RESOURCE, Fill, artifact_state, build, certificate_reasons, mesh_registry,

@@ -23,13 +23,15 @@ from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import (
-    MISSING_PUBLIC_KEY,
     Node,
     PortAssignment,
     Sources,
+    resolve,
+)
+from resolver import ProblemCode as codes
+from resolver.documents import (
     load_mesh,
     dump_yaml,
-    resolve,
     unstructure,
 )
 
@@ -327,11 +329,12 @@ def test_adding_an_unrelated_node_changes_no_existing_declaration(world, address
         assert after.declarations[node].serial == decl.serial, node
     assert after.bindings == before.bindings
     # a keyless new node is warned about only when it must hold its registry pull account
-    told = [p for p in after.problems if p.code == MISSING_PUBLIC_KEY and "spare" in p.message]
+    told = [p for p in after.problems
+            if p.code == codes.MISSING_PUBLIC_KEY and "spare" in p.message]
     assert len(told) == (1 if registry_node is not None and not keyed else 0)
     # the keyless registry node must hold one credential more (the new node's pull account)
     def counted(p):
-        return p.code == MISSING_PUBLIC_KEY and registry_node is not None and \
+        return p.code == codes.MISSING_PUBLIC_KEY and registry_node is not None and \
             p.message.startswith(f"node {registry_node} must hold ")
     assert [p for p in after.problems if p not in told and not counted(p)] == \
         [p for p in before.problems if not counted(p)]

@@ -29,8 +29,8 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from resolver import mesh_dot, problem_key, resolve
-from resolver import DOT_LEGEND as LEGEND
+from resolver import resolve
+from resolver.picture import mesh_dot, problem_key, DOT_LEGEND as LEGEND
 
 from .dot_reader import label_lines, read
 from .strategies_meshes import meshes

@@ -11,7 +11,9 @@ from hypothesis import assume, given, note
 from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
-from resolver import Instance, Node, first_generation, resolve, unstructure
+from resolver import Instance, Node, resolve
+from resolver.documents import unstructure
+from resolver.rotation import first_generation
 from resolver import ProblemCode as codes
 
 from .oracle_mesh import expect

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pyrsistent import pmap
 
 from resolver import resolve
-from resolver import (
+from resolver.rotation import (
     begin_rotation,
     describe_rotation,
     first_generation,

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pyrsistent import pmap
 
-from resolver import (
-    RotationError,
+from resolver import RotationError
+from resolver.rotation import (
     accepted_generations,
     begin_rotation,
     first_generation,
@@ -402,7 +402,7 @@ class ServerAdminMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_plan_says_the_server_changes_first_and_keeps_its_container(self):
-        from resolver import describe_rotation
+        from resolver.rotation import describe_rotation
 
         said = describe_rotation(self.ID, self.cred)
         pending, active = self.cred.pending, self.cred.active

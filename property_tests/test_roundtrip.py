@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from pyrsistent import pmap
 
-from resolver import Ledger, dump_ledger, load_ledger, structure, unstructure
+from resolver import Ledger
+from resolver.documents import dump_ledger, load_ledger, structure, unstructure
 
 try:
     from .strategies_documents import DOCUMENT_TYPES, documents, valid_ledgers

@@ -19,16 +19,18 @@ from hypothesis import strategies as st
 
 from resolver import (
     InputError,
+    resolve,
+)
+from resolver.documents import (
     dump_yaml,
     json_schema,
     load_ledger,
     load_mesh,
     load_module,
     load_provisions,
-    resolve,
     unstructure,
 )
-from resolver import unstructure_full
+from resolver.documents import unstructure_full
 
 from .strategies_meshes import meshes
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from resolver import resolve
-import resolver as codes  # the problem codes are public names of the library
+from resolver import ProblemCode as codes  # the problem codes, one public enum
 
 from .strategies_meshes import GONE, meshes
 

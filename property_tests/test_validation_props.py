@@ -22,14 +22,16 @@ from hypothesis import strategies as st
 from resolver import (
     InputError,
     Module,
+    load_inputs,
+    resolve,
+)
+from resolver.documents import (
     dump_ledger,
     dump_yaml,
-    load_inputs,
     load_ledger,
     load_mesh,
     load_module,
     load_provisions,
-    resolve,
     structure,
     unstructure,
 )
@@ -758,7 +760,8 @@ def test_placeholders_read_and_render_as_the_segments_they_were_written_from(seg
     """An env value written as text, `$$` and `${body}` segments: placeholders() lists the
     bodies in order, render_placeholders() gives the text, one `$` for each `$$` and the
     lookup of each body; a value cut inside its last `${` is refused."""
-    from resolver import PlaceholderSyntaxError, placeholders, render_placeholders
+    from resolver import PlaceholderSyntaxError
+    from resolver.rendering import placeholders, render_placeholders
 
     written = "".join(v if kind != "body" else "${" + v + "}" for kind, v in segments)
     bodies = [v for kind, v in segments if kind == "body"]

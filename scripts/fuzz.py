@@ -19,6 +19,7 @@ position-less or unformatted fault, traceback or hang. Not part of the test suit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import resource
@@ -28,6 +29,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from types import FrameType
+from typing import NamedTuple, NoReturn, Optional, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -38,11 +41,34 @@ class Hang(BaseException):
     """Raised by the time guard; a BaseException so no `except Exception` can swallow it."""
 
 
-def _alarm(signum, frame):
+def _alarm(signum: int, frame: Optional[FrameType]) -> NoReturn:
     raise Hang()
 
 
-_STATE: dict = {}
+class _State(TypedDict, total=False):
+    """What this worker (or the only process) checks with: every key set by _setup()."""
+
+    seeds: list[fuzzlib.Seed]
+    seed: int
+    timeout: float
+    checker: fuzzlib.Checker
+    memo: contextlib.AbstractContextManager[None]  # entered for the life of the worker
+
+
+class Checked(NamedTuple):
+    """One document checked: what it was, its outcome, and the worker's peak memory after."""
+
+    number: int  # the document's index in the run (`index` is a tuple's method)
+    outcome: str
+    line: str
+    elapsed: float
+    path: str
+    names: list[str]
+    size: int
+    peak_kib: int = 0
+
+
+_STATE: _State = {}
 
 
 def _setup(seed: int, timeout: float, memory_mib: int, root: str) -> None:
@@ -50,7 +76,7 @@ def _setup(seed: int, timeout: float, memory_mib: int, root: str) -> None:
     _STATE["seeds"] = fuzzlib.load_seeds()
     _STATE["seed"] = seed
     _STATE["timeout"] = timeout
-    _STATE["checker"] = fuzzlib.Checker(tempfile.mkdtemp(dir=root))
+    _STATE["checker"] = fuzzlib.Checker(Path(tempfile.mkdtemp(dir=root)))
     memo = fuzzlib.memoized_loaders()
     memo.__enter__()  # for the life of the worker
     _STATE["memo"] = memo
@@ -64,7 +90,7 @@ def _setup(seed: int, timeout: float, memory_mib: int, root: str) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _one(index: int) -> tuple[int, str, str, float, str, list[str], int]:
+def _one(index: int) -> Checked:
     seeds, checker = _STATE["seeds"], _STATE["checker"]
     document, names, data = fuzzlib.mutation(seeds, _STATE["seed"], index)
     started = time.perf_counter()
@@ -78,21 +104,21 @@ def _one(index: int) -> tuple[int, str, str, float, str, list[str], int]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     elapsed = time.perf_counter() - started
-    return index, outcome, line[:300], elapsed, document.path, names, len(data)
+    return Checked(index, outcome, line[:300], elapsed, document.path, names, len(data))
 
 
-def _chunk(indices: list[int]) -> list[tuple]:
+def _chunk(indices: list[int]) -> list[Checked]:
     results = [_one(i) for i in indices]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
-    return [r + (peak,) for r in results]
+    return [r._replace(peak_kib=peak) for r in results]
 
 
-def _worker_init(seed, timeout, memory_mib, root):
+def _worker_init(seed: int, timeout: float, memory_mib: int, root: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _setup(seed, timeout, memory_mib, root)
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 2)[2])
@@ -116,7 +142,7 @@ def main(argv=None) -> int:
         return _run(args, root)
 
 
-def _show_one(args, root: str) -> int:
+def _show_one(args: argparse.Namespace, root: str) -> int:
     _setup(args.seed, args.timeout, 0, root)
     document, names, data = fuzzlib.mutation(_STATE["seeds"], args.seed, args.index)
     if args.save:
@@ -130,20 +156,20 @@ def _show_one(args, root: str) -> int:
     return 0 if outcome not in fuzzlib.FAILURES else 1
 
 
-def _run(args, root: str) -> int:
+def _run(args: argparse.Namespace, root: str) -> int:
     indices = list(range(args.start, args.start + args.count))
     chunk = 50
     chunks = [indices[i:i + chunk] for i in range(0, len(indices), chunk)]
-    counts: Counter = Counter()
-    by_mutator: dict[str, Counter] = {}
-    examples: dict[str, list] = {}
-    slowest = (0.0, None)
+    counts: Counter[str] = Counter()
+    by_mutator: dict[str, Counter[str]] = {}
+    examples: dict[str, list[tuple[int, str, list[str], int, str]]] = {}
+    slowest: tuple[float, Optional[tuple[int, str, list[str], int]]] = (0.0, None)
     peak_kib = 0
     done = 0
     started = time.perf_counter()
     last_report = started
 
-    def take(results) -> None:
+    def take(results: list[Checked]) -> None:
         nonlocal done, slowest, peak_kib, last_report
         for index, outcome, line, elapsed, path, names, size, peak in results:
             counts[outcome] += 1

@@ -20,7 +20,7 @@ import random
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import attrs
 
@@ -28,7 +28,15 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import resolver  # noqa: E402
+import resolver.documents  # noqa: E402
+
+# A parsed YAML document (resolver.documents.parse_yaml gives Any): mappings, lists and
+# scalars, which the tree mutators look into with isinstance and change in place.
+Tree = Any
+TreePath = tuple[object, ...]  # the keys and indices from the root to one value
+TreeMutator = Callable[[random.Random, Tree], Tree]
+TextMutator = Callable[[random.Random, str], str]
+ByteMutator = Callable[[random.Random, str], bytes]
 
 
 # --------------------------------------------------------------------------- seeds
@@ -43,9 +51,10 @@ class Seed:
 
 
 def _instance_modules(mesh_path: Path) -> set[str]:
-    data, _ = resolver.parse_yaml(mesh_path.read_bytes(), str(mesh_path))
+    data, _ = resolver.documents.parse_yaml(mesh_path.read_bytes(), str(mesh_path))
     instances = data.get("instances") or {}
-    return {i.get("module") for i in instances.values() if isinstance(i, dict)}
+    return {i["module"] for i in instances.values()
+            if isinstance(i, dict) and isinstance(i.get("module"), str)}
 
 
 def load_seeds(repo: Path = REPO) -> list[Seed]:
@@ -82,7 +91,7 @@ def load_seeds(repo: Path = REPO) -> list[Seed]:
 # --------------------------------------------------------------------------- tree mutators
 
 
-def _walk(data: Any, path: tuple = ()):
+def _walk(data: Tree, path: TreePath = ()) -> Iterator[tuple[TreePath, Tree]]:
     yield path, data
     if isinstance(data, dict):
         for k, v in data.items():
@@ -92,24 +101,25 @@ def _walk(data: Any, path: tuple = ()):
             yield from _walk(v, path + (i,))
 
 
-def _get(data: Any, path: tuple) -> Any:
+def _get(data: Tree, path: TreePath) -> Tree:
     for key in path:
         data = data[key]
     return data
 
 
-def _places(data: Any, kinds=(dict, list, str, int, float, bool, type(None))) -> list[tuple]:
+def _places(data: Tree, kinds: tuple[type[object], ...] = (dict, list, str, int, float, bool,
+                                                          type(None))) -> list[TreePath]:
     return [p for p, v in _walk(data) if isinstance(v, kinds)]
 
 
-def _replace(data: Any, path: tuple, value: Any) -> Any:
+def _replace(data: Tree, path: TreePath, value: Tree) -> Tree:
     if not path:
         return value
     _get(data, path[:-1])[path[-1]] = value
     return data
 
 
-def _other_value(rng: random.Random, like: Any) -> Any:
+def _other_value(rng: random.Random, like: object) -> Tree:
     choices = ["text", 7, -1, 0, 65536, 3.5, True, False, None, [], {}, ["a", 1], {"k": "v"},
                "10.0.0.1", "sha256:" + "0" * 64, "${db.host}", "${", "/abs", "../up", "",
                "a" * 300, "x@y", "0750", "1:1", "tcp", "node"]
@@ -127,7 +137,7 @@ def _typo(rng: random.Random, key: str) -> str:
                        key.replace("-", "_"), key + "s", " " + key])
 
 
-def delete_key(rng, data):
+def delete_key(rng: random.Random, data: Tree) -> Tree:
     maps = [p for p in _places(data, (dict,)) if _get(data, p)]
     if not maps:
         return data
@@ -136,12 +146,12 @@ def delete_key(rng, data):
     return data
 
 
-def wrong_type(rng, data):
+def wrong_type(rng: random.Random, data: Tree) -> Tree:
     path = rng.choice(_places(data))
     return _replace(data, path, _other_value(rng, _get(data, path)))
 
 
-def unknown_key(rng, data):
+def unknown_key(rng: random.Random, data: Tree) -> Tree:
     maps = _places(data, (dict,))
     if not maps:
         return data
@@ -151,7 +161,7 @@ def unknown_key(rng, data):
     return data
 
 
-def typo_key(rng, data):
+def typo_key(rng: random.Random, data: Tree) -> Tree:
     maps = [p for p in _places(data, (dict,)) if _get(data, p)]
     if not maps:
         return data
@@ -162,7 +172,7 @@ def typo_key(rng, data):
     return data
 
 
-def swap_values(rng, data):
+def swap_values(rng: random.Random, data: Tree) -> Tree:
     places = [p for p in _places(data) if p]
     if len(places) < 2:
         return data
@@ -174,7 +184,7 @@ def swap_values(rng, data):
     return _replace(data, b, va)
 
 
-def empty_collection(rng, data):
+def empty_collection(rng: random.Random, data: Tree) -> Tree:
     places = [p for p in _places(data, (dict, list)) if p]
     if not places:
         return data
@@ -182,7 +192,7 @@ def empty_collection(rng, data):
     return _replace(data, path, type(_get(data, path))())
 
 
-def repeat_item(rng, data):
+def repeat_item(rng: random.Random, data: Tree) -> Tree:
     lists = [p for p in _places(data, (list,)) if _get(data, p)]
     if not lists:
         return data
@@ -191,7 +201,7 @@ def repeat_item(rng, data):
     return data
 
 
-def cross_reference(rng, data):
+def cross_reference(rng: random.Random, data: Tree) -> Tree:
     """A reference to something that exists elsewhere, or to nothing at all."""
     strings = [p for p in _places(data, (str,)) if p]
     if not strings:
@@ -201,12 +211,12 @@ def cross_reference(rng, data):
     return _replace(data, rng.choice(strings), value)
 
 
-def _names_in(data: dict, key: str) -> list[str]:
+def _names_in(data: Mapping[object, object], key: str) -> list[str]:
     held = data.get(key)
     return sorted(k for k in held if isinstance(k, str)) if isinstance(held, dict) else []
 
 
-def mesh_rules(rng, data):
+def mesh_rules(rng: random.Random, data: Tree) -> Tree:
     """The rules between a mesh's own entries, broken with well-typed values: a port range of
     one port, a node or provider that is not there, a floor on a port a module fixes..."""
     if not isinstance(data, dict) or "nodes" not in data and "instances" not in data:
@@ -256,14 +266,15 @@ def mesh_rules(rng, data):
     return data
 
 
-def _module_rules(rng, data):
+def _module_rules(rng: random.Random, data: Tree) -> Tree:
     """The rules of a module broken with well-typed values: a fixed port a floor holds, a
     claim, an absolute state path, a facility, a requirement by module, a health check."""
     if not isinstance(data, dict) or "name" not in data:
         return data
     edit = rng.choice(["fixed", "claim", "state", "facility", "require", "provide", "health",
                        "optional", "run-once"])
-    listens = data.get("listens") if isinstance(data.get("listens"), dict) else {}
+    held = data.get("listens")
+    listens = held if isinstance(held, dict) else {}
     containers = [c for c in data.get("containers") or [] if isinstance(c, dict)]
     if edit == "fixed" and listens:
         listen = listens[rng.choice(sorted(listens))]
@@ -296,7 +307,7 @@ def _module_rules(rng, data):
     return data
 
 
-TREE_MUTATORS: dict[str, Callable] = {
+TREE_MUTATORS: dict[str, TreeMutator] = {
     "delete_key": delete_key, "wrong_type": wrong_type, "unknown_key": unknown_key,
     "typo_key": typo_key, "swap_values": swap_values, "empty_collection": empty_collection,
     "repeat_item": repeat_item, "cross_reference": cross_reference, "rules": mesh_rules,
@@ -314,7 +325,7 @@ def _value_spans(text: str) -> list[tuple[int, int]]:
             if not m.group("value").startswith(("#", "|", ">"))]
 
 
-def _at_value(rng, text: str, new: str) -> str:
+def _at_value(rng: random.Random, text: str, new: str) -> str:
     spans = _value_spans(text)
     if not spans:
         return text + f"\nextra: {new}\n"
@@ -326,7 +337,7 @@ def _line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in re.finditer("\n", text) if m.end() < len(text)]
 
 
-def duplicate_key(rng, text):
+def duplicate_key(rng: random.Random, text: str) -> str:
     lines = text.split("\n")
     keyed = [i for i, line in enumerate(lines) if re.match(r"^\s*[A-Za-z0-9_@.\-]+:", line)]
     if not keyed:
@@ -336,7 +347,7 @@ def duplicate_key(rng, text):
     return "\n".join(lines)
 
 
-def tabs(rng, text):
+def tabs(rng: random.Random, text: str) -> str:
     lines = text.split("\n")
     i = rng.randrange(len(lines))
     line = lines[i]
@@ -347,7 +358,7 @@ def tabs(rng, text):
     return "\n".join(lines)
 
 
-def deep_nesting(rng, text):
+def deep_nesting(rng: random.Random, text: str) -> str:
     depth = rng.choice([10, 31, 32, 33, 64, 200, 260, 1000, 20000])
     style = rng.choice(["flow list", "flow map", "block"])
     if style == "flow list":
@@ -361,7 +372,7 @@ def deep_nesting(rng, text):
     return _at_value(rng, text, new)
 
 
-def huge_number(rng, text):
+def huge_number(rng: random.Random, text: str) -> str:
     digits = rng.choice([19, 20, 32, 33, 64, 4300, 4301, 5000, 100_000])
     body = "".join(rng.choice("0123456789") for _ in range(min(digits, 64)))
     body = (body * (digits // len(body) + 1))[:digits]
@@ -372,14 +383,14 @@ def huge_number(rng, text):
     return _at_value(rng, text, new)
 
 
-def odd_number(rng, text):
+def odd_number(rng: random.Random, text: str) -> str:
     new = rng.choice(["0x", "0o", "0b", "_", "__", "1_000", ".inf", "-.inf", ".nan", "-0", "1e400",
                       "65536", "-1", "0", "0x1F", "0o17", "017", "1.", ".5", "1e", "+", "- 1",
                       "!!int abc", "!!float x", "!!bool yes", "!!null 3", "yes", "on", "~", "null"])
     return _at_value(rng, text, new)
 
 
-def huge_string(rng, text):
+def huge_string(rng: random.Random, text: str) -> str:
     size = rng.choice([1_000, 65_536, 65_537, 70_000, 300_000, 1_000_000] + [2_200_000] * 0)
     if rng.random() < 0.02:  # rarely, past the document's size limit
         size = rng.choice([2 * 1024 * 1024, 3_000_000])
@@ -394,7 +405,7 @@ def huge_string(rng, text):
     return _at_value(rng, text, new)
 
 
-def non_utf8(rng, text):
+def non_utf8(rng: random.Random, text: str) -> bytes:
     raw = text.encode("utf-8")
     bad = rng.choice([b"\xff", b"\xfe", b"\xc3", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80",
                       b"\x80", b"\xe2\x82", b"\xf4\x90\x80\x80"])
@@ -409,14 +420,14 @@ def non_utf8(rng, text):
     return raw[:i] + bad + raw[i:]
 
 
-def control_chars(rng, text):
+def control_chars(rng: random.Random, text: str) -> str:
     ch = rng.choice(["\x00", "\x07", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\ufeff", "\r",
                      "\x0c", "\x0b", "\ufffe", "\U0001F600", "\u202e"])
     i = rng.randrange(len(text) + 1)
     return text[:i] + ch + text[i:]
 
 
-def _laughs(rng) -> str:
+def _laughs(rng: random.Random) -> str:
     width = rng.choice([2, 5, 9, 10])
     levels = rng.choice([3, 4, 5, 7, 9, 12])
     lines = [f"  l0: &l0 [{', '.join(['lol'] * width)}]"]
@@ -425,7 +436,7 @@ def _laughs(rng) -> str:
     return "\n".join(lines)
 
 
-def aliases(rng, text):
+def aliases(rng: random.Random, text: str) -> str:
     how = rng.choice(["laughs", "laughs-flow", "recursive", "undefined", "anchor-reuse", "merge",
                       "merge-bad", "alias-key", "deep-alias", "chain"])
     if how == "laughs":
@@ -454,12 +465,12 @@ def aliases(rng, text):
                                        for i in range(1, rng.choice([10, 14, 20, 40]))) + text
 
 
-def truncate(rng, text):
+def truncate(rng: random.Random, text: str) -> bytes:
     raw = text.encode("utf-8")
     return raw[:rng.randrange(len(raw) + 1)]
 
 
-def byte_noise(rng, text):
+def byte_noise(rng: random.Random, text: str) -> bytes:
     raw = bytearray(text.encode("utf-8"))
     for _ in range(rng.randint(1, 4)):
         i = rng.randrange(len(raw) + 1)
@@ -473,7 +484,7 @@ def byte_noise(rng, text):
     return bytes(raw)
 
 
-def syntax_noise(rng, text):
+def syntax_noise(rng: random.Random, text: str) -> str:
     tokens = [": ", "- ", "{", "}", "[", "]", '"', "'", "&", "*", "!", "|", ">", "%", "@", "`",
               "#", "\n---\n", "\n...\n", "? ", ",", "\n  ", "\n    - ", ":", "<<: ", "!!str ",
               "&x ", "*x", "%YAML 1.2\n---\n", "\\"]
@@ -483,7 +494,7 @@ def syntax_noise(rng, text):
     return text
 
 
-def tags(rng, text):
+def tags(rng: random.Random, text: str) -> str:
     return _at_value(rng, text, rng.choice([
         "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!python/object:os.system x",
         "!custom x", "!!timestamp 2001-12-14", "!!str 3", "!!int 3", "!!map {a: 1}",
@@ -491,14 +502,14 @@ def tags(rng, text):
         "2001-13-45", "2001-12-14t21:59:43.10-05:00"]))
 
 
-def documents(rng, text):
+def documents(rng: random.Random, text: str) -> str:
     return rng.choice([
         text + "\n---\n" + text, "---\n" + text, text + "\n...\n", "%YAML 1.1\n---\n" + text,
         "%YAML 1.2\n---\n" + text, "%YAML 2.0\n---\n" + text, "%TAG !e! tag:e.com,2000:\n---\n" + text,
         "", "\n\n", "# only a comment\n", "---\n", "~\n", "[]\n", "just text\n", "- a\n- b\n", "3\n"])
 
 
-def lines(rng, text):
+def lines(rng: random.Random, text: str) -> str:
     parts = text.split("\n")
     op = rng.choice(["delete", "duplicate", "indent", "dedent", "shuffle", "swap"])
     i = rng.randrange(len(parts))
@@ -518,7 +529,7 @@ def lines(rng, text):
     return "\n".join(parts)
 
 
-def paths(rng, text):
+def paths(rng: random.Random, text: str) -> str:
     """What a mesh.yaml's `catalogue:` and `ledger:` may name: a path too long for the file
     system, a NUL, a file where a directory belongs, a directory where a file belongs."""
     value = rng.choice(['"' + "x" * 5000 + '"', '"' + "d/" * 2100 + '"', '"' + "y" * 256 + '"',
@@ -532,24 +543,24 @@ def paths(rng, text):
     return text.rstrip("\n") + f"\n{key}: {value}\n"
 
 
-TEXT_MUTATORS: dict[str, Callable] = {
+TEXT_MUTATORS: dict[str, TextMutator] = {
     "duplicate_key": duplicate_key, "tabs": tabs, "deep_nesting": deep_nesting,
     "huge_number": huge_number, "odd_number": odd_number, "huge_string": huge_string,
     "control_chars": control_chars, "aliases": aliases, "syntax_noise": syntax_noise,
     "tags": tags, "documents": documents, "lines": lines, "paths": paths,
 }
-BYTE_MUTATORS: dict[str, Callable] = {
+BYTE_MUTATORS: dict[str, ByteMutator] = {
     "non_utf8": non_utf8, "truncate": truncate, "byte_noise": byte_noise,
 }
 MUTATORS = {**TREE_MUTATORS, **TEXT_MUTATORS, **BYTE_MUTATORS}
 
 
-_PARSED: dict[str, Any] = {}
+_PARSED: dict[str, Tree] = {}
 
 
-def _parsed(seed: Seed) -> Any:
+def _parsed(seed: Seed) -> Tree:
     if seed.path not in _PARSED:
-        _PARSED[seed.path], _ = resolver.parse_yaml(seed.text, seed.path)
+        _PARSED[seed.path], _ = resolver.documents.parse_yaml(seed.text, seed.path)
     return _PARSED[seed.path]
 
 
@@ -558,20 +569,22 @@ def apply(seed: Seed, names: list[str], rng: random.Random) -> bytes:
     document, then text ones, then byte ones)."""
     order = list(TREE_MUTATORS) + list(TEXT_MUTATORS) + list(BYTE_MUTATORS)
     names = sorted(names, key=order.index)
-    text: Any = seed.text
+    text = seed.text
     tree_names = [n for n in names if n in TREE_MUTATORS]
     if tree_names:
         data = copy.deepcopy(_parsed(seed))
         for name in tree_names:
             data = TREE_MUTATORS[name](rng, data)
-        text = resolver.dump_yaml(data)
+        text = resolver.documents.dump_yaml(data)
     for name in names:
         if name in TEXT_MUTATORS:
             text = TEXT_MUTATORS[name](rng, text)
+    mutated: str | bytes = text
     for name in names:
         if name in BYTE_MUTATORS:
-            text = BYTE_MUTATORS[name](rng, text if isinstance(text, str) else text.decode("utf-8", "replace"))
-    return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+            mutated = BYTE_MUTATORS[name](rng, mutated if isinstance(mutated, str)
+                                          else mutated.decode("utf-8", "replace"))
+    return mutated.encode("utf-8", "surrogatepass") if isinstance(mutated, str) else mutated
 
 
 def mutation(seeds: list[Seed], seed: int, index: int) -> tuple[Seed, list[str], bytes]:

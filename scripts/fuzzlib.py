@@ -20,11 +20,14 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from types import ModuleType
+from typing import Callable, Iterator, Optional, Union
+
+import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fuzz_mutators import (  # noqa: E402,F401  (re-exported: the harness's one import)
+from fuzz_mutators import (  # noqa: E402  (re-exported: the harness's one import)
     BYTE_MUTATORS,
     MUTATORS,
     REPO,
@@ -41,6 +44,11 @@ import resolver._documents as documents_module  # noqa: E402
 import resolver._mesh_dir as mesh_dir_module  # noqa: E402
 from executors.cli import main as cli  # noqa: E402
 
+__all__ = [
+    "BYTE_MUTATORS", "CLASSES", "FAILURES", "MUTATORS", "REPO", "TEXT_MUTATORS", "TREE_MUTATORS",
+    "Checker", "Seed", "apply", "classify", "load_seeds", "memoized_loaders", "mutation",
+]
+
 CLASSES = ("ok", "located fault", "position-less fault", "unformatted fault", "traceback", "hang")
 FAILURES = ("position-less fault", "unformatted fault", "traceback", "hang")
 
@@ -51,7 +59,7 @@ FAILURES = ("position-less fault", "unformatted fault", "traceback", "hang")
 class Checker:
     """A private copy of catalogue/ and fixtures/ in which documents are checked."""
 
-    def __init__(self, root: Path, repo: Path = REPO):
+    def __init__(self, root: Path, repo: Path = REPO) -> None:
         self.root = Path(root)
         for part in ("catalogue", "fixtures"):
             shutil.copytree(repo / part, self.root / part)
@@ -113,44 +121,55 @@ def classify(code: Optional[int], output: str, trace: str = "") -> tuple[str, st
 # --------------------------------------------------------------------------- memoizing the pure loaders
 
 
-_MEMO: dict = {}
+@attrs.frozen
+class _Raised:
+    """A loader's answer that was an InputError (raised again on each hit)."""
+
+    error: resolver.InputError
+
+
+# (loader, text, file, keyword arguments) → what it returned, or _Raised
+_Key = tuple[str, Union[str, bytes], str, tuple[tuple[str, object], ...]]
+_MEMO: dict[_Key, object] = {}
 _MEMO_LIMIT = 512
+# the loaders swapped for memoized ones: resolver._documents' per-document loaders, and the
+# parse of mesh.yaml that resolver._mesh_dir imported
+_SWAPPED = [(documents_module, name) for name in
+            ("load_mesh", "load_ledger", "load_module", "load_provisions")] \
+    + [(mesh_dir_module, "parse_document")]
 
 
-def _memoized(function: Callable) -> Callable:
-    def call(text, file, **kwargs):
+def _memoized(function: Callable[..., object]) -> Callable[..., object]:
+    def call(text: object, file: str, **kwargs: object) -> object:
         if not isinstance(text, (str, bytes)):  # a Parsed document: parsed already
             return function(text, file, **kwargs)
         key = (function.__name__, text, file, tuple(sorted(kwargs.items())))
         hit = _MEMO.get(key)
         if hit is None:
             try:
-                hit = ("value", function(text, file, **kwargs))
+                hit = function(text, file, **kwargs)
             except resolver.InputError as error:
-                hit = ("error", error)
+                hit = _Raised(error)
             if len(_MEMO) >= _MEMO_LIMIT:
                 _MEMO.pop(next(iter(_MEMO)))
             _MEMO[key] = hit
-        if hit[0] == "error":
-            raise hit[1]
-        return hit[1]
+        if isinstance(hit, _Raised):
+            raise hit.error
+        return hit
 
     return call
 
 
 @contextlib.contextmanager
-def memoized_loaders():
+def memoized_loaders() -> Iterator[None]:
     """Within it, the resolver's per-document loaders (and load_mesh_dir's parse of mesh.yaml)
     remember their answers: sound because they are pure functions of their arguments."""
-    names = ("load_mesh", "load_ledger", "load_module", "load_provisions")
-    saved = {n: getattr(documents_module, n) for n in names}
-    saved_parse = mesh_dir_module.parse_document
+    saved: list[tuple[ModuleType, str, Callable[..., object]]] = [
+        (module, name, getattr(module, name)) for module, name in _SWAPPED]
     try:
-        for n in names:
-            setattr(documents_module, n, _memoized(saved[n]))
-        mesh_dir_module.parse_document = _memoized(saved_parse)
+        for module, name, function in saved:
+            setattr(module, name, _memoized(function))
         yield
     finally:
-        for n in names:
-            setattr(documents_module, n, saved[n])
-        mesh_dir_module.parse_document = saved_parse
+        for module, name, function in saved:
+            setattr(module, name, function)

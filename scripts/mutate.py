@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import hashlib
 import json
 import marshal
 import os
@@ -51,7 +52,8 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Optional
+from types import FrameType
+from typing import Optional, Sequence, Union
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "resolver"
@@ -60,12 +62,12 @@ COPIED = ("resolver", "executors", "property_tests", "catalogue", "fixtures", "t
           "scripts", "pyproject.toml")  # scripts/: the fuzz property imports its mutators
 TESTS = "property_tests"
 
-COMPARE_SWAPS = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
+COMPARE_SWAPS: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
                  ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.In: ast.NotIn, ast.NotIn: ast.In,
                  ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 DELETABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If, ast.For, ast.While,
              ast.Return, ast.Raise, ast.Continue, ast.Break, ast.With, ast.Try, ast.Delete)
-OPERATORS = {"==": ast.Eq, "!=": ast.NotEq, "<": ast.Lt, "<=": ast.LtE, ">": ast.Gt,
+OPERATORS: dict[str, type[ast.cmpop]] = {"==": ast.Eq, "!=": ast.NotEq, "<": ast.Lt, "<=": ast.LtE, ">": ast.Gt,
              ">=": ast.GtE, "in": ast.In, "not in": ast.NotIn, "is": ast.Is,
              "is not": ast.IsNot}
 SYMBOL = {v: k for k, v in OPERATORS.items()}
@@ -95,25 +97,25 @@ class Result:
     seconds: float = 0.0
     diff: str = ""
     failed: str = ""  # the first failing test, for a killed mutant
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Union[int, str]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- sites
 
 
-def _parents(tree: ast.AST) -> dict:
-    parents = {}
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    parents: dict[ast.AST, ast.AST] = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             parents[child] = node
     return parents
 
 
-def _skipped(tree: ast.AST) -> set:
+def _skipped(tree: ast.AST) -> set[ast.AST]:
     """Nodes never mutated: docstrings, annotations, `__all__`, TYPE_CHECKING blocks."""
-    skip = set()
+    skip: set[ast.AST] = set()
 
-    def everything(node):
+    def everything(node: ast.AST) -> None:
         skip.update(ast.walk(node))
 
     for node in ast.walk(tree):
@@ -145,7 +147,7 @@ def _skipped(tree: ast.AST) -> set:
     return skip
 
 
-def _in_function(node, parents) -> bool:
+def _in_function(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     while node in parents:
         node = parents[node]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -157,11 +159,12 @@ def _identifier_like(text: str) -> bool:
     return bool(text) and len(text) <= 40 and not any(c.isspace() for c in text)
 
 
-def mutations_of(node, parents, skip) -> list[tuple[str, str]]:
+def mutations_of(node: ast.AST, parents: dict[ast.AST, ast.AST],
+                 skip: set[ast.AST]) -> list[tuple[str, str]]:
     """(kind, detail) for each way `node` can be mutated."""
     if node in skip:
         return []
-    found = []
+    found: list[tuple[str, str]] = []
     if isinstance(node, ast.Compare):
         for j, op in enumerate(node.ops):
             if type(op) in COMPARE_SWAPS:
@@ -193,7 +196,7 @@ def mutations_of(node, parents, skip) -> list[tuple[str, str]]:
 
 
 def list_sites(files: list[Path]) -> list[Site]:
-    sites = []
+    sites: list[Site] = []
     for path in files:
         tree = ast.parse(path.read_text(), str(path))
         parents, skip = _parents(tree), _skipped(tree)
@@ -206,7 +209,7 @@ def list_sites(files: list[Path]) -> list[Site]:
     return sites
 
 
-def _replace_in_parent(parents, node, new) -> None:
+def _replace_in_parent(parents: dict[ast.AST, ast.AST], node: ast.AST, new: ast.AST) -> None:
     parent = parents[node]
     for name, value in ast.iter_fields(parent):
         if isinstance(value, list) and node in value:
@@ -224,19 +227,20 @@ def mutate(source: str, site: Site) -> tuple[str, str]:
     parents = _parents(tree)
     node = list(ast.walk(tree))[site.index]
     kind = site.kind
-    if kind == "compare":
+    if kind == "compare" and isinstance(node, ast.Compare):
         j = int(site.detail)
         old = type(node.ops[j])
         node.ops[j] = COMPARE_SWAPS[old]()
         what = f"{SYMBOL[old]} → {SYMBOL[type(node.ops[j])]}"
-    elif kind == "boolop":
-        old = "and" if isinstance(node.op, ast.And) else "or"
-        node.op = ast.Or() if old == "and" else ast.And()
-        what = f"{old} → {'or' if old == 'and' else 'and'}"
-    elif kind == "drop-not":
+    elif kind == "boolop" and isinstance(node, ast.BoolOp):
+        word = "and" if isinstance(node.op, ast.And) else "or"
+        node.op = ast.Or() if word == "and" else ast.And()
+        what = f"{word} → {'or' if word == 'and' else 'and'}"
+    elif kind == "drop-not" and isinstance(node, ast.UnaryOp):
         _replace_in_parent(parents, node, node.operand)
         what = "not x → x"
-    elif kind == "constant":
+    elif kind == "constant" and isinstance(node, ast.Constant) \
+            and isinstance(node.value, (bool, int, str)):
         value = node.value
         if isinstance(value, bool):
             node.value = not value
@@ -245,28 +249,28 @@ def mutate(source: str, site: Site) -> tuple[str, str]:
         else:
             node.value = value + "_mutant"
         what = f"{value!r} → {node.value!r}"
-    elif kind == "arith":
-        old = "+" if isinstance(node.op, ast.Add) else "-"
-        node.op = ast.Sub() if old == "+" else ast.Add()
-        what = f"{old} → {'-' if old == '+' else '+'}"
-    elif kind == "return-none":
+    elif kind == "arith" and isinstance(node, ast.BinOp):
+        sign = "+" if isinstance(node.op, ast.Add) else "-"
+        node.op = ast.Sub() if sign == "+" else ast.Add()
+        what = f"{sign} → {'-' if sign == '+' else '+'}"
+    elif kind == "return-none" and isinstance(node, ast.Return):
         node.value = None
         what = "return … → return None"
-    elif kind == "break-continue":
-        new = ast.Continue() if isinstance(node, ast.Break) else ast.Break()
+    elif kind == "break-continue" and isinstance(node, (ast.Break, ast.Continue)):
+        new: ast.stmt = ast.Continue() if isinstance(node, ast.Break) else ast.Break()
         _replace_in_parent(parents, node, ast.copy_location(new, node))
         what = "break ↔ continue"
-    elif kind == "delete":
+    elif kind == "delete" and isinstance(node, ast.stmt):
         _replace_in_parent(parents, node, ast.copy_location(ast.Pass(), node))
         what = f"statement deleted ({type(node).__name__})"
     else:  # pragma: no cover
-        raise ValueError(kind)
+        raise ValueError(f"{kind} does not apply to a {type(node).__name__}")
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n", what
 
 
 def same_bytecode(a: str, b: str) -> bool:
-    def code(text):
+    def code(text: str) -> bytes:
         return marshal.dumps(compile(text, "m.py", "exec", dont_inherit=True, optimize=0))
 
     return code(a) == code(b)
@@ -301,10 +305,10 @@ def pytest_command(files: list[str], extra: list[str]) -> list[str]:
             *extra, *files]
 
 
-RUNNING: set = set()  # the test processes under way, each its own process group
+RUNNING: set[subprocess.Popen[str]] = set()  # the test processes under way, each its own group
 
 
-def stop_all(*_signal) -> None:
+def stop_all(*_signal: Union[int, Optional[FrameType]]) -> None:
     """Stop every test process this script started (by its process group), then leave."""
     for process in list(RUNNING):
         try:
@@ -316,12 +320,13 @@ def stop_all(*_signal) -> None:
 
 
 def run_tests(tree: Path, files: list[str], timeout: float, profile: str,
-              extra: list[str] = (), env: Optional[dict] = None) -> tuple[str, float, str, int]:
+              extra: Sequence[str] = (), env: Optional[dict[str, str]] = None,
+              ) -> tuple[str, float, str, int]:
     """(outcome, seconds, first failure line, return code) of the tests in `tree`."""
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
-               HYPOTHESIS_PROFILE=profile, **(env or {}))
+    environment = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
+                       HYPOTHESIS_PROFILE=profile, **(env or {}))
     start = time.monotonic()
-    process = subprocess.Popen(pytest_command(files, list(extra)), cwd=tree, env=env,
+    process = subprocess.Popen(pytest_command(files, list(extra)), cwd=tree, env=environment,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
     RUNNING.add(process)
@@ -372,18 +377,19 @@ def pytest_unconfigure(config):
 
 @dataclass
 class Baseline:
-    files: list  # test files, fastest first
+    files: list[str]  # test files, fastest first
     seconds: float
-    tests: dict = field(default_factory=dict)  # relative file → line → test ids ("" = import)
-    order: dict = field(default_factory=dict)  # test id → its position in the baseline run
+    # relative file → line → test ids ("" = import)
+    tests: dict[str, dict[int, set[str]]] = field(default_factory=dict)
+    order: dict[str, int] = field(default_factory=dict)  # test id → its position in the run
 
-    def tests_for(self, site: Site) -> Optional[list]:
+    def tests_for(self, site: Site) -> Optional[list[str]]:
         """The tests that run the mutated lines, in baseline order; None means every test
         (the lines run at import, or nothing is known); [] means no test runs them."""
         if not self.tests:
             return None
         lines = self.tests.get(site.file, {})
-        found = set()
+        found: set[str] = set()
         for line in range(site.line, max(site.line, site.end_line) + 1):
             found |= lines.get(line, set())
         if "" in found or not site.in_function:
@@ -393,8 +399,6 @@ class Baseline:
 
 def source_digest(root: Path) -> str:
     """sha256 over resolver/ and property_tests/ sources: the key of a cached baseline."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted([*(root / PACKAGE).rglob("*.py"), *(root / TESTS).rglob("*.py")]):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
@@ -433,9 +437,9 @@ def baseline(tree: Path, profile: str, timeout: float) -> Baseline:
     recorded, so a mutant runs only the tests that execute what it changed."""
     report = tree / "baseline.xml"
     extra = [f"--junitxml={report}"]
-    env = {}
+    env: dict[str, str] = {}
     try:
-        import coverage  # noqa: F401
+        import coverage  # noqa: F401  (optional: without it every mutant runs every test)
     except ImportError:
         print("coverage.py is not installed: every mutant runs every property test "
               "(python3 -m pip install coverage)", flush=True)
@@ -459,7 +463,7 @@ def baseline(tree: Path, profile: str, timeout: float) -> Baseline:
     missing = sorted(str(Path(p).relative_to(tree)) for p in listed) if not files else []
     result = Baseline(files or missing, seconds)
     if env:
-        import coverage
+        import coverage  # (optional, found above)
 
         data = coverage.CoverageData(basename=env["MUTATE_COVERAGE_FILE"])
         data.read()
@@ -474,8 +478,9 @@ def baseline(tree: Path, profile: str, timeout: float) -> Baseline:
     return result
 
 
-def worker(number: int, base: Path, queue: Queue, results: list, lock: threading.Lock,
-           known: Baseline, timeout: float, profile: str, originals: dict) -> None:
+def worker(number: int, base: Path, queue: Queue[tuple[Site, str, str]], results: list[Result],
+           lock: threading.Lock, known: Baseline, timeout: float, profile: str,
+           originals: dict[str, str]) -> None:
     tree = make_copy(base / f"w{number}")
     while True:
         try:
@@ -492,7 +497,7 @@ def worker(number: int, base: Path, queue: Queue, results: list, lock: threading
             outcome, seconds, failed = "survived", 0.0, ""
             if tests:
                 outcome, seconds, failed, _ = run_tests(tree, tests, timeout, profile)
-            extra: dict = {"tests": len(tests) if tests else "all"}
+            extra: dict[str, Union[int, str]] = {"tests": len(tests) if tests else "all"}
             if outcome == "survived":
                 outcome, more, failed, _ = run_tests(tree, known.files, timeout, profile)
                 seconds += more
@@ -512,8 +517,8 @@ def worker(number: int, base: Path, queue: Queue, results: list, lock: threading
 
 
 def summarise(results: list[Result], sampled: int, total_sites: int, seed: int) -> str:
-    out = []
-    by_module: dict[str, Counter] = defaultdict(Counter)
+    out: list[str] = []
+    by_module: dict[str, Counter[str]] = defaultdict(Counter)
     for r in results:
         by_module[Path(r.site.file).name][r.outcome] += 1
     outcomes = ("killed", "survived", "timeout", "equivalent", "error")
@@ -537,7 +542,7 @@ def summarise(results: list[Result], sampled: int, total_sites: int, seed: int) 
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", type=int, default=60, help="mutants to draw (default 60)")
     parser.add_argument("--seed", type=int, default=1, help="sampling seed (default 1)")
@@ -582,7 +587,7 @@ def main(argv=None) -> int:
     originals = {s.file: (REPO / s.file).read_text() for s in chosen}
 
     results: list[Result] = []
-    queue: Queue = Queue()
+    queue: Queue[tuple[Site, str, str]] = Queue()
     for site in sorted(chosen, key=lambda s: (s.file, s.index, s.kind, s.detail)):
         original = originals[site.file]
         mutated, what = mutate(original, site)
@@ -594,8 +599,8 @@ def main(argv=None) -> int:
         queue.put((site, mutated, diff))
 
     signal.signal(signal.SIGTERM, stop_all)
-    with tempfile.TemporaryDirectory(prefix="mesh-mutate-") as base:
-        base = Path(base)
+    with tempfile.TemporaryDirectory(prefix="mesh-mutate-") as base_dir:
+        base = Path(base_dir)
         cache = Path(args.cache) if args.cache else None
         key = source_digest(REPO) + "/" + args.baseline_profile
         known = cached_baseline(cache, key)

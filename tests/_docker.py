@@ -189,7 +189,7 @@ def http_health(port: int, timeout: int = 60):  # the product default: a loaded 
 def write_declaration(path, decl) -> str:
     import json
 
-    from resolver import unstructure
+    from resolver.documents import unstructure
 
     Path(path).write_text(json.dumps(unstructure(decl), indent=2))
     return str(path)

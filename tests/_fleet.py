@@ -261,7 +261,7 @@ class FleetMesh:
         return json.loads(self.mesh("status", ".", "--json").stdout)
 
     def ledger(self):
-        from resolver import load_ledger
+        from resolver.documents import load_ledger
 
         return load_ledger((self.dir / "ledger.yaml").read_text(), "ledger.yaml")[0]
 

@@ -151,13 +151,13 @@ class Operator:
     def values(self) -> dict[str, dict[int, str]]:
         """Every value sealed to solo in the ledger (the test reads them to log in itself)."""
         from executors.common import keys
-        from resolver import load_ledger
+        from resolver.documents import load_ledger
 
         ledger, _ = load_ledger((self.dir / "ledger.yaml").read_text(), "ledger.yaml")
         return keys.unseal_for_node(ledger, "solo", keys.load_private_key(self.key))
 
     def credential(self, credential: str):
-        from resolver import load_ledger
+        from resolver.documents import load_ledger
 
         ledger, _ = load_ledger((self.dir / "ledger.yaml").read_text(), "ledger.yaml")
         return ledger.credentials[credential]

@@ -117,7 +117,7 @@ class Mesh:
         return secret_source_from(str(self.dir / "ledger.yaml"), str(self.key), "solo")
 
     def values(self) -> dict:
-        from resolver import load_ledger
+        from resolver.documents import load_ledger
 
         ledger, _ = load_ledger((self.dir / "ledger.yaml").read_text(), "ledger.yaml")
         return keys.unseal_for_node(ledger, "solo", keys.load_private_key(self.key))

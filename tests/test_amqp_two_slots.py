@@ -29,7 +29,7 @@ import _pg
 import _rabbit
 from _background import repeatedly
 from executors.node.apply.runner import load_declarations
-from resolver import dump_ledger, load_ledger
+from resolver.documents import dump_ledger, load_ledger
 from test_admin_rotation_broker import Mesh
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from executors.cli import main as cli
-from resolver import LIMITS, InputError, load_ledger, load_mesh, load_module, parse_yaml
+from resolver import InputError
+from resolver.documents import LIMITS, load_ledger, load_mesh, load_module, parse_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 

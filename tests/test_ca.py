@@ -18,12 +18,13 @@ from cryptography.x509.oid import NameOID
 from pyrsistent import pmap
 
 import resolver
+from resolver import documents
 from executors.control.ca import CaError, init_ca, load_ca, sign_node, verify_node_certificate
 from executors.control.issuer import issue, renew
 from executors.common.keys import create_node_key
 from executors.control.loading import load_mesh_dir
 from resolver import EMPTY_LEDGER, CaConfig, Mesh, Node
-from resolver import certificate_requests, epoch_seconds
+from resolver.certificates import certificate_requests, epoch_seconds
 
 from _meshdir import FIXTURES, prepare, run_cli
 
@@ -131,11 +132,11 @@ def test_resolving_many_times_never_re_signs_declarations_byte_identical(tmp_pat
     for node, declaration in first.declarations.items():
         assert declaration.certificate == inputs.ledger.certificates[node].pem
         verify_node_certificate(ca.certificate, declaration.certificate)
-    expected = {n: resolver.unstructure(d) for n, d in first.declarations.items()}
+    expected = {n: documents.unstructure(d) for n, d in first.declarations.items()}
     for _ in range(100):
         again = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
                                  sources=inputs.sources, now="2026-03-01T00:00:00Z")
-        assert {n: resolver.unstructure(d) for n, d in again.declarations.items()} == expected
+        assert {n: documents.unstructure(d) for n, d in again.declarations.items()} == expected
         assert again.ledger.certificates == inputs.ledger.certificates
     assert run_cli("plan", "--issue", mesh_dir)[0] == 0  # nothing to issue: nothing re-signed
     assert load_mesh_dir(mesh_dir).ledger.certificates == inputs.ledger.certificates

@@ -16,8 +16,9 @@ from ruamel.yaml import YAML
 
 import resolver
 from executors.control.loading import load_mesh_dir
-from resolver import InputError, load_module, load_provisions
-from resolver import validate_artifact_store_modules, validate_build_graph
+from resolver import InputError
+from resolver.documents import load_module, load_provisions
+from resolver.artifacts import validate_artifact_store_modules, validate_build_graph
 
 REPO = Path(__file__).resolve().parent.parent
 CATALOGUE = REPO / "catalogue"

@@ -18,8 +18,7 @@ try:
     from . import _netns
 except ImportError:
     import _netns
-import resolver
-from resolver import Declaration, FirewallAllow, FirewallFloor, FirewallIntent
+from resolver import Declaration, FirewallAllow, FirewallFloor, FirewallIntent, documents
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +69,7 @@ def test_published_port_reachable_from_bound_node_only(provider, tmp_path):
         mesh_sources=pvector(sorted(a.values())),
     )
     declaration = tmp_path / "declaration.json"
-    declaration.write_text(json.dumps(resolver.unstructure(
+    declaration.write_text(json.dumps(documents.unstructure(
         Declaration(mesh="test", node="n1", address=a["n1"], firewall=intent))))
     result = topology.mesh("n1", "firewall", str(declaration), "--state-dir", str(tmp_path / "s"))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,8 +12,7 @@ import json
 import pytest
 from pyrsistent import pvector
 
-import resolver
-from resolver import Declaration, FirewallExposure, FirewallFloor, FirewallIntent
+from resolver import Declaration, FirewallExposure, FirewallFloor, FirewallIntent, documents
 
 try:
     from . import _netns
@@ -40,7 +39,7 @@ def lan():
 
 def apply(topology, tmp_path, intent):
     path = tmp_path / "declaration.json"
-    path.write_text(json.dumps(resolver.unstructure(Declaration(
+    path.write_text(json.dumps(documents.unstructure(Declaration(
         mesh="test", node="n1", address=topology.addresses["n1"], firewall=intent))))
     return topology.mesh("n1", "firewall", str(path), "--state-dir", str(tmp_path / "state"))
 

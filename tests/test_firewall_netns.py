@@ -12,8 +12,7 @@ import json
 import pytest
 from pyrsistent import pvector
 
-import resolver
-from resolver import Declaration, FirewallAllow, FirewallFloor, FirewallIntent
+from resolver import Declaration, FirewallAllow, FirewallFloor, FirewallIntent, documents
 
 try:
     from . import _netns
@@ -44,7 +43,7 @@ def intent_for(topology, bound: tuple, *, ssh: bool = True, extra_floors=()) -> 
 def write_declaration(path, topology, intent: FirewallIntent) -> str:
     declaration = Declaration(mesh="test", node="n1", address=topology.addresses["n1"],
                               firewall=intent)
-    path.write_text(json.dumps(resolver.unstructure(declaration)))
+    path.write_text(json.dumps(documents.unstructure(declaration)))
     return str(path)
 
 
@@ -102,7 +101,7 @@ def test_second_apply_with_nothing_changed_performs_no_transaction(topology, fre
     code = (
         "import json, sys, resolver\n"
         "from executors.node.firewall.executor import apply_firewall\n"
-        "d = resolver.structure(json.load(open(sys.argv[1])), resolver.Declaration)\n"
+        "d = resolver.documents.structure(json.load(open(sys.argv[1])), resolver.Declaration)\n"
         "r = apply_firewall(d.firewall, sys.argv[2])\n"
         "print(json.dumps({'steps': len(r.steps), 'transactions': r.transactions, 'ok': r.ok}))\n"
     )
@@ -135,7 +134,7 @@ BROKEN_APPLY = """
 import json, sys, attrs, resolver
 from executors.node.firewall import executor as fw
 from executors.node.firewall.render import render
-d = resolver.structure(json.load(open(sys.argv[1])), resolver.Declaration)
+d = resolver.documents.structure(json.load(open(sys.argv[1])), resolver.Declaration)
 state, how = sys.argv[2], sys.argv[3]
 good = render(d.firewall)
 lines = []

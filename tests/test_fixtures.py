@@ -43,7 +43,7 @@ def test_fixture_gives_exactly_its_expected_problems(case):
             assert problem.line > 0, f"{problem.code} has no position"
             if problem.instance is None:  # about the mesh: a default naming nothing, or a
                 # mesh-wide setting refused (a floor on a kept port names the holders)
-                if problem.code == resolver.FLOOR_CONFLICT:
+                if problem.code == resolver.ProblemCode.FLOOR_CONFLICT:
                     assert problem.candidates
                 assert not problem.blocks
                 continue
@@ -53,7 +53,7 @@ def test_fixture_gives_exactly_its_expected_problems(case):
         rendering = resolution.ledger.declared[name]
         node = resolution.declarations[rendering.node]
         assert [c for c in node.containers if c.instance == name] == list(rendering.containers)
-        assert any(p.code == resolver.HELD and p.instance == name and p.line > 0
+        assert any(p.code == resolver.ProblemCode.HELD and p.instance == name and p.line > 0
                    for p in resolution.problems)
 
 

@@ -19,11 +19,12 @@ import pytest
 from pyrsistent import pmap, pvector
 
 import resolver
+from resolver import picture
 from executors.cli.graph import render
 from executors.control.loading import load_mesh_dir
-from resolver import Floor, Instance, Mesh, Node, Opening, Require, mesh_dot, mesh_picture
-from resolver import render_dot
-from resolver import begin_rotation, first_generation
+from resolver import Floor, Instance, Mesh, Node, Require
+from resolver.picture import Opening, mesh_dot, mesh_picture, render_dot
+from resolver.rotation import begin_rotation, first_generation
 from property_tests.strategies import PROVISIONS, module_named, pins_for
 from tests._meshdir import run_cli
 
@@ -48,7 +49,7 @@ def dot_of(inputs, resolution, **kwargs) -> str:
 
 
 def statement(dot: str, element_id: str) -> str:
-    found = [line for line in dot.splitlines() if f"id={resolver.dot_quote(element_id)}" in line]
+    found = [line for line in dot.splitlines() if f"id={picture.dot_quote(element_id)}" in line]
     assert len(found) == 1, (element_id, found)
     return found[0]
 
@@ -114,7 +115,7 @@ def test_refused_instances_are_red_with_their_code_and_their_problem_is_a_note()
     umami = statement(dot, "instance:umami@a")
     assert 'color="#c00000"' in umami and "refused: ambiguous-provider" in umami
     problem = next(p for p in resolution.problems if p.code == "ambiguous-provider")
-    note = statement(dot, f"problem:{resolver.problem_key(problem)}")
+    note = statement(dot, f"problem:{picture.problem_key(problem)}")
     assert "[ambiguous-provider] error" in note and "postgres@b, postgres@c" in note
     assert "catalogue/umami/module.yaml:14:5" in note
     assert 'color="#c00000"' not in statement(dot, "instance:postgres@b")
@@ -266,7 +267,7 @@ def test_the_svg_names_every_instance_and_every_binding(graphviz_dot, tmp_path, 
     for node in inputs.mesh.nodes.values():
         assert any(node.address in " ".join(t) for k, t, _ in elements.values() if k == "cluster")
     for p in resolution.problems:
-        assert f"problem:{resolver.problem_key(p)}" in elements
+        assert f"problem:{picture.problem_key(p)}" in elements
 
 
 def test_names_with_quotes_backslashes_and_other_scripts_survive_real_dot(graphviz_dot):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import resolver
+from resolver import documents
 from executors.cli import main as cli
 from executors.common.atomic import write_atomic
 from executors.control.loading import load_mesh_dir, write_ledger
@@ -18,11 +19,15 @@ from resolver import (
     InputError,
     Ledger,
     PortAssignment,
+)
+from resolver.documents import (
     dump_ledger,
     load_ledger,
     load_mesh,
     load_module,
     load_provisions,
+)
+from resolver.rendering import (
     placeholders,
     render_placeholders,
 )
@@ -565,7 +570,7 @@ def test_fixture_loads_without_faults(directory: Path):
 def _load_fault_cases() -> list[tuple[Path, dict]]:
     cases = []
     for directory in refusal_cases():
-        expected, _ = resolver.parse_yaml((directory / "expected.yaml").read_text(), "expected.yaml")
+        expected, _ = documents.parse_yaml((directory / "expected.yaml").read_text(), "expected.yaml")
         if isinstance(expected, dict) and "load_fault" in expected:
             cases.append((directory, expected["load_fault"]))
     return cases

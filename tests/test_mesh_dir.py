@@ -14,6 +14,7 @@ from typing import Sequence
 import pytest
 
 import resolver
+from resolver import documents
 from executors.control.loading import FileReader, load_mesh_dir, mesh_paths
 from resolver import InputError, ReadFault
 
@@ -125,7 +126,7 @@ def test_a_readers_own_failure_passes_through_unchanged():
     ("mesh: [\n", ("m/catalogue", "m/ledger.yaml")),
 ])
 def test_mesh_paths_reads_catalogue_and_ledger_without_loading(text, expected):
-    paths = resolver.mesh_paths("m", text)
+    paths = documents.mesh_paths("m", text)
     assert (paths.catalogue, paths.ledger) == (
         expected[0] if expected[0] != "cat" else "m/../cat", expected[1])
 

@@ -86,6 +86,14 @@ def test_truncated_and_not_json_are_refused_before_anything_else(keys):
         assert refused.value.reason.startswith(("not JSON", "not a mesh message"))
 
 
+def test_json_with_a_number_past_the_digit_limit_is_a_refusal_not_a_crash(keys):
+    """json.loads raises a plain ValueError (no position) for a number longer than the
+    interpreter converts: refused like any other message that is not JSON."""
+    with pytest.raises(messages.MessageRefused) as refused:
+        open_(b'{"format": ' + b"1" * 5000 + b"}", keys)
+    assert refused.value.reason.startswith("not JSON")
+
+
 def test_a_signature_for_one_kind_is_not_valid_for_another(keys):
     envelope = json.loads(signed(keys["m"], kind=messages.ENROLMENT_ANSWER))
     envelope["kind"] = messages.DECLARATION

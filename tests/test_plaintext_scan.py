@@ -15,7 +15,7 @@ import resolver
 
 from executors.common.keys import load_private_key, unseal_for_node
 from executors.control.loading import load_mesh_dir, write_ledger
-from resolver import holder_nodes, report_applied
+from resolver.rotation import holder_nodes, report_applied
 
 from _meshdir import fixture_dirs, fixture_id, prepare, run_cli
 

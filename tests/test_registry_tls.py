@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from nacl.public import PrivateKey
 
 import resolver
-from resolver import load_inputs, unstructure
-from resolver import tls_credential
+from resolver import load_inputs, documents
+from resolver.documents import unstructure
+from resolver.certificates import tls_credential
 
 from executors.common.keys import unseal
 from executors.control.ca import init_ca, verify_node_certificate
@@ -119,7 +120,7 @@ def test_the_registry_certificate_is_issued_once_sealed_to_its_node(keys, ca):
     assert issue(list(again.requests), inputs.mesh, ledger, ca=ca,
                  now="2026-01-01T00:00:00Z") == ledger
     # nowhere in plaintext: not the ledger, not a declaration
-    text = resolver.dump_ledger(ledger)
+    text = documents.dump_ledger(ledger)
     assert "PRIVATE KEY" not in text and key_pem.splitlines()[1] not in text
     for declaration in again.declarations.values():
         assert "PRIVATE KEY" not in json.dumps(unstructure(declaration))
@@ -144,7 +145,7 @@ def test_the_certificate_follows_the_node_address_and_a_move(keys, ca):
     addresses = ["10.0.0.1", "10.0.0.2"]
     inputs = load(mesh_text(addresses, [public(k) for k in keys[:2]], 1))
     ledger, _ = issued(inputs, ca)
-    ledger_text = resolver.dump_ledger(ledger)
+    ledger_text = documents.dump_ledger(ledger)
     moved = load(mesh_text(["10.0.0.1", "10.0.0.9"], [public(k) for k in keys[:2]], 1),
                  ledger_text)
     (request,) = [r for r in resolve(moved).requests if r.kind == "tls-certificate"]

@@ -247,14 +247,14 @@ def test_the_command_answers_to_each_of_its_entry_points(capsys):
     the entry point `executors.cli:main` does); pyproject's entry point names the function."""
     import tomllib
 
-    import resolver
+    from resolver import documents
     from executors.cli import main as module
 
     assert module.main(["schema"]) == 0
     assert module(["schema"]) == 0
     from executors.common.message_schemas import SCHEMAS
 
-    names = list(resolver.document_names()) + list(SCHEMAS)  # documents, then messages
+    names = list(documents.document_names()) + list(SCHEMAS)  # documents, then messages
     assert capsys.readouterr().out.split() == 2 * names
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"mesh": "executors.cli.main:main"}

@@ -12,7 +12,7 @@ from pyrsistent import pmap, pvector
 import resolver
 from executors.control.loading import load_mesh_dir
 from resolver import ContainerDecl, Declaration, GrantDecl, SecretRef
-from resolver import (
+from resolver.rotation import (
     begin_rotation,
     declared_grants,
     first_generation,

@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from executors.control.loading import load_mesh_dir
-from resolver import declared_grants
+from resolver.rotation import declared_grants
 
 from _meshdir import FIXTURES, ROOT, prepare, run_cli
 from test_rotate_cli import declared_in

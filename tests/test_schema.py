@@ -8,14 +8,14 @@ from pathlib import Path
 import attrs
 import pytest
 
-from resolver import (
-    Module,
+from resolver import Module
+from resolver.documents import (
     document_names,
     json_schema,
     load_ledger,
     parse_yaml,
 )
-from resolver import document_key
+from resolver.documents import document_key
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")
 
@@ -86,7 +86,8 @@ def test_every_catalogue_and_fixture_document_validates(document, path):
 def test_a_written_ledger_validates():
     from pyrsistent import pmap
 
-    from resolver import Ledger, PortAssignment, dump_ledger
+    from resolver import Ledger, PortAssignment
+    from resolver.documents import dump_ledger
 
     ledger = Ledger(ports=pmap({"web@a": pmap({"http": PortAssignment("a", 20000)})}))
     data, _ = parse_yaml(dump_ledger(ledger), "ledger.yaml")
@@ -98,6 +99,7 @@ def test_a_written_ledger_validates():
                          ids=lambda p: p.name)
 def test_resolved_declarations_validate(directory):
     import resolver
+    from resolver import documents
     from executors.control.loading import load_mesh_dir
 
     if not hasattr(resolver, "resolve"):
@@ -107,7 +109,7 @@ def test_resolved_declarations_validate(directory):
     check = validator("declaration")
     assert resolution.declarations
     for node, declaration in resolution.declarations.items():
-        plain = json.loads(json.dumps(resolver.unstructure(declaration)))
+        plain = json.loads(json.dumps(documents.unstructure(declaration)))
         errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in check.iter_errors(plain)]
         assert errors == [], node
 
@@ -118,7 +120,7 @@ DOCS = REPO / "docs" / "schema.md"
 def test_docs_examples_load():
     import re
 
-    from resolver import load_ledger, load_mesh, load_module, load_provisions
+    from resolver.documents import load_ledger, load_mesh, load_module, load_provisions
 
     blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), re.S)
     loaders = [load_module, load_provisions, load_mesh, load_ledger]

@@ -20,7 +20,7 @@ from _registry_helpers import REGISTRY_BINARY, RegistryProcess, push_image, serv
 from executors.cli import main as cli
 from executors.control.loading import load_mesh_dir
 from resolver import InputError
-from resolver import validate_artifact_store_modules
+from resolver.artifacts import validate_artifact_store_modules
 
 pytestmark = [
     pytest.mark.integration,

@@ -156,6 +156,7 @@ def test_the_node_default_state_root_is_where_the_resolver_puts_instance_state()
     node (node_paths.DEFAULT_STATE_ROOT, `mesh apply --state-root`'s default) keeps its own
     files in .mesh/ below the same root, which render refuses as an instance's state."""
     import resolver
+    from resolver import rendering
     from executors.control.loading import load_mesh_dir
     from executors.node.node_paths import DEFAULT_STATE_ROOT, EXECUTOR_DIR, NodePaths
 
@@ -166,7 +167,7 @@ def test_the_node_default_state_root_is_where_the_resolver_puts_instance_state()
     assert paths and all(p.startswith(DEFAULT_STATE_ROOT + "/") for p in paths), paths
     assert all(p.split("/")[len(DEFAULT_STATE_ROOT.split("/"))] != EXECUTOR_DIR for p in paths)
     assert not any(NodePaths(DEFAULT_STATE_ROOT).owns(p) for p in paths)
-    assert DEFAULT_STATE_ROOT == resolver.STATE_ROOT  # the resolver's rule, spelled once more
+    assert DEFAULT_STATE_ROOT == rendering.STATE_ROOT  # the resolver's rule, spelled once more
     # only where the standard library alone must answer (apply_fast); everywhere else it is used
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     for path in [*Path(root, "executors").rglob("*.py"), *Path(root, "resolver").rglob("*.py")]:

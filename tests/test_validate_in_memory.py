@@ -100,7 +100,8 @@ def test_checked_inputs_skip_validation_knowingly():
     catalogue, mesh = inputs()
     mesh = attrs.evolve(mesh, nodes=pmap({"a": Node(address="not-an-ip")}))
     resolution = resolver.resolve(catalogue, mesh, resolver.EMPTY_LEDGER, checked=True)
-    assert [p.code for p in resolution.problems] == [resolver.UNPINNED_ARTIFACT]  # resolved
+    assert [p.code for p in resolution.problems] == \
+        [resolver.ProblemCode.UNPINNED_ARTIFACT]  # resolved
 
 
 def test_a_lone_surrogate_built_in_code_is_an_input_error_naming_where_it_was_rendered():

@@ -24,10 +24,12 @@ from resolver import (
     Generation,
     Ledger,
     SecretRef,
+)
+from resolver.documents import (
     dump_ledger,
-    secret_token,
     unstructure,
 )
+from resolver.rendering import secret_token
 
 import _pg
 import _rabbit

@@ -1,12 +1,18 @@
 """Options the control-node verbs share (control, publish, collect, enrol, status): the mesh
-directory, the control state directory, and how to reach the broker."""
+directory, the control state directory, and how to reach the broker; what they print.
+
+Invariants:
+- Standard library only: `mesh status` takes these options and runs without the broker's
+  client; the Control the broker verbs make from them is cli/_fleet_control.py's.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
-from pathlib import Path
+from typing import Callable
 
 ENV = {"broker": "MESH_BROKER", "broker_api": "MESH_BROKER_API",
        "broker_admin": "MESH_BROKER_ADMIN",
@@ -14,14 +20,14 @@ ENV = {"broker": "MESH_BROKER", "broker_api": "MESH_BROKER_API",
        "broker_for_nodes": "MESH_BROKER_FOR_NODES", "key": "MESH_CONTROL_KEY"}
 
 
-def add_directory(parser) -> None:
+def add_directory(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
     parser.add_argument("--state-dir", metavar="DIR",
                         help="the control plane's own files: what was published, reports, "
                         "enrolment (default: DIR/.control)")
 
 
-def add_broker(parser) -> None:
+def add_broker(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "broker", "how to reach the mesh's broker; by default the substrate broker instance of "
         "mesh.yaml, its admin's password opened from the escrow with --key")
@@ -45,32 +51,11 @@ def add_broker(parser) -> None:
                        f"from the escrow, and values a move re-seals (${ENV['key']})")
 
 
-def settings(args, inputs):
-    from executors.control.broker_settings import settings_from
-
-    return settings_from(inputs, broker=args.broker, api=args.broker_api,
-                         admin=args.broker_admin,
-                         admin_password_file=args.broker_admin_password_file,
-                         for_nodes=args.broker_for_nodes, key=args.key)
-
-
-def control(args, *, issue: bool = True, interval: float = 5.0):
-    """The Control of the mesh in args.directory (the mesh loaded, the broker settings made)."""
-    from executors.control.control_loop import Control
-    from executors.control.control_state import ControlState
-    from executors.control.loading import load_mesh_dir
-
-    inputs = load_mesh_dir(args.directory)
-    return Control(mesh_dir=Path(inputs.mesh_dir), settings=settings(args, inputs),
-                   state=ControlState(inputs.mesh_dir, args.state_dir), say=say,
-                   key_file=args.key, issue=issue, interval=interval)
-
-
 def say(line: str) -> None:
     print(f"control: {line}", file=sys.stderr, flush=True)
 
 
-def stop_on_signals(stop) -> None:
+def stop_on_signals(stop: Callable[[], object]) -> None:
     """SIGTERM and SIGINT ask the loop to stop at its next turn (systemd's stop, Ctrl-C)."""
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop())

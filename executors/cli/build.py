@@ -12,11 +12,21 @@ happens. Exit codes: 0 everything built, 1 something could not be (the rest is r
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import Optional, TextIO
+
+from resolver import MeshError
+
+from executors.cli._verb import Subparsers
+from executors.control.building import build
+from executors.control.loading import load_mesh_dir
+from executors.control.trust import push_auth
+from executors.node.docker_engine import connect
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "build",
         help="build artifacts with a build: context and push them to the mesh's registry",
@@ -36,20 +46,18 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    from resolver import MeshError
-
-    from executors.control.building import build
-    from executors.control.loading import load_mesh_dir
-    from executors.control.trust import push_auth
-    from executors.node.docker_engine import connect
-
-    if not args.artifacts and not args.stale:
+    artifacts: list[str] = args.artifacts
+    stale: bool = args.stale
+    if not artifacts and not stale:
         raise MeshError("name the artifacts to build (module/artifact), or pass --stale")
-    inputs = load_mesh_dir(args.directory)
-    auth = next(iter(push_auth(inputs, args.key).values()), None)
-    done = build(inputs, args.artifacts, stale=args.stale, api=connect(args.docker_host),
+    directory: str = args.directory
+    key: Optional[str] = args.key
+    docker_host: Optional[str] = args.docker_host
+    inputs = load_mesh_dir(directory)
+    auth = next(iter(push_auth(inputs, key).values()), None)
+    done = build(inputs, artifacts, stale=stale, api=connect(docker_host),
                  auth=auth, say=lambda line: print(line, file=out, flush=True))
     print(f"built {len(done.built)}" + (f"; {len(done.failed)} could not be built: "
                                         f"{', '.join(done.failed)}" if done.failed else ""),

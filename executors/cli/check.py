@@ -8,9 +8,14 @@ fault printed, by cli.py).
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Iterable, Optional, TextIO
 
 import resolver
+from resolver import Problem
+
+from executors.cli._verb import Subparsers
 from executors.control.loading import load_mesh_dir
 
 DESCRIPTION = """\
@@ -24,7 +29,7 @@ requirement left unbound, a refused instance held at its last good declaration: 
 last line names the codes on each side; OK when no error."""
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "check",
         help="load and validate a mesh directory (mesh.yaml, its catalogue, its ledger)",
@@ -39,13 +44,14 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def _codes(problems) -> str:
+def _codes(problems: Iterable[Problem]) -> str:
     return ", ".join(sorted({p.code for p in problems}))
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    inputs = load_mesh_dir(args.directory)  # InputError → every fault printed, exit 2 (cli.py)
+    directory: str = args.directory
+    inputs = load_mesh_dir(directory)  # InputError → every fault printed, exit 2 (cli.py)
     resolution = resolver.resolve_inputs(inputs)
     errors = [p for p in resolution.problems if p.severity == "error"]
     warnings = [p for p in resolution.problems if p.severity == "warning"]

@@ -8,13 +8,17 @@ enrolled node applied what was published to it, 1 otherwise (naming each node an
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from typing import Optional, TextIO
 
-from executors.cli import _fleet_options
+from executors.cli import _fleet_control, _fleet_options
+from executors.cli._verb import Subparsers
+from executors.control.control_loop import settle
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "collect",
         help="take the nodes' reports and record them (one step of `mesh control`)",
@@ -29,14 +33,13 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    from executors.control.control_loop import settle
-
-    control = _fleet_options.control(args)
-    connection, channel = control.connect(deadline=time.monotonic() + max(args.wait, 30.0))
+    wait: float = args.wait
+    control = _fleet_control.control(args)
+    connection, channel = control.connect(deadline=time.monotonic() + max(wait, 30.0))
     try:
-        outcomes, standing = settle(control, connection, channel, args.wait)
+        outcomes, standing = settle(control, connection, channel, wait)
     finally:
         connection.close()
     print(f"{len(outcomes)} message(s) taken", file=out)

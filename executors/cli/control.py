@@ -10,10 +10,14 @@ executors/control/control_loop.py.
 
 from __future__ import annotations
 
-from executors.cli import _fleet_options
+import argparse
+from typing import Optional, TextIO
+
+from executors.cli import _fleet_control, _fleet_options
+from executors.cli._verb import Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "control",
         help="run the control plane: publish declarations over the broker, record reports",
@@ -32,9 +36,11 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
-    control = _fleet_options.control(args, issue=not args.no_issue, interval=args.interval)
-    stopping = []
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    no_issue: bool = args.no_issue
+    interval: float = args.interval
+    control = _fleet_control.control(args, issue=not no_issue, interval=interval)
+    stopping: list[bool] = []
     _fleet_options.stop_on_signals(lambda: stopping.append(True))
     control.say(f"control plane of mesh {control.mesh} starting (state {control.state.root})")
     control.run(stop=lambda: bool(stopping))

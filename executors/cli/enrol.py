@@ -9,14 +9,22 @@ executors/control/enrolment.py.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from typing import Any, Optional, TextIO
 
-from executors.cli import _fleet_options
+from executors.cli import _fleet_control, _fleet_options
+from executors.cli._verb import Subparsers
+from executors.control import enrolment
+from executors.control.control_loop import Control
+from executors.control.control_state import ControlState
+from executors.control.delivery_key import ensure_delivery_key
+from executors.control.loading import load_mesh_dir
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "enrol", help="enrol nodes: one-time tokens, then accept or reject their requests",
         description="Enrol a node: `mesh enrol token DIR NODE` prints a one-time token to type "
@@ -69,51 +77,50 @@ def register(subparsers) -> None:
         action.set_defaults(func=run_accept if name == "accept" else run_reject)
 
 
-def _connected(args):
-    control = _fleet_options.control(args, issue=False)
+def _connected(args: argparse.Namespace) -> tuple[Control, Any, Any]:
+    """The Control (issuing nothing), its broker connection and channel (pika's, untyped)."""
+    control = _fleet_control.control(args, issue=False)
     connection, channel = control.connect(deadline=time.monotonic() + 30)
     return control, connection, channel
 
 
-def run_token(args, out=None) -> int:
+def run_token(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    from executors.control.delivery_key import ensure_delivery_key
-    from executors.control.enrolment import make_token
-    from executors.control.loading import load_mesh_dir
-
+    node: str = args.node
+    expires: int = args.expires
     control, connection, channel = _connected(args)
     try:
         key = ensure_delivery_key(control.mesh_dir, load_mesh_dir(control.mesh_dir).mesh)
-        token = make_token(control.mesh_dir, control.fleet, channel, key, args.node,
-                           minutes=args.expires)
+        token = enrolment.make_token(control.mesh_dir, control.fleet, channel, key, node,
+                                     minutes=expires)
     finally:
         connection.close()
-    print(f"one-time enrolment token for {args.node} (valid {args.expires} minutes); on "
-          f"{args.node}, as root:", file=sys.stderr)
+    print(f"one-time enrolment token for {node} (valid {expires} minutes); on "
+          f"{node}, as root:", file=sys.stderr)
     print(f"  mesh agent enrol {token} --config /etc/mesh/agent.yaml --key /etc/mesh/node.key",
           file=sys.stderr)
     print(token, file=out)
     return 0
 
 
-def run_list(args, out=None) -> int:
+def run_list(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    from executors.control.control_state import ControlState
-    from executors.control.enrolment import close_answered, listing
-    from executors.control.loading import load_mesh_dir
-
-    if args.offline:
-        state = ControlState(load_mesh_dir(args.directory).mesh_dir, args.state_dir)
+    offline: bool = args.offline
+    as_json: bool = args.json
+    if offline:
+        directory: str = args.directory
+        state_dir: Optional[str] = args.state_dir
+        state = ControlState(load_mesh_dir(directory).mesh_dir, state_dir)
     else:
         control, connection, channel = _connected(args)
         try:
             control.drain(channel, queues=("enrolment",))
-            close_answered(control.mesh_dir, control.fleet, channel, say=control.say)
+            enrolment.close_answered(control.mesh_dir, control.fleet, channel, say=control.say)
         finally:
             connection.close()
         state = control.state
-    rows = listing(state)
-    if args.json:
+    rows = enrolment.listing(state)
+    if as_json:
         json.dump(rows, out, indent=2, sort_keys=True)
         out.write("\n")
         return 0
@@ -128,22 +135,20 @@ def run_list(args, out=None) -> int:
     return 0
 
 
-def _answer(args, accept: bool, out) -> int:
-    from executors.control import enrolment
-    from executors.control.delivery_key import ensure_delivery_key
-    from executors.control.loading import load_mesh_dir
-
+def _answer(args: argparse.Namespace, accept: bool, out: TextIO) -> int:
+    node: str = args.node
     control, connection, channel = _connected(args)
     try:
         control.drain(channel, queues=("enrolment",))
         key = ensure_delivery_key(control.mesh_dir, load_mesh_dir(control.mesh_dir).mesh)
         lines: list[str] = []
         if accept:
-            enrolment.accept(control.mesh_dir, control.fleet, channel, key, args.node,
+            enrolment.accept(control.mesh_dir, control.fleet, channel, key, node,
                              say=lines.append)
         else:
-            enrolment.reject(control.mesh_dir, control.fleet, channel, key, args.node,
-                             args.reason, say=lines.append)
+            reason: str = args.reason
+            enrolment.reject(control.mesh_dir, control.fleet, channel, key, node, reason,
+                             say=lines.append)
     finally:
         connection.close()
     for line in lines:
@@ -151,9 +156,9 @@ def _answer(args, accept: bool, out) -> int:
     return 0
 
 
-def run_accept(args, out=None) -> int:
+def run_accept(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     return _answer(args, True, out or sys.stdout)
 
 
-def run_reject(args, out=None) -> int:
+def run_reject(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     return _answer(args, False, out or sys.stdout)

@@ -8,6 +8,13 @@ Invariants:
   holds these tables to it).
 - A verb that needs a package of an extra that is not installed says which extra to install
   and exits 2, never with a traceback (`missing_extra` is asked by cli/main.py).
+- Where an extra's package is imported: a verb that needs the extra for all its work imports
+  it (through the control or node modules) at the top of its module, and cli/main.py lists
+  the verb as needing the extra when that import fails. A verb that needs it for part of its
+  work only imports it where that part runs: an ImportError there reaches cli/main.py, which
+  says the same (`mesh plan --issue`); `mesh graph` catches its own, to add that DOT text
+  needs none of it.
+- Standard library only: cli/main.py imports this before it knows which verb runs.
 """
 
 from __future__ import annotations

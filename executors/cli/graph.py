@@ -1,9 +1,9 @@
 """`mesh graph DIR`: a picture of the mesh (nodes, instances, bindings, refusals, firewall).
 
 Thin on purpose: load and resolve as `mesh plan` does, take the DOT text from the pure
-`resolver.mesh_dot` (node and instance order as mesh.yaml writes them), and only for `svg` or
-`png` hand it to the Graphviz `dot` program through the `graphviz` binding. Output goes to
-stdout or, with `--out`, atomically to a file. Exit codes: 0 no refusal, 1 refusals (the
+`resolver.picture.mesh_dot` (node and instance order as mesh.yaml writes them), and only for
+`svg` or `png` hand it to the Graphviz `dot` program through the `graphviz` binding. Output
+goes to stdout or, with `--out`, atomically to a file. Exit codes: 0 no refusal, 1 refusals (the
 picture is drawn all the same), 2 bad input or no Graphviz.
 """
 
@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 import resolver
 from resolver import Fault, InputError, MeshError
 
-from executors.common.atomic import write_atomic
-from executors.control.loading import load_mesh_dir
-from executors.common.runtime import now_iso, resolving
+from executors.cli._verb import Subparsers
+from executors.cli.extras import install_command
 from executors.cli.terminal import to_null
+from executors.common.atomic import write_atomic
+from executors.common.runtime import now_iso, resolving
+from executors.control.loading import load_mesh_dir
 
 FORMATS = ("dot", "svg", "png")
 SUFFIXES = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".png": "png"}
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "graph",
         help="draw the mesh: nodes, instances, bindings, refusals, firewall (Graphviz)",
@@ -48,35 +51,41 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def output_format(args) -> str:
-    if args.format:
-        return args.format
-    if args.out:
+def output_format(args: argparse.Namespace) -> str:
+    given: Optional[str] = args.format
+    out: Optional[str] = args.out
+    if given:
+        return given
+    if out:
         for suffix, fmt in SUFFIXES.items():
-            if args.out.lower().endswith(suffix):
+            if out.lower().endswith(suffix):
                 return fmt
     return "dot"
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     fmt = output_format(args)
-    inputs = load_mesh_dir(args.directory)
+    directory: str = args.directory
+    now: Optional[str] = args.now
+    nodes: Optional[list[str]] = args.node
+    out: Optional[str] = args.out
+    inputs = load_mesh_dir(directory)
     with resolving():
-        resolution = resolver.resolve_inputs(inputs, now=args.now or now_iso())
-    if args.node:
-        unknown = [n for n in args.node if n not in inputs.mesh.nodes]
+        resolution = resolver.resolve_inputs(inputs, now=now or now_iso())
+    if nodes:
+        unknown = [n for n in nodes if n not in inputs.mesh.nodes]
         if unknown:
             raise InputError([Fault("--node", 0, 0, f"no node named {n!r} in the mesh",
                                     "one of " + ", ".join(sorted(inputs.mesh.nodes)))
                               for n in unknown])
-    text = resolver.mesh_dot(resolution, inputs.mesh,
-                             node_order=inputs.sources.key_order("mesh", "nodes"),
-                             instance_order=inputs.sources.key_order("mesh", "instances"),
-                             nodes=args.node)
+    text = resolver.picture.mesh_dot(resolution, inputs.mesh,
+                                     node_order=inputs.sources.key_order("mesh", "nodes"),
+                                     instance_order=inputs.sources.key_order("mesh", "instances"),
+                                     nodes=nodes)
     data = text.encode("utf-8") if fmt == "dot" else render(text, fmt)
-    if args.out:
-        write_atomic(args.out, data)
-        print(f"{fmt} written: {args.out}", file=sys.stderr)
+    if out:
+        write_atomic(out, data)
+        print(f"{fmt} written: {out}", file=sys.stderr)
     else:
         write_stdout(data, binary=fmt == "png")
     return 1 if resolution.refused else 0
@@ -101,16 +110,15 @@ def write_stdout(data: bytes, *, binary: bool) -> None:
 
 def render(text: str, fmt: str) -> bytes:
     """The picture laid out by Graphviz's `dot`, as `fmt` (svg or png)."""
-    try:
+    try:  # here, not at the top: the control extra brings it, and DOT text needs none of it
         import graphviz
     except ImportError:
-        from executors.cli.extras import install_command
-
         raise MeshError("the Python package `graphviz` is not installed; it comes with the "
                         f"`control` extra: {install_command('control')}; `--format dot` needs "
                         "neither it nor Graphviz") from None
     try:
-        return graphviz.pipe("dot", fmt, text.encode("utf-8"), quiet=True)
+        picture: bytes = graphviz.pipe("dot", fmt, text.encode("utf-8"), quiet=True)
+        return picture
     except graphviz.ExecutableNotFound:
         raise MeshError("Graphviz's `dot` program is not installed (Debian: apt-get install "
                         "graphviz); `--format dot` prints the text without it") from None

@@ -1,13 +1,16 @@
 """The `mesh` command line.
 
 Each subcommand lives in its own module `executors/cli/<name>.py` exposing
-`register(subparsers)`, which adds a parser whose `func(args) -> int` runs it. Exit codes:
+`register(subparsers)`, which adds a parser whose `func(args) -> int` runs it (the types are
+cli/_verb.py's). Exit codes:
 0 success, 1 refusals or failed checks, 2 bad input (every fault printed as file:line:col).
 No traceback reaches a user for bad input: InputError is caught here, and so is a missing
 optional dependency, which is said with the extra that brings it (cli/extras.py), exit 2.
 Only the chosen subcommand's module is imported when the first argument names one (a no-op
 `mesh apply` must not pay for every other command); `mesh --help`, no command or an unknown
-one build the full parser, so help and usage errors list every command.
+one build the full parser, so help and usage errors list every command. That import by name
+in build_parser is the one deferred import here; what this module imports at its top is the
+standard library and cli/'s own standard-library modules (_verb, extras, terminal).
 """
 
 from __future__ import annotations
@@ -16,12 +19,16 @@ import argparse
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, TextIO
+
+from executors.cli._verb import Run, Subparsers
+from executors.cli.extras import extra_for, missing_extra
+from executors.cli.terminal import with_printable_output
 
 if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not here
     from resolver import InputError
 
-COMMANDS = [
+COMMANDS: list[str] = [
     "check",
     "schema",
     "plan", "graph",
@@ -33,10 +40,10 @@ COMMANDS = [
     "control", "publish", "collect", "status", "enrol", "agent",
 ]
 # the verbs a command module registers besides its own name
-ALSO = {"ca": ("renew",), "rotate": ("applied",)}
+ALSO: dict[str, tuple[str, ...]] = {"ca": ("renew",), "rotate": ("applied",)}
 
 
-def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mesh",
         description="Resolve a mesh of self-hosted nodes from manifests and a ledger, "
@@ -45,37 +52,34 @@ def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in commands:
-        try:
+        try:  # imported here, not at the top: only the verb that runs is paid for
             module = importlib.import_module(f"executors.cli.{name.replace('-', '_')}")
         except ImportError as error:  # an extra it needs is not installed: say which
-            from executors.cli.extras import missing_extra
-
             if missing_extra(name, error) is None:
                 raise
             for verb in (name, *ALSO.get(name, ())):
                 _unavailable(sub, verb, error)
             continue
-        module.register(sub)
+        register: Callable[[Subparsers], None] = module.register
+        register(sub)
     return parser
 
 
-def _unavailable(sub, verb: str, error: ImportError) -> None:
+def _unavailable(sub: Subparsers, verb: str, error: ImportError) -> None:
     """A verb whose module cannot be imported: listed, and running it says what to install."""
-    from executors.cli.extras import extra_for, missing_extra
-
     said = missing_extra(verb, error)
     parser = sub.add_parser(verb, help=f"(needs the {extra_for(verb, error.name or '')} extra, "
                             "not installed)", description=said)
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    def run(args) -> int:
+    def run(args: argparse.Namespace) -> int:
         print(said, file=sys.stderr)
         return 2
 
     parser.set_defaults(func=run)
 
 
-def print_faults(error: InputError, stream=None) -> None:
+def print_faults(error: InputError, stream: Optional[TextIO] = None) -> None:
     stream = stream or sys.stderr  # looked up per call, so redirected stderr is honoured
     for fault in error.faults:
         print(str(fault), file=stream)
@@ -83,32 +87,30 @@ def print_faults(error: InputError, stream=None) -> None:
     print(f"{count} error{'s' if count != 1 else ''}", file=stream)
 
 
-def commands_for(argv) -> list[str]:
+def commands_for(argv: Sequence[str]) -> list[str]:
     """The subcommands to register: only the one named first, else all (help, usage errors)."""
     if argv and argv[0] in COMMANDS:
         return [argv[0]]
     return COMMANDS
 
 
-def main(argv=None) -> int:
-    from executors.cli.terminal import with_printable_output
-
+def main(argv: Optional[Sequence[str]] = None) -> int:
     return with_printable_output(lambda: _main(argv))
 
 
-def _main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(commands_for(argv))
-    args = parser.parse_args(argv)
+def _main(argv: Optional[Sequence[str]] = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(commands_for(arguments))
+    args = parser.parse_args(arguments)
+    run: Run = args.func
+    command: str = args.command
     try:
-        return int(args.func(args) or 0)
+        return int(run(args) or 0)
     except KeyboardInterrupt:
         print("mesh: interrupted", file=sys.stderr)
         return 130
     except ImportError as error:
-        from executors.cli.extras import missing_extra
-
-        said = missing_extra(args.command, error)
+        said = missing_extra(command, error)
         if said is None:
             raise
         print(said, file=sys.stderr)
@@ -129,7 +131,7 @@ class _Command(types.ModuleType):
     A console script written for the entry point `executors.cli:main` (installed before the
     verbs moved into cli/) imports this module by that name and calls it."""
 
-    def __call__(self, argv=None) -> int:
+    def __call__(self, argv: Optional[Sequence[str]] = None) -> int:
         return main(argv)
 
 

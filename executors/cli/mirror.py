@@ -11,15 +11,18 @@ artifact-store instance unless --registry names one. Exit codes: 0 everything is
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Optional, TextIO
 
+from executors.cli._verb import Subparsers
 from executors.control.loading import load_mesh_dir
 from executors.control.mirroring import mirror
 from executors.control.registry import RegistryClient
 from executors.control.trust import push_auth, registry_trust
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "mirror",
         help="copy every pinned image into the mesh's own registry, by digest",
@@ -41,13 +44,18 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None, client: RegistryClient | None = None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None,
+        client: Optional[RegistryClient] = None) -> int:
     out = out or sys.stdout
-    inputs = load_mesh_dir(args.directory)
+    directory: str = args.directory
+    timeout: float = args.timeout
+    key: Optional[str] = args.key
+    registry: Optional[str] = args.registry
+    every_artifact: bool = args.all
+    inputs = load_mesh_dir(directory)
     done = mirror(inputs, client=client or RegistryClient(
-        timeout=(args.timeout, args.timeout), trust=registry_trust(inputs),
-        auth=push_auth(inputs, args.key)),
-                  registry=args.registry, every_artifact=args.all,
+        timeout=(timeout, timeout), trust=registry_trust(inputs), auth=push_auth(inputs, key)),
+                  registry=registry, every_artifact=every_artifact,
                   say=lambda line: print(line, file=out, flush=True))
     print(f"artifacts: {done.state}" + ("" if done.registry_of_mesh == done.target else
                                         f" (the mesh's own registry is "

@@ -7,12 +7,15 @@ from then on the issuer seals that node's secrets to it.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Optional, TextIO
 
+from executors.cli._verb import Subparsers
 from executors.common.keys import create_node_key
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "node-key",
         help="create a node's private key file (0600) and print its public key for mesh.yaml",
@@ -25,10 +28,12 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    public = create_node_key(args.path)
-    print(f"created {args.path} (mode 0600): keep it on {args.node} only", file=sys.stderr)
-    print(f"add under `nodes: {args.node}:` in mesh.yaml:", file=sys.stderr)
+    path: str = args.path
+    node: str = args.node
+    public = create_node_key(path)
+    print(f"created {path} (mode 0600): keep it on {node} only", file=sys.stderr)
+    print(f"add under `nodes: {node}:` in mesh.yaml:", file=sys.stderr)
     print(f"    public-key: {public}", file=out)
     return 0

@@ -10,15 +10,18 @@ After a refresh it lists every container the moved pins change. Exit codes: 0 ev
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Optional, TextIO
 
+from executors.cli._verb import Subparsers
 from executors.control.loading import load_mesh_dir
 from executors.control.pinning import EVERYTHING, pin
 from executors.control.registry import RegistryClient
 from executors.control.trust import push_auth, registry_trust
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "pin",
         help="resolve each upstream artifact's tag to a digest and record it in the ledger",
@@ -41,13 +44,18 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None, client: RegistryClient | None = None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None,
+        client: Optional[RegistryClient] = None) -> int:
     out = out or sys.stdout
-    inputs = load_mesh_dir(args.directory)
+    directory: str = args.directory
+    timeout: float = args.timeout
+    key: Optional[str] = args.key
+    refresh: Optional[str] = args.refresh
+    every_artifact: bool = args.all
+    inputs = load_mesh_dir(directory)
     pinned = pin(inputs, client=client or RegistryClient(
-        timeout=(args.timeout, args.timeout), trust=registry_trust(inputs),
-        auth=push_auth(inputs, args.key)),
-                 refresh=args.refresh, every_artifact=args.all,
+        timeout=(timeout, timeout), trust=registry_trust(inputs), auth=push_auth(inputs, key)),
+                 refresh=refresh, every_artifact=every_artifact,
                  say=lambda line: print(line, file=out, flush=True))
     if not pinned.asked:
         print(f"nothing to pin: every tag of {len(pinned.wanted)} artifacts is pinned "

@@ -8,13 +8,17 @@ every message, 1 if it did not, 2 for bad input.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from typing import Optional, TextIO
 
-from executors.cli import _fleet_options
+from executors.cli import _fleet_control, _fleet_options
+from executors.cli._verb import Subparsers
+from executors.common.amqp import BrokerError
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "publish",
         help="publish each changed declaration over the broker (one step of `mesh control`)",
@@ -32,14 +36,15 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    from executors.common.amqp import BrokerError
-
-    control = _fleet_options.control(args, issue=not args.no_issue)
-    connection, channel = control.connect(deadline=time.monotonic() + args.wait_broker)
+    nodes: Optional[list[str]] = args.node
+    no_issue: bool = args.no_issue
+    wait_broker: float = args.wait_broker
+    control = _fleet_control.control(args, issue=not no_issue)
+    connection, channel = control.connect(deadline=time.monotonic() + wait_broker)
     try:
-        done = control.publish(channel, force=args.node or (), only=args.node)
+        done = control.publish(channel, force=nodes or (), only=nodes)
     except BrokerError as error:
         print(f"mesh publish: not every declaration was confirmed: {error}", file=out)
         return 1

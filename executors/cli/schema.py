@@ -7,23 +7,23 @@ enrolment request and answer) is executors/common/message_schemas.py's.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Optional, TextIO
 
-from resolver import MeshError, document_names, json_schema
+from resolver import MeshError
+from resolver.documents import document_names, json_schema
 
-
-def _message_schemas() -> dict:
-    from executors.common.message_schemas import SCHEMAS
-
-    return SCHEMAS
+from executors.cli._verb import Subparsers
+from executors.common.message_schemas import SCHEMAS
 
 
 def names() -> list[str]:
-    return list(document_names()) + list(_message_schemas())
+    return list(document_names()) + list(SCHEMAS)
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "schema",
         help="print the JSON Schema of a document (module, provisions, mesh, ledger, "
@@ -37,18 +37,19 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    if args.document is None:
+    document: Optional[str] = args.document
+    if document is None:
         for name in names():
             print(name, file=out)
         return 0
-    if args.document in _message_schemas():
-        schema = _message_schemas()[args.document]
-    elif args.document in document_names():
-        schema = json_schema(args.document)
+    if document in SCHEMAS:
+        schema = SCHEMAS[document]
+    elif document in document_names():
+        schema = json_schema(document)
     else:
-        raise MeshError(f"no document type {args.document!r}; expected one of "
+        raise MeshError(f"no document type {document!r}; expected one of "
                         + ", ".join(names()))
     print(json.dumps(schema, indent=2), file=out)
     return 0

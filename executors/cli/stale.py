@@ -10,14 +10,18 @@ artifact. Digests are compared, never commits. Exit code 0 whether or not anythi
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Optional, TextIO
 
+from resolver.artifacts import build_graph, current_digests, staleness
+
+from executors.cli._verb import Subparsers
 from executors.control.loading import load_mesh_dir
-from resolver import build_graph, current_digests, staleness
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "stale",
         help="list the built artifacts that must be rebuilt because a base's digest changed",
@@ -31,13 +35,15 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    inputs = load_mesh_dir(args.directory)
+    directory: str = args.directory
+    as_json: bool = args.json
+    inputs = load_mesh_dir(directory)
     graph = build_graph(inputs.catalogue)
     current = current_digests(inputs.catalogue, inputs.ledger)
     reasons = staleness(graph, inputs.ledger.builds, current)
-    if args.json:
+    if as_json:
         print(json.dumps({
             "stale": sorted(reasons),
             "reasons": dict(sorted(reasons.items())),

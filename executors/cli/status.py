@@ -3,13 +3,19 @@ waits for; read from the ledger and the control state, without asking the broker
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Optional, TextIO
 
 from executors.cli import _fleet_options
+from executors.cli._verb import Subparsers
+from executors.control.control_state import ControlState
+from executors.control.loading import load_mesh_dir
+from executors.control.status import status
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "status", help="per node: serial published and applied, last report, drift, verify; "
         "rotations in progress",
@@ -22,15 +28,14 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
-    from executors.control.control_state import ControlState
-    from executors.control.loading import load_mesh_dir
-    from executors.control.status import status
-
-    inputs = load_mesh_dir(args.directory)
-    document = status(inputs.mesh_dir, ControlState(inputs.mesh_dir, args.state_dir))
-    if args.json:
+    directory: str = args.directory
+    state_dir: Optional[str] = args.state_dir
+    as_json: bool = args.json
+    inputs = load_mesh_dir(directory)
+    document = status(inputs.mesh_dir, ControlState(inputs.mesh_dir, state_dir))
+    if as_json:
         json.dump(document, out, indent=2, sort_keys=True)
         out.write("\n")
         return 0

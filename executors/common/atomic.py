@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Union
 
 Data = Union[bytes, str]
+PathLike = Union[str, "os.PathLike[str]"]  # a path as callers hold it: text or a Path
 
 
 def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None]) -> None:
@@ -46,12 +47,12 @@ def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None
         os.close(directory)
 
 
-def write_atomic(path, data: Data, mode: int = 0o644) -> None:
+def write_atomic(path: PathLike, data: Data, mode: int = 0o644) -> None:
     """Replace `path` with `data` (text is written as UTF-8), whole or not at all."""
     _staged(Path(path), data, mode, lambda temp, target: os.replace(temp, target))
 
 
-def write_exclusive(path, data: Data, mode: int = 0o600) -> None:
+def write_exclusive(path: PathLike, data: Data, mode: int = 0o600) -> None:
     """Create `path` holding `data`, whole or not at all; FileExistsError when it exists (the
     file there is left as it is)."""
     _staged(Path(path), data, mode, lambda temp, target: os.link(temp, target))

@@ -18,13 +18,13 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Mapping
 
 import requests
 
 from resolver import MeshError
 
-from executors.common.broker_marks import (  # noqa: F401  (the rules, re-exported with the client)
+from executors.common.broker_marks import (  # the rules, re-exported with the client (__all__)
     DEFAULT_VHOST,
     HASHES,
     MARK_PREFIX,
@@ -41,7 +41,17 @@ from executors.common.broker_marks import (  # noqa: F401  (the rules, re-export
     unmark_call,
 )
 
+__all__ = [
+    "DEFAULT_VHOST", "HASHES", "MARK_PREFIX", "USER", "VHOST", "Call", "hash_matches", "mark_call",
+    "mark_name", "marker", "parse_marks", "path", "tags_of", "unmark_call",
+    "HTTP_TIMEOUT", "Answer", "ApiError", "Api", "lost_race", "read_marks",
+]
+
 HTTP_TIMEOUT = 10
+
+# An answer of the management API, parsed: a list or an object as the path gives, or None for
+# 404. Untrusted JSON: its reader checks the shape it needs (broker_marks.parse_marks, tags_of).
+Answer = Any
 
 
 class ApiError(MeshError):
@@ -62,14 +72,14 @@ class Api:
         self.session.auth = (user, password)
         self.session.headers["content-type"] = "application/json"
 
-    def get(self, api_path: str) -> Optional[dict]:
+    def get(self, api_path: str) -> Answer:
         response = self.session.get(self.base + api_path, timeout=self.timeout)
         if response.status_code == 404:
             return None
         _raise_for(response, "GET", api_path)
         return response.json()
 
-    def send(self, method: str, api_path: str, body: Mapping) -> None:
+    def send(self, method: str, api_path: str, body: Mapping[str, str]) -> None:
         payload = dict(body) if method != "DELETE" else None
         response = self.session.request(method, self.base + api_path, json=payload,
                                         timeout=self.timeout)

@@ -41,7 +41,7 @@ class Call:
     cause: str
     method: str
     path: str
-    body: Mapping = attrs.field(factory=dict, repr=False, eq=False)
+    body: Mapping[str, str] = attrs.field(factory=dict, repr=False, eq=False)  # JSON, all text
 
 
 def path(*parts: str) -> str:
@@ -66,11 +66,13 @@ def unmark_call(kind: str, name: str, cause: str) -> Call:
                 path("global-parameters", mark_name(kind, name)))
 
 
-def parse_marks(parameters: Iterable[Mapping]) -> dict[tuple[str, str], str]:
+def parse_marks(parameters: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], str]:
     """(user|vhost, name) → the mark it carries, from the broker's global parameters."""
     marks: dict[tuple[str, str], str] = {}
     for parameter in parameters:
         name, value = parameter.get("name", ""), parameter.get("value")
+        if not isinstance(name, str):  # no parameter of ours
+            continue
         kind, _, subject = name[len(MARK_PREFIX):].partition(":")
         if name.startswith(MARK_PREFIX) and kind in (USER, VHOST) and subject:
             marks[(kind, subject)] = value if isinstance(value, str) else json.dumps(value)
@@ -90,7 +92,9 @@ def hash_matches(password_hash: Optional[str], hashing: str, password: str) -> b
     return hmac.compare_digest(algorithm(salt + password.encode("utf-8")).digest(), digest)
 
 
-def tags_of(value) -> tuple[str, ...]:
+def tags_of(value: object) -> tuple[str, ...]:
+    """A user's tags as the broker answered them (a list, or a comma-separated string)."""
     if isinstance(value, str):  # older brokers answer a comma-separated string
         value = value.split(",")
-    return tuple(sorted(t for t in (value or []) if t))
+    tags: Iterable[object] = value if isinstance(value, (list, tuple)) else ()
+    return tuple(sorted(t for t in tags if isinstance(t, str) and t))

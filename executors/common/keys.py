@@ -21,7 +21,7 @@ from nacl.public import PrivateKey, PublicKey, SealedBox
 
 from resolver import Ledger, MeshError
 
-from executors.common.atomic import write_exclusive
+from executors.common.atomic import PathLike, write_exclusive
 
 
 class KeyError_(MeshError):
@@ -40,7 +40,7 @@ def public_key_b64(private_key: PrivateKey) -> str:
     return _b64(bytes(private_key.public_key))
 
 
-def create_node_key(path) -> str:
+def create_node_key(path: PathLike) -> str:
     """Create a node's private key file (0600, refusing to overwrite); return its public key."""
     path = Path(path)
     private_key = PrivateKey.generate()
@@ -60,7 +60,7 @@ def _exists(path: Path) -> KeyError_:
                      f"(remove it first if you mean to replace the node's key)")
 
 
-def load_private_key(path) -> PrivateKey:
+def load_private_key(path: PathLike) -> PrivateKey:
     path = Path(path)
     try:
         text = path.read_text(encoding="ascii").strip()

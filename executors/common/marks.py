@@ -35,7 +35,7 @@ def digest_chain_name(digest: str) -> str:
     return DIGEST_CHAIN_PREFIX + digest.replace(":", "_", 1)
 
 
-def digest_from_chain_name(name: str):
+def digest_from_chain_name(name: str) -> str | None:
     """The digest a chain's name carries, or None for any other chain."""
     if not name.startswith(DIGEST_CHAIN_PREFIX):
         return None

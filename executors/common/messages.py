@@ -27,7 +27,7 @@ import binascii
 import datetime
 import hashlib
 import json
-from typing import Optional, Union
+from typing import Mapping, Optional, TypedDict, Union
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -37,7 +37,7 @@ from cryptography.x509.oid import NameOID
 
 from resolver import MeshError
 
-from executors.common.message_formats import (  # noqa: F401  (part of this module's API)
+from executors.common.message_formats import (  # part of this module's API (__all__)
     DECLARATION,
     ENROLMENT_ANSWER,
     ENROLMENT_REQUEST_FORMAT,
@@ -46,7 +46,28 @@ from executors.common.message_formats import (  # noqa: F401  (part of this modu
     SIGNED_KINDS,
 )
 
+__all__ = [
+    "DECLARATION", "ENROLMENT_ANSWER", "ENROLMENT_REQUEST_FORMAT", "FORMAT", "REPORT_FORMAT",
+    "SIGNED_KINDS", "CLOCK_SKEW", "Document", "Envelope", "MessageRefused", "canonical",
+    "fingerprint", "certificate_fingerprint", "load_certificate", "sign", "open_signed",
+    "check_signer", "delivery_subject", "plain", "open_plain",
+]
+
 CLOCK_SKEW = datetime.timedelta(minutes=5)
+
+# A message's body as parsed: a JSON object whose fields its reader checks (the declaration
+# body, a report, an enrolment request or answer; common/message_schemas.py has their schemas).
+Document = dict[str, object]
+
+
+class Envelope(TypedDict):
+    """What a signed message is on the wire (common/message_schemas.ENVELOPE)."""
+
+    format: str
+    kind: str
+    signer: str  # PEM certificate of the delivery key
+    body: str  # the signed JSON text
+    signature: str  # base64 of the Ed25519 signature of _signed_bytes(kind, body)
 
 
 class MessageRefused(MeshError):
@@ -57,7 +78,7 @@ class MessageRefused(MeshError):
         self.reason = reason
 
 
-def canonical(document) -> bytes:
+def canonical(document: object) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode("utf-8")
 
@@ -93,38 +114,45 @@ def load_certificate(pem: Union[str, bytes], what: str = "certificate") -> x509.
     return certificate
 
 
-def sign(kind: str, body: dict, key: ed25519.Ed25519PrivateKey, certificate_pem: str) -> bytes:
+def sign(kind: str, body: Mapping[str, object], key: ed25519.Ed25519PrivateKey,
+         certificate_pem: str) -> bytes:
     """The envelope of `body`, signed by `key` (certified by `certificate_pem`)."""
     if kind not in SIGNED_KINDS:
         raise MeshError(f"no signed message kind {kind!r}")
     text = canonical(body).decode("utf-8")
     signature = key.sign(_signed_bytes(kind, text))
-    return canonical({"format": FORMAT, "kind": kind, "signer": certificate_pem, "body": text,
-                      "signature": base64.b64encode(signature).decode("ascii")})
+    envelope = Envelope(format=FORMAT, kind=kind, signer=certificate_pem, body=text,
+                        signature=base64.b64encode(signature).decode("ascii"))
+    return canonical(envelope)
 
 
 def open_signed(data: bytes, *, kind: str, ca: x509.Certificate, mesh: str,
-                now: Optional[datetime.datetime] = None) -> dict:
+                now: Optional[datetime.datetime] = None) -> Document:
     """The body of a signed envelope of `kind`, after every check; MessageRefused otherwise."""
     try:
         envelope = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise MessageRefused("not JSON: the message is not UTF-8 text") from None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise MessageRefused(f"not JSON ({exc.msg} at character {exc.pos}): truncated or "
                              f"not a mesh message") from None
+    except ValueError:  # parsed, but a number past the interpreter's limit on digits
+        raise MessageRefused("not JSON this reader takes: a number too long") from None
     if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
         raise MessageRefused(f"not a mesh message (no `format: {FORMAT}`)")
     if envelope.get("kind") != kind:
         raise MessageRefused(f"a {envelope.get('kind')!r} message where a {kind!r} was expected")
     body, signature, signer = (envelope.get("body"), envelope.get("signature"),
                                envelope.get("signer"))
-    if not all(isinstance(v, str) for v in (body, signature, signer)):
+    if not (isinstance(body, str) and isinstance(signature, str) and isinstance(signer, str)):
         raise MessageRefused("the envelope lacks its body, signature or signer")
     certificate = _checked_signer(signer, ca, mesh, now)
+    signer_key = certificate.public_key()
+    if not isinstance(signer_key, ed25519.Ed25519PublicKey):  # _checked_signer saw to it
+        raise MessageRefused("the signer's key is not an Ed25519 key")
     try:
         raw = base64.b64decode(signature, validate=True)
-        certificate.public_key().verify(raw, _signed_bytes(kind, body))
+        signer_key.verify(raw, _signed_bytes(kind, body))
     except (binascii.Error, ValueError, InvalidSignature):
         raise MessageRefused("bad signature: the body is not what the delivery key signed "
                              "(altered or damaged on the way)") from None
@@ -137,10 +165,12 @@ def open_signed(data: bytes, *, kind: str, ca: x509.Certificate, mesh: str,
     return document
 
 
-_SIGNERS: dict = {}  # (signer PEM, CA fingerprint, mesh) → certificate issued by that CA
+# (signer PEM, CA fingerprint, mesh) → certificate issued by that CA
+_SIGNERS: dict[tuple[str, str, str], x509.Certificate] = {}
 
 
-def _checked_signer(pem: str, ca: x509.Certificate, mesh: str, now) -> x509.Certificate:
+def _checked_signer(pem: str, ca: x509.Certificate, mesh: str,
+                    now: Optional[datetime.datetime]) -> x509.Certificate:
     """The signer's certificate, checked; the CA's signature over a PEM already seen is not
     checked again (every message carries the same one), its validity always is."""
     key = (pem, certificate_fingerprint(ca), mesh)
@@ -177,12 +207,14 @@ def check_signer(certificate: x509.Certificate, ca: x509.Certificate, mesh: str,
     names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     expected = delivery_subject(mesh)
     if [n.value for n in names] != [expected]:
-        raise MessageRefused(f"the signer's certificate names {names[0].value if names else '?'}"
-                             f", not {expected!r}")
+        named = names[0].value if names else "?"  # a common name is text (bytes: never seen)
+        if isinstance(named, bytes):
+            named = named.decode("utf-8", "replace")
+        raise MessageRefused(f"the signer's certificate names {named}, not {expected!r}")
     _check_validity(certificate, now)
 
 
-def _check_validity(certificate: x509.Certificate, now) -> None:
+def _check_validity(certificate: x509.Certificate, now: Optional[datetime.datetime]) -> None:
     now = now or datetime.datetime.now(datetime.timezone.utc)
     if not (certificate.not_valid_before_utc - CLOCK_SKEW <= now
             <= certificate.not_valid_after_utc + CLOCK_SKEW):
@@ -195,12 +227,12 @@ def delivery_subject(mesh: str) -> str:
     return f"{mesh} delivery"
 
 
-def plain(document: dict) -> bytes:
+def plain(document: Mapping[str, object]) -> bytes:
     """An unsigned message body (reports, enrolment requests)."""
     return canonical(document)
 
 
-def open_plain(data: bytes, fmt: str) -> dict:
+def open_plain(data: bytes, fmt: str) -> Document:
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

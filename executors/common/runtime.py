@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from datetime import datetime, timezone
+from typing import Iterator
 
 
 def now_iso() -> str:
@@ -21,7 +22,7 @@ def now_iso() -> str:
 
 
 @contextlib.contextmanager
-def resolving():
+def resolving() -> Iterator[None]:
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
