@@ -29,7 +29,7 @@ import attrs
 from ._bound import two_slots
 from ._context import Context
 from ._declaration import ContainerDecl, GrantDecl, MountDecl, RegistryLogin, Request, SecretRef
-from ._rotation import grant_view
+from ._rotation import LEDGER_CONSUMER, grant_view
 from ._secrets import secret_ref
 
 #: The grant kind of a registry account (kept by the registry's htpasswd provisioner).
@@ -128,7 +128,7 @@ def registry_accounts(r: Context, store: str, store_node: str, registry: str
                              {store_node} | ({control} if control else set()),
                              f"push account on the registry {store} (mirror, build)", slot)
     requests.extend(needed)
-    grants.append(_grant(r, store, cred_id, "control", control or store_node, PUSH_LOGIN,
+    grants.append(_grant(r, store, cred_id, LEDGER_CONSUMER, control or store_node, PUSH_LOGIN,
                          "push", ref, slot))
     return grants, logins, requests
 

@@ -344,6 +344,12 @@ def declared_grants(declaration: Declaration) -> dict[str, int]:
     return granted
 
 
+LEDGER_CONSUMER = "control"
+"""The consumer of a grant whose holder is the control node's own tools (`mesh build`,
+`mirror`, the control loop pushing to the mesh's registry): they read the ledger itself, so they
+use a generation from the moment it is active, with no declaration to apply or report."""
+
+
 def record_applied(ledger: Ledger, node: str, declaration: Declaration,
                    granted: Optional[Mapping[str, int]] = None) -> Ledger:
     """The ledger after `node` reported its whole `declaration` applied.
@@ -352,7 +358,9 @@ def record_applied(ledger: Ledger, node: str, declaration: Declaration,
     declaration's grants when not given) is in force. As a holder, the node holds what its
     containers, binding files, registry logins (its runtime pulls with them) and declared
     files refer to; a node that holds a credential only to grant it (the
-    provider's node) holds its grant's generation. Provider reports go first, so a generation
+    provider's node) holds its grant's generation; the control node, holding a grant's
+    credential for its own tools (consumer `LEDGER_CONSUMER`), holds the active generation as
+    soon as the provider's report leaves one active (they read it from the ledger). Provider reports go first, so a generation
     promoted by this report counts for the holders that applied it."""
     held: dict[str, int] = {}
     for container in declaration.containers:
@@ -377,6 +385,12 @@ def record_applied(ledger: Ledger, node: str, declaration: Declaration,
     granted = dict(declared_grants(declaration) if granted is None else granted)
     for credential_id, generation in sorted(granted.items()):
         ledger = report_applied(ledger, credential_id, node, provider=generation)
+    for grant in declaration.grants:  # the control node's tools hold what is active, at once
+        reader = ledger.credentials.get(grant.credential.credential)
+        if grant.consumer == LEDGER_CONSUMER and grant.consumer_node != node \
+                and reader is not None and reader.active is not None:
+            ledger = report_applied(ledger, grant.credential.credential, grant.consumer_node,
+                                    holder=reader.active.generation)
     for credential_id, generation in sorted(granted.items()):
         held.setdefault(credential_id, generation)
     for credential_id, generation in sorted(held.items()):
