@@ -110,14 +110,18 @@ class Context:
                 path: tuple[str | int, ...] = (), instance: Optional[str] = None,
                 requirement: Optional[str] = None, severity: str = "error",
                 state: Optional[str] = None, candidates: Iterable[str] = (),
-                blocks: Iterable[str] = (), at_key: bool = False) -> Problem:
-        """The Problem stated at `path` of document `doc` (located through Sources); each
-        instance in `blocks` is refused by it. Records nothing: the caller returns it."""
+                blocks: Iterable[str] = (), at_key: bool = False,
+                also: Iterable[tuple[str, tuple[str | int, ...]]] = ()) -> Problem:
+        """The Problem stated at `path` of document `doc` (located through Sources), with the
+        other inputs it involves (`also`: (document, path) pairs); each instance in `blocks` is
+        refused by it. Records nothing: the caller returns it."""
         file, line, col = self.sources.where(doc, *path, at_key=at_key)
+        others = [self.sources.where(other, *at) for other, at in also]
         return Problem(
             code=code, severity=severity, message=message, instance=instance,
             requirement=requirement, file=file, line=line, col=col, state=state,
-            candidates=pvector(sorted(candidates)), blocks=pvector(sorted(blocks)))
+            candidates=pvector(sorted(candidates)), blocks=pvector(sorted(blocks)),
+            also=pvector(f"{f}:{n}:{c}" if n else f for f, n, c in others))
 
     def module_of(self, name: str) -> Optional[Module]:
         """The module of instance `name` (None when the catalogue has no such module)."""

@@ -331,12 +331,19 @@ class Problem:
     state: Optional[str] = None  # for unsatisfied requirements: no-provider, provider-not-assigned, …
     candidates: PVector[str] = EMPTY_VEC
     blocks: PVector[str] = EMPTY_VEC  # instances refused because of it (absent, or held)
+    also: PVector[str] = EMPTY_VEC  # `file:line:col` of the other inputs it involves
 
     @property
     def where(self) -> str:
         """`file:line:col` of the input that says it (the file alone when the line is
         unknown)."""
         return f"{self.file}:{self.line}:{self.col}" if self.line else self.file
+
+    @property
+    def seen_at(self) -> str:
+        """`where`, followed by the other inputs the problem involves (`also`): every position
+        an operator needs to read to resolve it."""
+        return f"{self.where} (and {', '.join(self.also)})" if self.also else self.where
 
 
 @attrs.frozen(order=True)

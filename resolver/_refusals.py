@@ -205,17 +205,20 @@ def _fixed_on_kept(r: Context, blocked: Blocked, held: Container[str],
             if holder_instance != name and holder_instance not in blocked \
                     and r.instances[holder_instance].node != node:
                 continue
-            file, line, col = r.sources.where("mesh", "instances", holder_instance)
-            at = r.sources.where(f"module:{module.name}", "listens", listen_name, "fixed")
+            # the message names both sides and never a position (it reads the same however the
+            # mesh was loaded); the positions are the problem's own (the refused instance) and
+            # `also`: the fixed port's line and the holder's entry
             found.append(r.problem(
                 codes.PORT_CONFLICT,
                 f"{name} fixes host port {listen.fixed}/{listen.protocol} on node {node} "
-                f"({at[0]}:{at[1]}:{at[2]}), which the ledger keeps for {holder} "
-                f"({file}:{line}:{col}): a kept port never moves, so {name} is refused; "
+                f"({module.name}'s listen {listen_name}), which the ledger keeps for {holder}"
+                f": a kept port never moves, so {name} is refused; "
                 f"give {module.name}'s listen {listen_name} another fixed port, or remove "
                 f"{holder_instance} from mesh.yaml first to release the port",
                 path=("instances", name), instance=name,
-                candidates=sorted({name, holder_instance}), blocks=[name]))
+                candidates=sorted({name, holder_instance}), blocks=[name],
+                also=[(f"module:{module.name}", ("listens", listen_name, "fixed")),
+                      ("mesh", ("instances", holder_instance))]))
     return found
 
 

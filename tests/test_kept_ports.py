@@ -124,7 +124,12 @@ def test_a_new_fixed_port_on_a_kept_port_is_refused_naming_both_and_moves_nothin
     assert problem["line"] == len(text.splitlines()) + 2  # the instance's entry
     message = problem["message"]
     assert "gitea@home/http" in message and f"{port}" in message
-    assert "metrics/module.yaml:5:" in message and "mesh.yaml:" in message
+    also = problem["also"]  # both positions: the fixed port's line, the holder's entry
+    assert len(also) == 2 and "/catalogue/metrics/module.yaml:5:" in also[0]
+    gitea_line = next(i for i, row in enumerate(text.splitlines(), 1) if "gitea@home:" in row)
+    assert f"/mesh.yaml:{gitea_line + 1}:" in also[1]  # its entry, as the problem's own line
+    assert "metrics's listen http" in message
     assert "another fixed port" in message
     text_plan = mesh("plan", homelab)
     assert text_plan.returncode == 1 and "[port-conflict]" in text_plan.stdout
+    assert f"(and {also[0]}, {also[1]})" in text_plan.stdout  # the text plan names both too

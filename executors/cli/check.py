@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     errors = [p for p in resolution.problems if p.severity == "error"]
     warnings = [p for p in resolution.problems if p.severity == "warning"]
     for problem in errors + warnings:  # one line each, whatever the documents held
-        print(resolver.one_line(f"{problem.where}: {problem.severity} [{problem.code}] "
+        print(resolver.one_line(f"{problem.seen_at}: {problem.severity} [{problem.code}] "
                                 f"{problem.message}"), file=out)
     warned = ""
     if warnings:

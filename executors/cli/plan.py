@@ -224,7 +224,7 @@ def print_plan(resolution: Resolution, nodes: Sequence[str], out: TextIO) -> Non
             w()
             w(f"{title}:")
             for p in group:
-                w(f"  {p.where}: [{p.code}] {p.message}")
+                w(f"  {p.seen_at}: [{p.code}] {p.message}")
     w()
     w(f"{len(errors)} refusal{'s' if len(errors) != 1 else ''}, "
       f"{len(resolution.bindings)} bindings, {len(requests)} to issue")

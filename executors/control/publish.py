@@ -148,7 +148,7 @@ def prepare(mesh_dir: PathLike, state: ControlState, *, now: str, issue: bool = 
         fingerprint = inputs_fingerprint(mesh_dir)
     inputs, ledger, written = done.inputs, done.ledger, done.result
     resolution, targets = written.resolution, written.targets
-    problems = tuple(f"{p.where}: [{p.code}] {p.message}" for p in resolution.problems
+    problems = tuple(f"{p.seen_at}: [{p.code}] {p.message}" for p in resolution.problems
                      if p.severity == "error")
     # resolving again with the ledger as written gives the same declarations (a fixed point)
     return Prepared(inputs.mesh.mesh, tuple(resolution.declarations[n] for n in targets),
