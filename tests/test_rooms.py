@@ -258,3 +258,101 @@ def test_the_command_answers_to_each_of_its_entry_points(capsys):
     assert capsys.readouterr().out.split() == 2 * names
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"mesh": "executors.cli.main:main"}
+
+
+# Imports run at the top of a module, where the import graph can be read. A function imports
+# only what may be missing or must not be paid for up front, each for the reason written here:
+OPTIONAL_PACKAGES = {"pika", "graphviz", "nftables"}  # an extra's client, or a system binding
+DEFERRED = {
+    # PyNaCl and cryptography (the control extra): `mesh plan` without --issue, `mesh pin` and
+    # `mesh mirror` without --key run on the base install
+    ("executors/cli/plan.py", "executors.common.keys"),
+    ("executors/control/trust.py", "executors.common.keys"),
+    ("executors/control/declarations.py", "executors.control.issuer"),
+    # the no-op check answers before the full apply path is imported (the ≥20× target)
+    ("executors/cli/apply.py", "executors.common.report"),
+    ("executors/cli/apply.py", "executors.node.apply.runner"),
+    ("executors/cli/apply.py", "main"),  # `from .main import main`: main imports this verb
+}
+
+
+def _function_imports(path: Path) -> Iterator[str]:
+    tree = ast.parse(path.read_text())
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import):
+                yield from (alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                yield node.module or ""
+
+
+def late_imports(root: Path = ROOT) -> list[str]:
+    """`file: module` for every import inside a function of executors/ that no reason above
+    covers."""
+    found = []
+    for path in sorted((root / "executors").rglob("*.py")):
+        name = str(path.relative_to(root))
+        for module in _function_imports(path):
+            if module.split(".")[0] in OPTIONAL_PACKAGES or (name, module) in DEFERRED:
+                continue
+            found.append(f"{name}: {module}")
+    return found
+
+
+def test_executors_import_at_the_top_except_for_a_stated_reason():
+    assert late_imports() == []
+
+
+def test_a_late_import_without_a_reason_is_found(tmp_path):
+    module = tmp_path / "executors" / "node" / "late.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def f():\n    import json\n    from executors.common import keys\n"
+                      "    import nftables\n")
+    assert late_imports(tmp_path) == ["executors/node/late.py: json",
+                                      "executors/node/late.py: executors.common"]
+
+
+# Inside node/, packages by job in floors: a floor imports its own and the floors below only.
+NODE_FLOORS = (
+    ("node_paths", "docker_engine"),  # where things are, the Engine's client
+    ("extensions", "firewall"),  # the extension points; the firewall (renders and applies)
+    ("provisioners",),  # grants made true on their providers
+    ("apply", "verify"),  # a node made to match a declaration; bindings checked from it
+    ("agent",),  # the loop that takes declarations off the broker and applies them
+)
+
+
+def node_floor_violations(root: Path = ROOT) -> list[str]:
+    floor = {part: level for level, parts in enumerate(NODE_FLOORS) for part in parts}
+    found = []
+    for module, imported in sorted(import_graph(root / "executors" / "node", root).items()):
+        parts = module.split(".")
+        if len(parts) < 3:
+            continue  # executors.node itself
+        for target in sorted(imported):
+            source_job, target_job = parts[2], target.split(".")[2]
+            if source_job == target_job:
+                continue
+            if source_job not in floor or target_job not in floor:
+                found.append(f"{module} → {target}: a job NODE_FLOORS does not place")
+            elif floor[target_job] > floor[source_job]:
+                found.append(f"{module} → {target}: up from {source_job} to {target_job}")
+    return found
+
+
+def test_node_packages_import_down_only():
+    assert node_floor_violations() == []
+
+
+def test_the_floor_check_catches_an_arrow_up(tmp_path):
+    for name in ("executors/__init__.py", "executors/node/__init__.py",
+                 "executors/node/firewall/__init__.py", "executors/node/agent/__init__.py",
+                 "executors/node/agent/loop.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "executors/node/firewall/executor.py").write_text(
+        "from executors.node.agent import loop\n")
+    assert node_floor_violations(tmp_path) == [
+        "executors.node.firewall.executor → executors.node.agent.loop: up from firewall to agent"]

@@ -70,6 +70,7 @@ from executors.node.apply.outcome import (
 )
 from executors.node.apply.render import Rendered, render  # noqa: F401  (render: part of this module's API)
 from executors.node.extensions import Check, Firewall, ProvisionHook, SecretSource
+from executors.node.firewall.executor import read_recorded_digest
 from executors.node.node_paths import DEFAULT_FILE_ROOT, DEFAULT_STATE_ROOT, NodePaths, migrate_legacy_layout
 
 if TYPE_CHECKING:
@@ -113,9 +114,7 @@ def _write_noop_record(paths: NodePaths, declaration: Declaration, rendered: Ren
                        inputs: NoopInputs, firewall_applied: bool) -> None:
     firewall_digest = None
     if declaration.firewall is not None and firewall_applied:
-        # the firewall executor is an optional extra (nftables): imported only for an intent
-        from executors.node.firewall.executor import read_recorded_digest  # what it made the
-        firewall_digest = read_recorded_digest(str(paths.root))  # table carry, and recorded
+        firewall_digest = read_recorded_digest(str(paths.root))  # what the table carries
     _write_json(paths.noop_record, noop_record(declaration, rendered.desired, inputs,
                                                firewall_digest))
 

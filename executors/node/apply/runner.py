@@ -10,10 +10,9 @@ Invariants:
   no-op check first, which declines to it on any doubt); both take one `ApplyOptions` and
   return one `ApplyOutcome` (outcome.py).
 - Imported only once the full path runs (`mesh apply` imports it after the no-op check
-  declined), so the resolver and the docker SDK are imported at the top here. Deferred still:
-  the provisioners (their clients cost ~20 ms, and a declaration without grants never needs
-  them), the node key's cryptography (only with --secrets), and the firewall executor (an
-  optional extra: nftables).
+  declined), so everything it needs is imported at the top here: the resolver, the docker
+  SDK, the provisioners, the node key's cryptography, the firewall executor (which imports
+  the nftables binding, a system package, only when a firewall is applied).
 - An unreachable engine or an unreadable state root is a failed outcome, never a traceback:
   it is said once here, naming the Engine or the file.
 """
@@ -23,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import docker
 from requests.exceptions import RequestException
@@ -31,6 +30,7 @@ from requests.exceptions import RequestException
 from resolver import Declaration, Fault, FirewallIntent, InputError, MeshError, SecretRef
 from resolver.documents import load_document, load_ledger, structure
 
+from executors.common import keys
 from executors.common.report import Report
 from executors.node import docker_engine
 from executors.node.apply import fast as apply_fast
@@ -38,11 +38,14 @@ from executors.node.apply import pipeline
 from executors.node.apply.options import ApplyOptions
 from executors.node.apply.outcome import ApplyOutcome
 from executors.node.extensions import Check, Firewall, ProvisionHook, SecretSource
+from executors.node import provisioners
+from executors.node.firewall.executor import apply_firewall
 from executors.node.firewall.render import DEFAULT_BRIDGES
 from executors.node.node_paths import NodePaths, default_file_root
+from executors.node.provisioners.base import ProvisionResult
+from executors.node.provisioners.grants import provision_files
+from executors.node.provisioners.registry import FILE_KINDS
 
-if TYPE_CHECKING:  # a type only: the provisioners are imported when a declaration needs them
-    from executors.node.provisioners.base import ProvisionResult
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -121,9 +124,6 @@ def secret_source_from(secrets_file: Optional[str], key_file: Optional[str],
     if secrets_file is None or key_file is None:
         raise MeshError("--secrets and --key go together: the sealed values and the key that "
                         "opens them")
-    # the node key's cryptography, deferred: only an apply given sealed values needs it
-    from executors.common import keys
-
     try:
         text = Path(secrets_file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -180,9 +180,6 @@ def firewall_hook(state_root: str, api: Optional[docker.APIClient] = None) -> Op
     state_dir = str(NodePaths(state_root).root)
 
     def apply_intent(intent: FirewallIntent, report: Report, dry_run: bool, /) -> None:
-        # an optional extra (nftables): imported only for a declared intent
-        from executors.node.firewall.executor import apply_firewall
-
         try:
             bridges = runtime_bridges(api, intent, report.say)
             result = apply_firewall(intent, state_dir, dry_run=dry_run, emit=report.say,
@@ -208,10 +205,6 @@ def provisioning_hooks(declaration: Declaration) -> tuple[list[Check], list[Prov
     whose registry names each kind's provisioner and reports kinds it has none for). None for a
     declaration with no grant and no provider holding an admin credential: nothing to do, and
     its kinds' modules (psycopg, requests) are not even imported."""
-    # deferred for start-up cost (~20 ms): a declaration without grants never needs them
-    from executors.node import provisioners
-    from executors.node.provisioners.registry import FILE_KINDS
-
     if not provisioners.needs_provisioning(declaration):
         return [], []
     if declaration.grants and all(g.kind in FILE_KINDS for g in declaration.grants) and \
@@ -224,10 +217,6 @@ def file_hooks(declaration: Declaration, paths: NodePaths,
                api: Optional[docker.APIClient]) -> list[ProvisionHook]:
     """The provisioners that keep a file on this node (the mesh registry's htpasswd), bound to
     its file root and Docker Engine; empty when the declaration grants none of their kinds."""
-    # deferred for start-up cost, as in provisioning_hooks
-    from executors.node.provisioners.grants import provision_files
-    from executors.node.provisioners.registry import FILE_KINDS
-
     if not any(g.kind in FILE_KINDS for g in declaration.grants):
         return []
 
