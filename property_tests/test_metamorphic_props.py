@@ -263,8 +263,9 @@ def test_reordering_mesh_yaml_changes_nothing_but_where_problems_point(world, rn
         for problem in plain["problems"]:
             problem.pop("line", None)
             problem.pop("col", None)
-            # a message may name another place too (a kept port's holder): where, not what
+            # a problem may name other places too (a kept port's holder): where, not what
             problem["message"] = PLACE.sub(r"\1:L:C", problem["message"])
+            problem["also"] = [PLACE.sub(r"\1:L:C", at) for at in problem.get("also", [])]
         plain["problems"].sort(key=json.dumps)
         return plain
 
