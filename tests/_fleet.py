@@ -4,7 +4,8 @@ directory) and nodes whose agents are `mesh agent` processes, enrolled with real
 `FleetMesh(tmp, modules, instances, nodes)` writes the catalogue (each module's image is the
 env-echoing busybox image pushed to the services' registry and pinned by `mesh pin`) and
 mesh.yaml with the nodes' addresses and no keys; `enrol(node)` goes through `mesh enrol token`,
-`mesh agent enrol`, `mesh enrol list` and `mesh enrol accept`; `start_agent(node)` runs
+`mesh agent enrol`, `mesh enrol list` and `mesh enrol accept --fingerprint` (the fingerprint
+the node printed, found in the list); `start_agent(node)` runs
 `mesh agent --config` in the background (its stderr kept in a file). Every node applies to the
 services' Docker Engine with the firewall left alone (the host's ruleset is never touched:
 tests/test_fleet_netns.py runs nodes in namespaces with the firewall on), each with its own
@@ -196,12 +197,17 @@ class FleetMesh:
 
     def enrol(self, node: str, drift_minutes: float = 0, address: Optional[str] = None) -> None:
         token = self.token(node)
-        self.mesh("agent", "enrol", token, "--config", self.config(node), "--key",
-                  self.node_dir(node) / "node.key", "--address", address or self.address,
-                  "--state-root", self.state(node), "--docker-host", self.docker_host,
-                  "--no-firewall", "--drift-minutes", drift_minutes, "--no-wait")
-        self.mesh(*self.control_args("enrol", "list", "."))
-        self.mesh(*self.control_args("enrol", "accept", ".", node))
+        enrolled = self.mesh("agent", "enrol", token, "--config", self.config(node), "--key",
+                             self.node_dir(node) / "node.key", "--address",
+                             address or self.address, "--state-root", self.state(node),
+                             "--docker-host", self.docker_host, "--no-firewall",
+                             "--drift-minutes", drift_minutes, "--no-wait")
+        # what the operator reads on the node and compares with the list before accepting
+        fingerprint = enrolled.stderr.split("key fingerprint: ", 1)[1].split()[0]
+        listed = self.mesh(*self.control_args("enrol", "list", ".")).stdout
+        assert f"key fingerprint {fingerprint}" in listed, listed
+        self.mesh(*self.control_args("enrol", "accept", ".", node, "--fingerprint",
+                                     fingerprint))
 
     @property
     def docker_host(self) -> str:

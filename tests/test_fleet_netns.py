@@ -154,18 +154,24 @@ class Fleet:
     def enrol(self, node: str) -> None:
         token = self.mesh("enrol", "token", ".", node, *self.broker.options(self.for_nodes)) \
             .stdout.strip()
-        self.mesh("agent", "enrol", token, "--config", self.node_dir(node) / "agent.yaml",
-                  "--key", self.node_dir(node) / "node.key", "--state-root",
-                  self.node_dir(node) / "state", "--docker-host", self.dockerd[node].host,
-                  "--drift-minutes", "0.25", "--no-wait", node=node)
+        enrolled = self.mesh("agent", "enrol", token, "--config",
+                             self.node_dir(node) / "agent.yaml", "--key",
+                             self.node_dir(node) / "node.key", "--state-root",
+                             self.node_dir(node) / "state", "--docker-host",
+                             self.dockerd[node].host, "--drift-minutes", "0.25", "--no-wait",
+                             node=node)
+        fingerprint = enrolled.stderr.split("key fingerprint: ", 1)[1].split()[0]
         deadline = time.monotonic() + 60
         while True:  # the running control plane keeps the request as it comes
             listed = json.loads(self.mesh("enrol", "list", ".", "--offline", "--json").stdout)
             if any(t["node"] == node and t["state"] == "requested" for t in listed):
+                assert [t["key_fingerprint"] for t in listed if t["node"] == node
+                        and t["state"] == "requested"] == [fingerprint], listed
                 break
             assert time.monotonic() < deadline, listed
             time.sleep(0.3)
-        self.mesh("enrol", "accept", ".", node, *self.broker.options(self.for_nodes))
+        self.mesh("enrol", "accept", ".", node, "--fingerprint", fingerprint,
+                  *self.broker.options(self.for_nodes))
 
     def start_agent(self, node: str) -> None:
         log = open(self.node_dir(node) / "agent.log", "a")

@@ -40,9 +40,11 @@ def register(subparsers: Subparsers) -> None:
     sub = parser.add_subparsers(dest="agent_command", metavar="ACTION")
     enrol = sub.add_parser(
         "enrol", help="enrol this node with a one-time token from `mesh enrol token`",
-        description="Create this node's key (0600, kept if it exists), write the agent "
-        "configuration and send the enrolment request (public key, address) over the broker "
-        "with the token; then wait for the control node's answer.")
+        description="Create this node's key (0600, kept if it exists) and print its public key "
+        "and fingerprint (SHA256:…, the form `mesh enrol list` shows on the control node: "
+        "compare them there, then `mesh enrol accept DIR NODE --fingerprint FP`), write the "
+        "agent configuration and send the enrolment request (public key, address) over the "
+        "broker with the token; then wait for the control node's answer.")
     enrol.add_argument("token", metavar="TOKEN", help="the token `mesh enrol token` printed")
     enrol.add_argument("--config", dest="enrol_config", required=True, metavar="FILE",
                        help="where to write the agent configuration, e.g. /etc/mesh/agent.yaml")

@@ -17,6 +17,7 @@ from typing import Any, Optional, TextIO
 
 from executors.cli import _fleet_control, _fleet_options
 from executors.cli._verb import Subparsers
+from executors.common.keys import parse_fingerprint
 from executors.control import enrolment
 from executors.control.control_loop import Control
 from executors.control.control_state import ControlState
@@ -50,7 +51,9 @@ def register(subparsers: Subparsers) -> None:
         "list", help="take waiting requests and list tokens and requests",
         description="Take the enrolment requests waiting on the broker, close the tokens whose "
         "answer the node took, and list every token with its state and each request's address, "
-        "hostname and key fingerprint (compare it with the node's before accepting).")
+        "hostname and key fingerprint (SHA256:<base64 of the SHA-256 of the raw 32-byte public "
+        "key>, as `mesh agent enrol` and `mesh node-key --show` print it on the node: compare "
+        "the two before accepting).")
     _fleet_options.add_directory(listing)
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
     listing.add_argument("--offline", action="store_true",
@@ -63,7 +66,10 @@ def register(subparsers: Subparsers) -> None:
              "mesh.yaml (comments and layout kept; nothing is written unless the result "
              "loads), make its broker account (it reads only its own queue and publishes only "
              "reports) and its queue, and answer it, signed: the CA certificate, the account "
-             "and its password sealed to the node's key."),
+             "and its password sealed to the node's key. With --fingerprint, only if the "
+             "request's key has the fingerprint the node printed (a mismatch: exit 1, nothing "
+             "done). With --address and no request yet, admit NODE: write its address into "
+             "mesh.yaml so the next publish opens the broker's floor to it before it dials."),
             ("reject", "reject NODE's waiting request",
              "Reject NODE's waiting enrolment request: answer it, signed, with the reason; "
              "nothing is written into mesh.yaml and no account is made.")):
@@ -73,6 +79,14 @@ def register(subparsers: Subparsers) -> None:
         if name == "reject":
             action.add_argument("--reason", default="rejected by the operator",
                                 help="said to the node")
+        else:
+            action.add_argument("--fingerprint", metavar="FP",
+                                help="the key fingerprint the node printed (SHA256:…); a "
+                                "request with another key is refused and nothing is done")
+            action.add_argument("--address", metavar="IP",
+                                help="the node's address in mesh.yaml (default: the one its "
+                                "request says); with no request yet, admit NODE at IP so the "
+                                "broker's floor opens to it")
         _fleet_options.add_broker(action)
         action.set_defaults(func=run_accept if name == "accept" else run_reject)
 
@@ -127,7 +141,7 @@ def run_list(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     if not rows:
         print("no enrolment tokens", file=out)
     for row in rows:
-        request = (f"  request from {row['address']} ({row['hostname'] or '?'}), key "
+        request = (f"  request from {row['address']} ({row['hostname'] or '?'}), key fingerprint "
                    f"{row['key_fingerprint']}, received {row['received']}"
                    if row["address"] else "")
         print(f"{row['node']}: token {row['token']} {row['state']} (expires {row['expires']})"
@@ -137,14 +151,22 @@ def run_list(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
 
 def _answer(args: argparse.Namespace, accept: bool, out: TextIO) -> int:
     node: str = args.node
+    if accept and args.fingerprint is not None:
+        parse_fingerprint(args.fingerprint)  # mistyped: said before the broker is asked
     control, connection, channel = _connected(args)
     try:
         control.drain(channel, queues=("enrolment",))
         key = ensure_delivery_key(control.mesh_dir, load_mesh_dir(control.mesh_dir).mesh)
         lines: list[str] = []
         if accept:
-            enrolment.accept(control.mesh_dir, control.fleet, channel, key, node,
-                             say=lines.append)
+            fingerprint: Optional[str] = args.fingerprint
+            address: Optional[str] = args.address
+            try:
+                enrolment.accept(control.mesh_dir, control.fleet, channel, key, node,
+                                 say=lines.append, fingerprint=fingerprint, address=address)
+            except enrolment.FingerprintMismatch as mismatch:
+                print(f"mesh: {mismatch}", file=sys.stderr)
+                return 1
         else:
             reason: str = args.reason
             enrolment.reject(control.mesh_dir, control.fleet, channel, key, node, reason,

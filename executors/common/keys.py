@@ -7,12 +7,16 @@ Invariants:
 - A value is sealed to one node's public key; only that node's private key opens it. Opening
   with any other key fails with UnsealError, never with a wrong value.
 - Plaintext exists only in memory: nothing here writes, prints or logs a secret value.
+- A public key's fingerprint has one form, computed here only (`key_fingerprint`):
+  `SHA256:` and the base64 (no padding) of the SHA-256 of the raw 32-byte public key, as
+  `ssh-keygen -l` prints it. Both sides of an enrolment print it; the operator compares them.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from pathlib import Path
 from typing import Mapping
 
@@ -40,6 +44,37 @@ def public_key_b64(private_key: PrivateKey) -> str:
     return _b64(bytes(private_key.public_key))
 
 
+FINGERPRINT_PREFIX = "SHA256:"
+
+
+def key_fingerprint(public_key_b64_text: str, node: str = "") -> str:
+    """`SHA256:<base64, no padding, of the SHA-256 of the raw 32-byte public key>`."""
+    raw = bytes(parse_public_key(public_key_b64_text, node))
+    digest = hashlib.sha256(raw).digest()
+    return FINGERPRINT_PREFIX + _b64(digest).rstrip("=")
+
+
+def parse_fingerprint(text: str) -> str:
+    """A fingerprint as an operator typed it, in the one form `key_fingerprint` gives: the
+    `SHA256:` prefix may be spelled in any case or left out; anything else is refused."""
+    given = text.strip()
+    if given[:len(FINGERPRINT_PREFIX)].upper() == FINGERPRINT_PREFIX:
+        given = given[len(FINGERPRINT_PREFIX):]
+    try:
+        digest = base64.b64decode(given + "=", validate=True)
+    except (binascii.Error, ValueError):
+        digest = b""
+    if len(digest) != 32 or len(given) != 43:
+        raise KeyError_(f"{text!r} is not a key fingerprint: expected SHA256: and 43 base64 "
+                        f"characters, as `mesh node-key --show` and `mesh enrol list` print")
+    return FINGERPRINT_PREFIX + given
+
+
+def public_key_of_file(path: PathLike) -> str:
+    """The public key (base64) of the node key file at `path`."""
+    return public_key_b64(load_private_key(path))
+
+
 def create_node_key(path: PathLike) -> str:
     """Create a node's private key file (0600, refusing to overwrite); return its public key."""
     path = Path(path)
@@ -57,7 +92,8 @@ def create_node_key(path: PathLike) -> str:
 
 def _exists(path: Path) -> KeyError_:
     return KeyError_(f"{path}: a key file exists already; not overwritten "
-                     f"(remove it first if you mean to replace the node's key)")
+                     f"(`mesh node-key --show --path {path}` prints its public key and "
+                     f"fingerprint; remove it first if you mean to replace the node's key)")
 
 
 def load_private_key(path: PathLike) -> PrivateKey:

@@ -12,6 +12,10 @@ Invariants:
   answers over the broker with a message signed by the delivery key: the CA certificate (its
   fingerprint is the one the node pinned from the token), the account and the sealed password.
   Rejecting answers `rejected` with the reason. Both close the token to further requests.
+- Accepting with the fingerprint the node printed (common/keys.key_fingerprint) checks it
+  before anything: another key is FingerprintMismatch, and nothing is written or made.
+- A node may be admitted before it dials (`admit`: its address only, for a node with an open
+  token), because the broker node's firewall admits only mesh.yaml's nodes to the broker.
 - The enrolment account lives until the node has taken its answer (the answer queue is empty
   and unconsumed), then it and the answer queue are removed (`close_answered`).
 - A token's or an accepted node's record is written before its broker account is made: the
@@ -37,7 +41,7 @@ from resolver.documents import MESH_FILE
 
 from executors.common import amqp, enrol_token, messages
 from executors.common.atomic import write_atomic
-from executors.common.keys import seal
+from executors.common.keys import key_fingerprint, parse_fingerprint, seal
 from executors.common.message_formats import ENROLMENT_ANSWER
 from executors.control.control_state import ControlState, Document
 from executors.control.delivery_key import DeliveryKey
@@ -55,6 +59,10 @@ NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 class EnrolmentError(MeshError):
     """An enrolment step that cannot be taken (unknown node, no request, bad mesh.yaml…)."""
+
+
+class FingerprintMismatch(EnrolmentError):
+    """The key in the request is not the key the operator read on the node: nothing done."""
 
 
 def _iso(moment: datetime.datetime) -> str:
@@ -99,9 +107,12 @@ def request_for(state: ControlState, node: str) -> Document:
     return max(candidates, key=lambda t: t.get("request", {}).get("received", ""))
 
 
-def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: str, address: str) -> list[str]:
+def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: Optional[str],
+                         address: str) -> list[str]:
     """Put the node's key and address into mesh.yaml, keeping comments and layout; the lines
-    said about it (an address or key it replaced)."""
+    said about it (an address or key it replaced). Without a key (a node admitted before its
+    request), only its address: a node with no key is not sealed to, but its address is a mesh
+    node's, which the broker's floor admits. Nothing is written when nothing changes."""
     path = Path(mesh_dir) / MESH_FILE
     text = path.read_text(encoding="utf-8")
     yaml = YAML()
@@ -119,7 +130,8 @@ def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: str, address
         if siblings and siblings[-1].fa.flow_style():
             entry.fa.set_flow_style()
         entry["address"] = address
-        entry["public-key"] = public_key
+        if public_key is not None:
+            entry["public-key"] = public_key
         nodes[node] = entry
         said.append(f"added node {node} ({address}) to {path}")
     else:
@@ -131,14 +143,18 @@ def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: str, address
                             f"node said)")
             entry["address"] = address
         old = entry.get("public-key")
-        if old and old != public_key:
-            said.append(f"{node}'s public key is replaced: values sealed to its old key cannot "
-                        f"be opened by it; rotate them (`mesh rotate DIR --consumer …`)")
-        entry["public-key"] = public_key
-        said.append(f"wrote {node}'s public key into {path}")
+        if public_key is not None:
+            if old and old != public_key:
+                said.append(f"{node}'s public key is replaced: values sealed to its old key "
+                            f"cannot be opened by it; rotate them (`mesh rotate DIR "
+                            f"--consumer …`)")
+            entry["public-key"] = public_key
+            said.append(f"wrote {node}'s public key into {path}")
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     new_text = buffer.getvalue()
+    if new_text == text:
+        return said
     documents.load_mesh(new_text, str(path))  # InputError (located) rather than a bad write
     write_atomic(path, new_text, mode=path.stat().st_mode & 0o777)
     return said
@@ -153,14 +169,71 @@ def _answer(channel: BlockingChannel, key: DeliveryKey, token: Document,
                                  kind=ENROLMENT_ANSWER))
 
 
+def check_fingerprint(node: str, public_key: str, expected: str) -> str:
+    """The request's key fingerprint, when it is `expected` (as the operator typed it);
+    FingerprintMismatch naming both otherwise."""
+    wanted = parse_fingerprint(expected)
+    found = key_fingerprint(public_key, node)
+    if found != wanted:
+        raise FingerprintMismatch(
+            f"{node}'s request carries the key {found}, not {wanted} (the fingerprint given): "
+            f"nothing was accepted or written; if the node printed {wanted}, this request is "
+            f"not its own: `mesh enrol reject DIR {node}` and make a new token")
+    return found
+
+
+def open_token_of(state: ControlState, node: str) -> Optional[Document]:
+    """The newest open token made for `node` (issued or requested), or None."""
+    tokens = [t for t in state.tokens().values() if t.get("node") == node
+              and t.get("state") in ("issued", "requested") and token_open(t)]
+    return max(tokens, key=lambda t: t.get("created", ""), default=None)
+
+
+def admit(mesh_dir: PathLike, state: ControlState, node: str, address: str,
+          say: Say = lambda line: None) -> None:
+    """Before `node` dials: its address into mesh.yaml (no key yet), so the next publish
+    opens the broker node's floor to it. Only for a node with an open token."""
+    if open_token_of(state, node) is None:
+        raise EnrolmentError(f"no open enrolment token for {node}: `mesh enrol token DIR "
+                             f"{node}` first, then admit its address")
+    with mesh_lock(mesh_dir):
+        said = write_node_into_mesh(mesh_dir, node, None, address)
+    for line in said:
+        say(line)
+    if not said:
+        say(f"{node} is in mesh.yaml at {address} already")
+    say(f"{node} admitted at {address}, no request from it yet: the next publish opens the "
+        f"broker's floor to {address} (`mesh control` publishes by itself; `mesh status DIR` "
+        f"shows the broker's node applied). Then on {node}: `mesh agent enrol TOKEN …`, and "
+        f"here `mesh enrol accept DIR {node} --fingerprint FP` with the fingerprint it prints")
+
+
 def accept(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: DeliveryKey,
-           node: str, say: Say = lambda line: None) -> Document:
-    """Accept `node`'s waiting request: mesh.yaml, its account and queue, the signed answer."""
-    token = request_for(fleet.state, node)
+           node: str, say: Say = lambda line: None, *, fingerprint: Optional[str] = None,
+           address: Optional[str] = None) -> Optional[Document]:
+    """Accept `node`'s waiting request: mesh.yaml, its account and queue, the signed answer.
+    With `fingerprint`, only a request carrying that key (FingerprintMismatch, nothing done,
+    otherwise); with `address`, that address rather than the one the request says. With
+    `address` and no request waiting yet: `admit` (its address only; None returned)."""
+    if fingerprint is not None:
+        parse_fingerprint(fingerprint)  # a mistyped fingerprint is said before anything
+    try:
+        token = request_for(fleet.state, node)
+    except EnrolmentError:
+        if address is None:
+            raise
+        admit(mesh_dir, fleet.state, node, address, say)
+        return None
     request = token["request"]
+    if fingerprint is not None:
+        found = check_fingerprint(node, request["public_key"], fingerprint)
+        say(f"{node}'s key fingerprint {found} is the one given")
+    else:
+        say(f"{node}'s key fingerprint {key_fingerprint(request['public_key'], node)} was not "
+            f"checked (no --fingerprint): compare it with what the node printed")
     with mesh_lock(mesh_dir):
         for line in write_node_into_mesh(mesh_dir, node, request["public_key"],
-                                         request["address"]):
+                                         address or request["address"]):
             say(line)
     user, sealed = make_node_account(mesh_dir, fleet, node, request["public_key"], token["id"])
     amqp.declare_node_queue(channel, node)
@@ -247,7 +320,6 @@ def listing(state: ControlState) -> list[Document]:
                      if token.get("state") not in ("issued", "requested") or token_open(token)
                      else "expired", "expires": token.get("expires"),
                      "address": request.get("address"), "hostname": request.get("hostname"),
-                     "key_fingerprint": ("sha256:" + hashlib.sha256(key.encode()).hexdigest()[:16]
-                                         if key else None),
+                     "key_fingerprint": key_fingerprint(key) if key else None,
                      "received": request.get("received")})
     return rows

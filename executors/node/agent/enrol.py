@@ -2,7 +2,8 @@
 
 Invariants:
 - The node's X25519 key is created as `mesh node-key` creates it (0600, never overwritten); an
-  existing key file is used as it is.
+  existing key file is used as it is. Either way its public key and fingerprint are said
+  (common/keys.key_fingerprint), for the operator to compare with `mesh enrol list`.
 - The request (node, mesh, token id, public key, address) is sent with the token's one-time
   account; the broker authenticates it with the token's secret and validates its `user_id`.
 - The answer is believed only if the CA certificate it carries has the fingerprint the token
@@ -28,7 +29,8 @@ import attrs
 from resolver import MeshError
 
 from executors.common import amqp, enrol_token, messages
-from executors.common.keys import create_node_key, load_private_key, public_key_b64, seal, unseal
+from executors.common.keys import (create_node_key, key_fingerprint, load_private_key,
+                                   public_key_b64, seal, unseal)
 from executors.node.agent.config import (AgentConfig, BrokerLogin, PendingEnrolment,
                                          load_config, write_config)
 
@@ -65,6 +67,10 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
     else:
         public = create_node_key(key_path)
         say(f"created the node key {key_path} (mode 0600): it never leaves this node")
+    fingerprint = key_fingerprint(public)
+    say(f"public key: {public}")
+    say(f"key fingerprint: {fingerprint} (compare it with `mesh enrol list` on the control "
+        f"node)")
     broker = amqp.BrokerAddress.parse(token.broker)
     address = address or source_address(broker.host, broker.port)
     names = amqp.FleetNames(token.mesh)
@@ -90,7 +96,7 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
     finally:
         connection.close()
     say(f"enrolment of {token.node} ({address}) asked of mesh {token.mesh} at {broker}; on the "
-        f"control node: `mesh enrol accept DIR {token.node}`")
+        f"control node: `mesh enrol accept DIR {token.node} --fingerprint {fingerprint}`")
     return config
 
 
