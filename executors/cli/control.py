@@ -26,7 +26,8 @@ def register(subparsers: Subparsers) -> None:
         "CA-certified delivery key, with that node's sealed values only; record what the "
         "nodes report applied in the ledger (under the ledger lock), which moves rotations "
         "along with no manual step; keep enrolment requests. Restarted, it picks up from the "
-        "ledger and the broker's durable queues.")
+        "ledger and the broker's durable queues. `mesh control backup DIR --out FILE` and "
+        "`mesh control restore FILE --dir DIR` save and bring back the control node.")
     _fleet_options.add_directory(parser)
     parser.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
                         help="how often to look for changed inputs (default 5)")
