@@ -21,6 +21,7 @@ SECONDS_BY_FILE = {
     "tests/test_same_node_docker.py": 64,
     "tests/test_registry_tls_netns.py": 58,
     "property_tests/test_validation_props.py": 57,
+    "tests/test_node_remove_fleet.py": 35,
     "tests/test_control_image.py": 35,
     "tests/test_plaintext_scan.py": 32,
     "tests/test_apply_fast.py": 27,

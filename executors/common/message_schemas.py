@@ -58,6 +58,18 @@ DECLARATION_BODY = {
         "published": {"type": "string", "format": "date-time"},
         "declaration": {"type": "object"},
         "secrets": {"type": "object"},
+        "revoked": {"type": "array", "description": "the mesh's revocation list (public): "
+                    "each entry's `serials` are certificates of the mesh CA no longer believed, "
+                    "`node` and `public_key` a node that left",
+                    "items": {"type": "object", "required": ["at", "reason", "serials"],
+                              "additionalProperties": False,
+                              "properties": {"at": {"type": "string"},
+                                             "reason": {"type": "string"},
+                                             "serials": {"type": "array", "items": {
+                                                 "type": "string",
+                                                 "pattern": "^[0-9a-f]+$"}},
+                                             "node": {"type": "string"},
+                                             "public_key": {"type": "string"}}}},
     },
 }
 

@@ -10,6 +10,8 @@ Invariants:
   (checked with the CA's key), be no CA itself, allow digital signatures, be valid now (five
   minutes of clock skew tolerated) and name the mesh (`CN=<mesh> delivery`). Only then is the
   signature checked, and only then is the body parsed.
+- A signer whose certificate's serial is on the revocation list the caller passes is
+  refused, checked on every message (common/revocation.py).
 - Every refusal is a MessageRefused naming its reason in one line (not JSON, not a mesh
   message, another kind, signer not certified by the pinned CA, bad signature…); nothing of a
   refused message is used.
@@ -127,8 +129,11 @@ def sign(kind: str, body: Mapping[str, object], key: ed25519.Ed25519PrivateKey,
 
 
 def open_signed(data: bytes, *, kind: str, ca: x509.Certificate, mesh: str,
-                now: Optional[datetime.datetime] = None) -> Document:
-    """The body of a signed envelope of `kind`, after every check; MessageRefused otherwise."""
+                now: Optional[datetime.datetime] = None,
+                revoked: frozenset[str] = frozenset()) -> Document:
+    """The body of a signed envelope of `kind`, after every check; MessageRefused otherwise.
+    `revoked`: serial numbers (lowercase hex) of the mesh's revocation list, whose signers
+    are refused (common/revocation.py)."""
     try:
         envelope = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -147,6 +152,10 @@ def open_signed(data: bytes, *, kind: str, ca: x509.Certificate, mesh: str,
     if not (isinstance(body, str) and isinstance(signature, str) and isinstance(signer, str)):
         raise MessageRefused("the envelope lacks its body, signature or signer")
     certificate = _checked_signer(signer, ca, mesh, now)
+    serial = format(certificate.serial_number, "x")
+    if serial in revoked:
+        raise MessageRefused(f"the signer's certificate (serial {serial}) is on the mesh's "
+                             f"revocation list")
     signer_key = certificate.public_key()
     if not isinstance(signer_key, ed25519.Ed25519PublicKey):  # _checked_signer saw to it
         raise MessageRefused("the signer's key is not an Ed25519 key")

@@ -33,7 +33,7 @@ from resolver import InputError, Inputs, MeshError, Resolution
 from executors.common import amqp, messages
 from executors.common.amqp import BrokerError
 from executors.common.keys import load_private_key
-from executors.control import enrolment, inbox, publish
+from executors.control import enrolment, inbox, publish, revocations
 from executors.control.applied import resolve_current
 from executors.control.broker_settings import BrokerSettings
 from executors.control.control_state import ControlState
@@ -76,6 +76,8 @@ class Control:
     _resolved: Loaded = attrs.field(init=False, default=(None, None))  # fingerprint, loaded
     # node queues declared on this channel
     _queues: set[str] = attrs.field(init=False, factory=set)
+    # queues of removed nodes this process deleted (said once)
+    _deleted: set[str] = attrs.field(init=False, factory=set)
 
     def __attrs_post_init__(self) -> None:
         inputs = load_mesh_dir(self.mesh_dir)
@@ -98,7 +100,20 @@ class Control:
         nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
         self.fleet.declare(channel, nodes)
         self._queues = set(nodes)
+        self._delete_removed_queues(channel, nodes)
         return connection, channel
+
+    def _delete_removed_queues(self, channel: BlockingChannel, nodes: Iterable[str]) -> None:
+        """The queues of nodes that left the mesh (`mesh node remove`), with the declarations
+        waiting in them: deleted (a queue already gone is no error)."""
+        for node in sorted(revocations.removed_nodes(self.state) - set(nodes)):
+            queue = self.fleet.names.node_queue(node)
+            ok = channel.queue_delete(queue)
+            dropped = getattr(getattr(ok, "method", None), "message_count", 0) or 0
+            if queue not in self._deleted:
+                self.say(f"deleted the queue {queue} of node {node}, removed from the mesh"
+                         + (f" ({dropped} declaration(s) dropped)" if dropped else ""))
+                self._deleted.add(queue)
 
     # -- publishing
 
@@ -127,7 +142,8 @@ class Control:
         key = ensure_delivery_key(self.mesh_dir, prepared.inputs.mesh)
         done: list[Published] = []
         try:
-            done = publish.send(channel, key, prepared, say=self.say, declared=self._queues)
+            done = publish.send(channel, key, prepared, say=self.say, declared=self._queues,
+                                revoked=revocations.load(self.state))
         finally:
             publish.record_published(self.mesh_dir, self.state, done)
         return done

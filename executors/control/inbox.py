@@ -14,6 +14,8 @@ Invariants:
   handed, and the ledger is written once, then the reports file, both in one hold of the
   ledger lock. A batch with no applied report loads nothing (a mesh that does not load holds
   up only the reports that need it).
+- A report from a node removed from the mesh (control/revocations.py), and an enrolment
+  request carrying a revoked node key, are refused naming the removal.
 - An enrolment request is kept only when it comes from the account of an open token (the
   broker authenticated it with the token's secret, `user_id` validated), names the token's node
   and carries a valid X25519 public key and an address; anything else is refused and logged.
@@ -31,9 +33,10 @@ import attrs
 
 from resolver import Inputs, Ledger, Resolution
 
-from executors.common import messages
+from executors.common import messages, revocation
 from executors.common.amqp import FleetNames
 from executors.common.message_formats import ENROLMENT_REQUEST_FORMAT, REPORT_FORMAT
+from executors.control import revocations
 from executors.control.applied import record_report, resolve_current
 from executors.control.control_state import ControlState, Document
 from executors.control.fleet import token_open
@@ -111,8 +114,11 @@ def handle_reports(mesh_dir: PathLike, state: ControlState, names: FleetNames,
     the mesh directory is loaded and resolved."""
     outcomes: dict[int, Outcome] = {}
     parsed: list[tuple[int, str, Document]] = []
+    removed = _removed(state)
     for index, (user_id, body) in enumerate(items):
         found = _parse_report(names, user_id, body)
+        if not isinstance(found, Outcome) and found[0] in removed:
+            found = Outcome(f"report from {found[0]} refused: {removed[found[0]]}", refused=True)
         if isinstance(found, Outcome):
             outcomes[index] = found
         else:
@@ -159,6 +165,15 @@ def _record_batch(inputs: Inputs, resolution: Resolution,
     if ledger == resolution.ledger:
         return inputs.ledger, outcomes  # nothing recorded: nothing kept
     return resolve_current(inputs, ledger).ledger, outcomes
+
+
+def _removed(state: ControlState) -> dict[str, str]:
+    """node → why its reports are refused, for every node that left the mesh and was not
+    accepted again since (with a new key: `mesh enrol accept` makes its account anew)."""
+    accounts = state.accounts()
+    return {r.node: f"the node was removed from the mesh at {r.at} (`mesh node remove`); "
+                    f"nothing it says is recorded"
+            for r in revocations.load(state) if r.node is not None and r.node not in accounts}
 
 
 def _load_and_resolve(mesh_dir: PathLike) -> Current:
@@ -219,6 +234,15 @@ def handle_enrolment(mesh_dir: PathLike, state: ControlState, names: FleetNames,
             problems.append("it names another token")
         if not _valid_key(request.get("public_key")):
             problems.append("public_key is not a base64 X25519 public key")
+        else:
+            revoked = revocation.revoking_key(revocations.load(state),
+                                              str(request["public_key"]))
+            if revoked is not None:
+                problems.append(f"its public key is revoked: it is the key of node "
+                                f"{revoked.node}, removed from the mesh at {revoked.at} "
+                                f"(`mesh node remove`); a node that left comes back only with "
+                                f"a new key (move its key file away, then `mesh agent enrol` "
+                                f"makes one)")
         if not _valid_address(request.get("address")):
             problems.append(f"address {request.get('address')!r} is not an IP address")
         if problems:

@@ -14,6 +14,8 @@ Invariants:
   ledger, never another node's box, never the control node's escrow.
 - Requests are issued when asked; what cannot be issued yet (a node without its key: not
   enrolled) is said, and everything else is published all the same (its credentials pending).
+- The body carries the mesh's revocation list too (public; control/revocations.py), when it
+  has an entry.
 - `published.json` changes only after the broker confirmed the message (publisher confirms),
   under the ledger lock.
 """
@@ -31,8 +33,9 @@ import resolver
 from resolver import Credential, Declaration, Generation, Inputs, Ledger, Resolution
 from resolver.documents import unstructure
 
-from executors.common import amqp, messages
+from executors.common import amqp, messages, revocation
 from executors.common.message_formats import DECLARATION
+from executors.common.revocation import Revocation
 from executors.control.declarations import (
     Document,
     read_declarations,
@@ -104,11 +107,16 @@ def message_id(declaration: Declaration) -> str:
 
 
 def declaration_body(declaration: Declaration, ledger: Ledger, published_at: str,
-                     document: Optional[Document] = None) -> Document:
-    return {"mesh": declaration.mesh, "node": declaration.node, "serial": declaration.serial,
-            "digest": declaration.digest, "published": published_at,
-            "declaration": unstructure(declaration) if document is None else document,
-            "secrets": unstructure(sealed_extract(ledger, declaration.node))}
+                     document: Optional[Document] = None,
+                     revoked: Sequence[Revocation] = ()) -> Document:
+    body: Document = {
+        "mesh": declaration.mesh, "node": declaration.node, "serial": declaration.serial,
+        "digest": declaration.digest, "published": published_at,
+        "declaration": unstructure(declaration) if document is None else document,
+        "secrets": unstructure(sealed_extract(ledger, declaration.node))}
+    if revoked:  # the mesh's revocation list, public: the agent refuses a revoked signer
+        body["revoked"] = revocation.as_list(revoked)
+    return body
 
 
 def prepare(mesh_dir: PathLike, state: ControlState, *, now: str, issue: bool = True,
@@ -161,7 +169,8 @@ def prepare(mesh_dir: PathLike, state: ControlState, *, now: str, issue: bool = 
 def send(channel: BlockingChannel, key: DeliveryKey, prepared: Prepared,
          now: Optional[datetime.datetime] = None,
          say: Callable[[str], None] = lambda line: None,
-         declared: Optional[set[str]] = None) -> list[Published]:
+         declared: Optional[set[str]] = None,
+         revoked: Sequence[Revocation] = ()) -> list[Published]:
     """Sign and publish each prepared declaration, each confirmed by the broker before the
     next; returns what was confirmed (BrokerError stops at the first that was not). A node's
     queue is declared first unless `declared` (kept by the caller across calls) names it."""
@@ -174,7 +183,7 @@ def send(channel: BlockingChannel, key: DeliveryKey, prepared: Prepared,
             amqp.declare_node_queue(channel, declaration.node)
             declared.add(declaration.node)
         body = declaration_body(declaration, prepared.ledger, stamp,
-                                prepared.documents.get(declaration.node))
+                                prepared.documents.get(declaration.node), revoked)
         data = messages.sign(DECLARATION, body, key.key, key.certificate_pem)
         ident = message_id(declaration)
         amqp.publish(channel, amqp.DECLARATIONS, declaration.node, data,

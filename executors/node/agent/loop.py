@@ -17,6 +17,8 @@ Invariants:
 - The apply runs in a worker thread while this thread keeps the broker connection serviced
   (heartbeats), so a long apply never costs the connection; the agent stops only between
   applies.
+- A signer on the mesh's revocation list is refused; the list is learnt from verified
+  declarations and kept (agent/revoked.py).
 - The last declaration applied successfully is kept (`<state root>/.mesh/agent/current/`) and
   re-applied every `drift-minutes` and at start (a reboot loses the firewall table), whether the
   broker is reachable or not, then verified again; a re-apply that changed something is
@@ -49,6 +51,7 @@ from executors.common.atomic import write_atomic
 from executors.common.keys import load_private_key, unseal
 from executors.common.report import LivePrinter, Report
 from executors.node.agent.config import AgentConfig, BrokerLogin
+from executors.node.agent.revoked import KeptRevocations
 from executors.node.apply.options import ApplyOptions
 from executors.node.apply.runner import apply_files, secret_source_from
 from executors.node.verify.check import engine_client, engine_locator, verify_declaration
@@ -157,6 +160,7 @@ class Agent:
             self._verify if config.verify else None)
         self.clock = clock
         self.files = AgentFiles(config.state_root)
+        self.revoked = KeptRevocations(self.files.root / "revoked.json", self.say)
         self.applied_file = NodePaths(config.state_root).applied  # what apply records
         self.names = FleetNames(config.mesh)
         self.ca = messages.load_certificate(certificate, "pinned CA certificate")
@@ -298,8 +302,10 @@ class Agent:
         for delivery in batch:
             try:
                 body = messages.open_signed(delivery.body, kind=messages.DECLARATION,
-                                            ca=self.ca, mesh=self.config.mesh)
+                                            ca=self.ca, mesh=self.config.mesh,
+                                            revoked=self.revoked.serials())
                 verified.append(Verified(delivery, body, check_body(body, self.config)))
+                self.revoked.learn(body.get("revoked"), f"message {delivery.message_id}")
             except messages.MessageRefused as refusal:
                 self.say(f"refused message {delivery.message_id or '(no id)'}: {refusal.reason}"
                          f"; nothing applied")
