@@ -460,10 +460,12 @@ def image_of(artifact, module_name, artifact_name, ledger, registry):
         digest = ledger.pins[f"{artifact.repository}:{artifact.tag}"]
         name = artifact.repository
         mirrored = f"{registry}/{repository_path(artifact.repository)}"
-    else:
+    else:  # a build: held once pushed, whatever `mirror:` says; a local one by its image ID
         name = f"{module_name}/{artifact_name}"
-        digest = ledger.builds[name].digest
-        mirrored = f"{registry}/{name}"
+        record = ledger.builds[name]
+        if registry is not None and ledger.mirrored.get(record.digest) == registry:
+            return f"{registry}/{name}@{record.digest}"
+        return record.digest if record.local else f"{name}@{record.digest}"
     held = registry is not None and artifact.mirror and ledger.mirrored.get(digest) == registry
     return f"{mirrored if held else name}@{digest}"
 

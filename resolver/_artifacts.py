@@ -319,7 +319,10 @@ def image_reference(artifact: Artifact, ledger: Ledger, registry_address: Option
     and `ledger.mirrored` records that registry holding the digest; otherwise
     "<repository>@<digest>" (genesis, or a registry that does not hold it yet).
     Built artifact (pass `key`, "module/artifact"): "<registry address>/<key>@<digest>" when the
-    mesh's registry holds it, else "<key>@<digest>" (a local image on the node that built it).
+    mesh's registry holds it (whatever its `mirror:` says: `mirror` governs copying upstream
+    images, and a build reaches the registry by its own push); else, for a local build
+    (`BuildRecord.local`), the bare image ID "sha256:…", which the Engine that built it resolves
+    and nothing pulls; else "<key>@<digest>".
     """
     if artifact.repository is not None:
         digest = artifact_digest("", artifact, ledger)
@@ -330,12 +333,14 @@ def image_reference(artifact: Artifact, ledger: Ledger, registry_address: Option
         return f"{artifact.repository}@{digest}"
     if key is None:
         return None
-    digest = artifact_digest(key, artifact, ledger)
-    if digest is None:
+    record = ledger.builds.get(key)
+    if record is None:
         return None
-    if _held_by(digest, artifact, ledger, registry_address):
-        return f"{registry_address}/{key}@{digest}"
-    return f"{key}@{digest}"
+    if registry_address is not None and ledger.mirrored.get(record.digest) == registry_address:
+        return f"{registry_address}/{key}@{record.digest}"
+    if record.local:
+        return record.digest  # an image ID: the Engine that built it names it so
+    return f"{key}@{record.digest}"
 
 
 def _held_by(digest: str, artifact: Artifact, ledger: Ledger, registry_address: Optional[str]) -> bool:
@@ -359,11 +364,16 @@ def artifact_state(catalogue: Catalogue, mesh: Mesh, ledger: Ledger,
 def pending_mirror(catalogue: Catalogue, mesh: Mesh, ledger: Ledger,
                    registry_address: Optional[str]) -> list[str]:
     """"module/artifact" of every artifact the mesh runs, with a digest and `mirror: true`,
-    that `registry_address` does not hold yet (all of them when there is no registry), sorted."""
+    that `registry_address` does not hold yet (all of them when there is no registry), and
+    every one built locally (`mesh build --local`, held by no registry), sorted."""
     every = catalogue_artifacts(catalogue)
     pending = []
     for name in sorted(used_artifacts(catalogue, mesh)):
         artifact = every.get(name)
+        record = ledger.builds.get(name)
+        if record is not None and record.local:
+            pending.append(name)  # built with no registry: its next non-local build pushes it
+            continue
         if artifact is None or not artifact.mirror:
             continue
         digest = artifact_digest(name, artifact, ledger)

@@ -90,10 +90,17 @@ class NodeSerial:
 
 @attrs.frozen
 class BuildRecord:
-    """A built artifact's digest and the digests of the bases it was built from."""
+    """A built artifact's digest and the digests of the bases it was built from.
+
+    `local`: built by `mesh build --local` into the control node's own Docker Engine, with no
+    registry: `digest` is then the Engine's image ID (the SHA-256 of the image's config), which
+    names the image there without a registry, and nothing can pull it. A build pushed to the
+    mesh's registry (`local` false) records the registry's manifest digest instead.
+    """
 
     digest: str
     bases: PMap[str, str] = EMPTY_MAP
+    local: bool = False
 
 
 @attrs.frozen

@@ -97,7 +97,9 @@ def check_pinned(r: Context, name: str, module: Module, artifact_name: str,
         what = (f"{artifact.repository}:{artifact.tag}" if artifact.repository
                 else f"build {module.name}/{artifact_name}")
         how = ("run `mesh pin DIR` to record its digest" if artifact.repository
-               else "build it and record its digest in the ledger's builds")
+               else "`mesh build DIR --local` builds it in this machine's Docker Engine and "
+               "records it (`mesh build DIR " + module.name + "/" + artifact_name
+               + "` once the mesh's registry runs)")
         found.append(r.problem(
             codes.UNPINNED_ARTIFACT,
             f"artifact {artifact_name} ({what}) of instance {name} has no digest in "

@@ -20,6 +20,8 @@ from resolver import InputError
 from resolver.documents import load_module, load_provisions
 from resolver.artifacts import validate_artifact_store_modules, validate_build_graph
 
+from _genesis import built_genesis, genesis_copy
+
 REPO = Path(__file__).resolve().parent.parent
 CATALOGUE = REPO / "catalogue"
 FIXTURES = REPO / "fixtures"
@@ -208,9 +210,14 @@ def _resolution(mesh_dir: Path):
     return resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger, sources=inputs.sources)
 
 
-@pytest.mark.parametrize("name", ["genesis", "anchor", "homelab"])
+@pytest.mark.parametrize("name", ["anchor", "homelab"])
 def test_example_meshes_resolve_without_refusals(name):
     assert _errors(FIXTURES / name) == []
+
+
+def test_genesis_resolves_without_refusals_once_its_control_image_is_built_locally(tmp_path):
+    assert _errors(genesis_copy(tmp_path)) == [("unpinned-artifact", "control@genesis")]
+    assert _errors(built_genesis(tmp_path / "built")) == []
 
 
 def test_anchor_runs_eight_applications_against_one_postgres():

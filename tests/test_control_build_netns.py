@@ -139,8 +139,9 @@ def test_the_mesh_builds_its_control_image_and_a_node_runs_it():
         built = build()
         said = built.stdout + built.stderr
         assert built.returncode == 0, said
-        assert f"pulling base control/python by digest: {registry}/library/python@{pin}" \
-            in said, said  # from the mesh's registry, where mirror put it
+        assert f"base control/python by digest: {registry}/library/python@{pin}" \
+            in said, said  # from the mesh's registry, where mirror put it (pulled by the
+        # build before staging, so this one finds it in the Engine: it is not pulled again)
         ledger = load_mesh_dir(directory).ledger
         record = ledger.builds["control/control"]
         assert dict(record.bases) == {"control/python": pin}

@@ -3,19 +3,17 @@ provides, so the logins of the grants that went are dropped (their data kept).""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import attrs
 
 import resolver
 from executors.control.loading import load_mesh_dir
 from executors.node.provisioners import AMQP_KIND, POSTGRES_KIND, idle_providers
 
-GENESIS = Path(__file__).resolve().parent.parent / "fixtures" / "genesis"
+from _genesis import built_genesis
 
 
-def test_providers_with_no_grant_left_are_named_with_kind_and_admin_credential():
-    inputs = load_mesh_dir(GENESIS)
+def test_providers_with_no_grant_left_are_named_with_kind_and_admin_credential(tmp_path):
+    inputs = load_mesh_dir(built_genesis(tmp_path))  # the control plane built: it holds grants
     full = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger)
     (node,) = full.declarations
     assert idle_providers(full.declarations[node]) == {}  # the control plane holds grants

@@ -54,7 +54,8 @@ VERB_EXTRA: dict[str, str] = {
     "ca": "control", "renew": "control", "rotate": "control", "applied": "control",
     "agent": "node",  # the broker (pika), opening sealed values, checking signatures
     "control": "control", "publish": "control", "collect": "control", "enrol": "control",
-    "status": "control",
+    "status": "control", "control backup": "control", "control restore": "control",
+    "node": "control",  # `mesh node remove`: the control node's state and revocation list
 }
 
 

@@ -38,6 +38,8 @@ COMMANDS: list[str] = [
     "node-key", "ca", "rotate",
     "verify",
     "control", "publish", "collect", "status", "enrol", "agent",
+    "control backup", "control restore",
+    "node",
 ]
 # the verbs a command module registers besides its own name
 ALSO: dict[str, tuple[str, ...]] = {"ca": ("renew",), "rotate": ("applied",)}
@@ -53,7 +55,7 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     sub.required = True
     for name in commands:
         try:  # imported here, not at the top: only the verb that runs is paid for
-            module = importlib.import_module(f"executors.cli.{name.replace('-', '_')}")
+            module = importlib.import_module(f"executors.cli.{_module_name(name)}")
         except ImportError as error:  # an extra it needs is not installed: say which
             if missing_extra(name, error) is None:
                 raise
@@ -63,6 +65,19 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
         register: Callable[[Subparsers], None] = module.register
         register(sub)
     return parser
+
+
+def _module_name(verb: str) -> str:
+    """The module of a verb: `node-key` → node_key, `control backup` → control_backup."""
+    return verb.replace("-", "_").replace(" ", "_")
+
+
+def _joined(argv: Sequence[str]) -> list[str]:
+    """`mesh control backup …` as the one verb `control backup` (a verb of two words), so that
+    `mesh control DIR` keeps its DIR."""
+    if len(argv) >= 2 and f"{argv[0]} {argv[1]}" in COMMANDS:
+        return [f"{argv[0]} {argv[1]}", *argv[2:]]
+    return list(argv)
 
 
 def _unavailable(sub: Subparsers, verb: str, error: ImportError) -> None:
@@ -99,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    arguments = _joined(sys.argv[1:] if argv is None else argv)
     parser = build_parser(commands_for(arguments))
     args = parser.parse_args(arguments)
     run: Run = args.func

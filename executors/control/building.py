@@ -40,12 +40,18 @@ from resolver.artifacts import (
     current_digests,
     image_reference,
     staleness,
+    used_artifacts,
 )
 
 from .ledger_transaction import merge_into_ledger
+from .loading import PathLike
 
 Say = Callable[[str], None]
 Auth = tuple[str, str]  # the push account: (user, password)
+BUILD_TAG = "mesh-build"  # the tag a build is made and pushed under (the record is its digest)
+# Where a local build (`mesh build --local`, no registry) is tagged in the Engine: `.local`
+# is no registry anyone reaches, so a stray `docker push` of it goes nowhere.
+LOCAL_REPOSITORY = "mesh.local"
 
 
 @attrs.frozen
@@ -86,22 +92,51 @@ def targets(inputs: Inputs, names: Iterable[str], stale: bool) -> list[str]:
     return build_order(graph, named)
 
 
+def local_targets(inputs: Inputs) -> list[str]:
+    """What `mesh build DIR --local` builds when no artifact is named: every built artifact the
+    mesh runs (used_artifacts) that `mesh stale` lists, foundation first."""
+    graph = build_graph(inputs.catalogue)
+    used = used_artifacts(inputs.catalogue, inputs.mesh)
+    wanted = set(staleness(graph, inputs.ledger.builds,
+                           current_digests(inputs.catalogue, inputs.ledger))) & used
+    return build_order(graph, wanted)
+
+
+def local_builds(ledger: Ledger) -> list[str]:
+    """"module/artifact" of every build recorded as local (no registry holds it), sorted."""
+    return sorted(name for name, record in ledger.builds.items() if record.local)
+
+
 def build(inputs: Inputs, names: Iterable[str] = (), *, stale: bool = False,
-          api: docker.APIClient, auth: Optional[Auth] = None,
+          local: bool = False, api: docker.APIClient, auth: Optional[Auth] = None,
           say: Say = lambda line: None) -> Built:
-    registry = resolve_inputs(inputs).registry  # the resolver's choice, as mirror's
-    if registry is None:
-        raise MeshError("the mesh has no registry to push builds to: assign one instance of a "
-                        "module providing artifact-store (with its port in the ledger)")
-    order = targets(inputs, names, stale)
-    if not order:
-        say("nothing to build" + (" (nothing is stale)" if stale else ""))
-        return Built((), ())
-    say(f"building {len(order)} artifact(s), foundation first: {', '.join(order)}")
-    every = catalogue_artifacts(inputs.catalogue)
+    """Build `names` (and with `stale`, what `mesh stale` lists); `local` with neither builds
+    what local_targets gives. Without `local`, every local build is first pushed to the mesh's
+    registry (push_local_builds: the self-hosting transition)."""
+    registry: Optional[str] = None
+    if not local:
+        registry = resolve_inputs(inputs).registry  # the resolver's choice, as mirror's
+        if registry is None:
+            raise MeshError("the mesh has no registry to push builds to: assign one instance of "
+                            "a module providing artifact-store (with its port in the ledger), "
+                            "or build into this machine's Docker Engine with `--local`")
+    named = list(names)
+    order = targets(inputs, named, stale) if named or stale or not local else \
+        local_targets(inputs)
     built: list[str] = []
     failed: list[str] = []
     ledger = inputs.ledger
+    if registry is not None:
+        ledger, pushed, push_failed = push_local_builds(inputs, ledger, registry, api, auth, say)
+        built += pushed
+        failed += push_failed
+    if not order:
+        if not built and not failed:
+            say("nothing to build" + (" (nothing is stale)" if stale or local else ""))
+        return Built(tuple(built), tuple(failed))
+    where = "this machine's Docker Engine (local: no registry)" if local else registry
+    say(f"building {len(order)} artifact(s) into {where}, foundation first: {', '.join(order)}")
+    every = catalogue_artifacts(inputs.catalogue)
     for name in order:
         artifact = every[name]
         module, artifact_name = name.split("/", 1)
@@ -119,23 +154,134 @@ def build(inputs: Inputs, names: Iterable[str] = (), *, stale: bool = False,
             failed.append(name)
             say(f"{file}:{line}:{col}: {name}: {error}")
             continue
-        ledger = merge_into_ledger(  # built outside the lock: merged into the ledger as it is
-            inputs.mesh_dir, lambda now: attrs.evolve(
-                now, builds=now.builds.set(name, record),
-                mirrored=now.mirrored.set(record.digest, registry))).ledger
+        # built outside the lock: merged into the ledger as it is
+        ledger = record_build(inputs.mesh_dir, name, record, registry)
         built.append(name)
-        say(f"  recorded {name} = {record.digest} (bases: "
-            + ", ".join(f"{b} {d}" for b, d in sorted(record.bases.items())) + ")")
+        say(f"  recorded {name} = {record.digest}" + (" (local image ID)" if record.local else "")
+            + " (bases: " + ", ".join(f"{b} {d}" for b, d in sorted(record.bases.items())) + ")")
     return Built(tuple(built), tuple(failed))
+
+
+def record_build(mesh_dir: PathLike, name: str, record: BuildRecord,
+                 registry: Optional[str] = None) -> Ledger:
+    """Record `record` as `name`'s build in the ledger as it is now (one ledger transaction),
+    as every build does; with `registry`, also as held by it. The ledger written."""
+    return merge_into_ledger(mesh_dir, lambda now: _recorded(now, name, record, registry)).ledger
+
+
+def _recorded(ledger: Ledger, name: str, record: BuildRecord, registry: Optional[str]) -> Ledger:
+    """The ledger with `record` as `name`'s build; a pushed one also as held by `registry`."""
+    if registry is None:
+        return attrs.evolve(ledger, builds=ledger.builds.set(name, record))
+    return attrs.evolve(ledger, builds=ledger.builds.set(name, record),
+                        mirrored=ledger.mirrored.set(record.digest, registry))
+
+
+def push_local_builds(inputs: Inputs, ledger: Ledger, registry: str, api: docker.APIClient,
+                      auth: Optional[Auth], say: Say) -> tuple[Ledger, list[str], list[str]]:
+    """The self-hosting transition: every local build (`mesh build --local`) pushed from this
+    Engine to the mesh's registry, its record moved to the registry's digest (same bases,
+    `local` false, and `mirrored`), so declarations name it there. A build whose image this
+    Engine does not hold fails and says how to build it here. (ledger, pushed, failed)."""
+    pushed: list[str] = []
+    failed: list[str] = []
+    for name in local_builds(ledger):
+        record = ledger.builds[name]
+        target = f"{registry}/{name}"
+        say(f"→ {name}: pushing the local build {record.digest} to the mesh's registry "
+            f"{registry}")
+        try:
+            _present(api, record.digest)
+        except MeshError:
+            failed.append(name)
+            say(f"  {name}: this Docker Engine does not hold the local build {record.digest} "
+                f"(built on another machine?): `mesh build DIR {name}` here builds and pushes it")
+            continue
+        try:
+            api.tag(record.digest, target, tag=BUILD_TAG)
+            digest = _push(api, target, auth, say)
+        except docker.errors.APIError as exc:
+            failed.append(name)
+            say(f"  {name}: {exc.explanation or exc}")
+            continue
+        except MeshError as error:
+            failed.append(name)
+            say(f"  {name}: {error}")
+            continue
+        moved = BuildRecord(digest=digest, bases=record.bases)
+
+        def change(now: Ledger, name: str = name, record: BuildRecord = record,
+                   moved: BuildRecord = moved) -> Ledger:
+            if now.builds.get(name) != record:  # rebuilt meanwhile: that build is kept
+                return now
+            return _recorded(now, name, moved, registry)
+
+        ledger = merge_into_ledger(inputs.mesh_dir, change).ledger
+        pushed.append(name)
+        say(f"  recorded {name} = {digest} (was the local image {record.digest})")
+    return ledger, pushed, failed
+
+
+def _present(api: docker.APIClient, reference: str) -> str:
+    """The image ID of `reference` in this Engine; MeshError when it has no such image."""
+    try:
+        found: Mapping[str, object] = api.inspect_image(reference)  # type: ignore[no-untyped-call]
+        return str(found["Id"])
+    except docker.errors.ImageNotFound:
+        raise MeshError(f"no image {reference} in this Docker Engine") from None
+    except docker.errors.APIError as exc:
+        raise MeshError(f"inspecting {reference}: {exc.explanation or exc}") from None
+
+
+def _push(api: docker.APIClient, target: str, auth: Optional[Auth], say: Say) -> str:
+    """Push `target:BUILD_TAG`; the digest the registry gave it."""
+    say(f"→ pushing {target}:{BUILD_TAG}")
+    digest = None
+    for event in api.push(target, tag=BUILD_TAG, stream=True, decode=True,
+                          auth_config=_auth(auth)):
+        if "error" in event:
+            raise MeshError(f"pushing {target}: {event['error']}")
+        digest = (event.get("aux") or {}).get("Digest") or digest
+    if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise MeshError(f"pushing {target}: the engine reported no digest")
+    say(f"  pushed {target}@{digest}")
+    return str(digest)
 
 
 def _module_dir(inputs: Inputs, module: str) -> Path:
     return Path(inputs.sources.where(f"module:{module}")[0]).parent
 
 
-def _build_one(inputs: Inputs, ledger: Ledger, registry: str, name: str, artifact: Artifact,
-               bases: Sequence[str], api: docker.APIClient, auth: Optional[Auth],
-               say: Say) -> BuildRecord:
+def _base(api: docker.APIClient, name: str, base: str, reference: str, registry: Optional[str],
+          auth: Optional[Auth], say: Say) -> None:
+    """Make the base `reference` (by digest, or a local build's image ID) present in the
+    Engine: used as it is when the Engine holds it, pulled by digest otherwise."""
+    try:
+        _present(api, reference)
+        say(f"→ {name}: base {base} by digest: {reference} (present in this Docker Engine)")
+        return
+    except MeshError:
+        pass
+    if "@" not in reference:  # an image ID: a local build, which nothing can pull
+        raise MeshError(f"base {base} is a local build ({reference}) this Docker Engine does not "
+                        f"hold: `mesh build DIR --local {base}` builds it here")
+    repository, _, digest = reference.partition("@")
+    say(f"→ {name}: pulling base {base} by digest: {reference}")
+    try:
+        for event in api.pull(repository, tag=digest, stream=True, decode=True,
+                              auth_config=_auth(auth) if registry is not None and
+                              reference.startswith(registry + "/") else None):
+            if "error" in event:
+                raise MeshError(f"pulling base {reference}: {event['error']}")
+    except docker.errors.APIError as exc:
+        raise MeshError(f"pulling base {reference}: {exc.explanation or exc}") from None
+
+
+def _build_one(inputs: Inputs, ledger: Ledger, registry: Optional[str], name: str,
+               artifact: Artifact, bases: Sequence[str], api: docker.APIClient,
+               auth: Optional[Auth], say: Say) -> BuildRecord:
+    """Build `name` and push it to `registry` (its record: the pushed digest), or with no
+    registry (`--local`) keep it in this Engine (its record: the image ID, `local`)."""
     every = catalogue_artifacts(inputs.catalogue)
     if artifact.build is None:  # targets() let only built artifacts through
         raise MeshError(f"{name} is not a built artifact (no `build:`)")
@@ -154,43 +300,30 @@ def _build_one(inputs: Inputs, ledger: Ledger, registry: str, name: str, artifac
         if reference is None:  # a digest is known, so the resolver names the image by it
             raise MeshError(f"base {base} has no image reference")
         digests[base] = digest
-        repository, _, _ = reference.partition("@")
-        say(f"→ {name}: pulling base {base} by digest: {reference}")
-        try:
-            for event in api.pull(repository, tag=digest, stream=True, decode=True,
-                                  auth_config=_auth(auth) if reference.startswith(
-                                      registry + "/") else None):
-                if "error" in event:
-                    raise MeshError(f"pulling base {reference}: {event['error']}")
-        except docker.errors.APIError as exc:
-            raise MeshError(f"pulling base {reference}: {exc.explanation or exc}") from None
+        _base(api, name, base, reference, registry, auth, say)
         args[f"BASE_{re.sub(r'[^A-Z0-9]', '_', base.split('/', 1)[1].upper())}"] = reference
     if len(bases) == 1:
         args["BASE_IMAGE"] = next(iter(args.values()))
-    target = f"{registry}/{name}"
-    tag = "mesh-build"
+    target = f"{registry}/{name}" if registry is not None else f"{LOCAL_REPOSITORY}/{name}"
     say(f"→ {name}: building {context} with " + ", ".join(f"{k}={v}" for k, v in
                                                            sorted(args.items())))
     try:
-        for event in api.build(path=str(context), tag=f"{target}:{tag}", buildargs=args,
+        for event in api.build(path=str(context), tag=f"{target}:{BUILD_TAG}", buildargs=args,
                                rm=True, forcerm=True, pull=False, decode=True):
             if "error" in event:
                 raise MeshError(f"the build failed: {event['error'].strip()}")
             text = event.get("stream", "").rstrip()
             if text:
                 say(f"    {text}")
-        say(f"→ {name}: pushing {target}:{tag}")
-        digest = None
-        for event in api.push(target, tag=tag, stream=True, decode=True,
-                              auth_config=_auth(auth)):
-            if "error" in event:
-                raise MeshError(f"pushing {target}: {event['error']}")
-            digest = (event.get("aux") or {}).get("Digest") or digest
+        if registry is None:
+            image_id = _present(api, f"{target}:{BUILD_TAG}")
+            kept = image_id.split(":", 1)[1][:12]
+            api.tag(image_id, target, tag=kept)  # each recorded build stays tagged (never pruned)
+            say(f"  built {image_id}, tagged {target}:{kept} in this Docker Engine (no registry)")
+            return BuildRecord(digest=image_id, bases=pmap(digests), local=True)
+        digest = _push(api, target, auth, say)
     except docker.errors.APIError as exc:
         raise MeshError(f"{exc.explanation or exc}") from None
-    if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise MeshError(f"pushing {target}: the engine reported no digest")
-    say(f"  pushed {target}@{digest}")
     return BuildRecord(digest=digest, bases=pmap(digests))  # a frozen value: no dict in it
 
 

@@ -119,7 +119,9 @@ def create(api: docker.APIClient, spec: ContainerSpec, mesh: str,
     except ImageNotFound:
         if "@" not in spec.image:
             raise EngineError(f"image {spec.image} is not present on this node (an image ID "
-                              "cannot be pulled: load or build it here)") from None
+                              "cannot be pulled: a local build (`mesh build DIR --local`) runs "
+                              "only where it was built; build it here, or push it to the "
+                              "mesh's registry with `mesh build DIR`)") from None
         say(f"pulling {spec.image} (not present on this node)")
         try:
             repository, digest = spec.image.split("@", 1)
