@@ -34,6 +34,7 @@ from pyrsistent import pmap, pvector
 from . import _codes as codes
 from ._assemble import assemble
 from ._check import validate
+from ._collector import collector_paused
 from ._errors import InputError
 from ._bound import Bound, credential_id
 from ._context import NOTHING_BLOCKED, Blocked, Context, Findings, blocked_by
@@ -445,12 +446,19 @@ def resolve(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, *, sources: Source
     The inputs are validated first (validate(), the rules loading applies): inputs with faults
     raise InputError with every fault; everything else is a problem in the Resolution.
     `checked=True` says the caller has validated them already and skips that (a test feeding
-    the renderer names no document may hold does it knowingly)."""
-    if not checked:
-        faults = validate(catalogue, mesh, ledger, sources)
-        if faults:
-            raise InputError(faults)
-    return resolution(Context.of(catalogue, mesh, ledger, sources, now))
+    the renderer names no document may hold does it knowingly).
+
+    CPython's cyclic garbage collector is paused while it runs and the caller's setting
+    (enabled or disabled) is restored when it returns or raises (resolver/_collector.py): a
+    resolution creates no reference cycle, so nothing it drops waits for the collector, and
+    the collections the default thresholds would trigger would only rescan the objects it is
+    building. The setting is process-wide: another thread's collections wait for it too."""
+    with collector_paused():
+        if not checked:
+            faults = validate(catalogue, mesh, ledger, sources)
+            if faults:
+                raise InputError(faults)
+        return resolution(Context.of(catalogue, mesh, ledger, sources, now))
 
 
 # What the package's root takes from this module (resolver/__init__.py joins these lists).
