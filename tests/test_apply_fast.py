@@ -415,3 +415,36 @@ def test_each_subcommand_help_is_the_same_from_the_lazy_parser():
         assert cli.commands_for([name, "--help"]) == [name]
         lazy = help_of([name, "--help"], cli.commands_for([name, "--help"]))
         assert lazy and lazy == help_of([name, "--help"], cli.COMMANDS), name
+
+
+def test_the_quick_reading_of_apply_options_is_argparse_s_or_none(monkeypatch):
+    """cli/main.py reads plainly spelled `mesh apply` options without argparse: for each
+    spelling it reads, the same ApplyOptions as the parser; anything else is left to it."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/x.sock")
+
+    def parsed_options(argv):
+        parser = argparse.ArgumentParser()
+        cmd_apply.register(parser.add_subparsers(dest="command", required=True))
+        return cmd_apply.options_from(parser.parse_args(["apply", *argv]))
+
+    read = [["d.json"], ["a.json", "b.json", "--json"], ["--dry-run", "d.json", "--no-fast"],
+            ["d.json", "--state-root", "/s", "--file-root=/f", "--secrets", "l.yaml", "--key",
+             "k", "--docker-host", "tcp://h:1", "--stop-timeout", "3", "--no-firewall"],
+            ["d.json", "--state-root=", "--stop-timeout=7", "--state-root", "/last"], ["-"]]
+    for argv in read:
+        assert cmd_apply.quick_options(argv) == parsed_options(argv), argv
+    left = [[], ["--json"], ["-h"], ["d.json", "--help"], ["d.json", "--dry"],
+            ["d.json", "--", "e.json"], ["a.json", "--json", "b.json"], ["d.json", "--json=1"],
+            ["d.json", "--state-root"], ["d.json", "--state-root", "-x"], ["d.json", "-x"],
+            ["d.json", "--stop-timeout", "-1"], ["d.json", "--stop-timeout", "x"]]
+    for argv in left:
+        assert cmd_apply.quick_options(argv) is None, argv
+    options = {o for action in cmd_apply_parser_actions() for o in action.option_strings}
+    assert options - {"-h", "--help"} == set(cmd_apply._FLAGS) | set(cmd_apply._VALUES)
+
+
+def cmd_apply_parser_actions():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd_apply.register(sub)
+    return sub.choices["apply"]._actions

@@ -12,9 +12,12 @@ directory of them; of all given, only the newest by serial is applied, the rest 
 as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
 to this node) opened with `--key FILE` (the node's private key).
 The apply itself is executors/node/apply/runner.py's `apply_files`, the one path every caller
-(this verb, the node agent) takes. A no-op is answered first by apply_fast's check (standard library only), which declines to this
-full path on any doubt; `--no-fast` or MESH_APPLY_NO_FAST=1 skips it. Heavy imports (the
-resolver, the docker SDK) happen only on the full path.
+(this verb, the node agent) takes. A no-op is answered first by apply_fast's check (standard
+library only), which declines to this full path on any doubt; `--no-fast` or
+MESH_APPLY_NO_FAST=1 skips it. Heavy imports (the resolver, the docker SDK) happen only on the
+full path. cli/main.py hands the plain spellings of these options to `quick_options` before it
+builds any parser (anything else goes through argparse as for every verb), and a no-op
+answered for the `mesh` process itself ends it without the interpreter's teardown.
 """
 
 from __future__ import annotations
@@ -97,11 +100,21 @@ def options_from(args: argparse.Namespace) -> ApplyOptions:
 
 
 def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
+    return run_options(options_from(args), out)
+
+
+def run_options(options: ApplyOptions, out: Optional[TextIO] = None, *,
+                entry: bool = False) -> int:
+    """The apply `options` ask for: the no-op check first, else the full path. `entry`: this
+    call is the whole `mesh` process (cli/main.py's main with the process's own arguments), so
+    an answered no-op ends the process at once once its output is flushed: the interpreter's
+    teardown of every loaded module costs more than the rest of the answer."""
     out = out or sys.stdout
-    options = options_from(args)
     if not apply_fast.fast_path_disabled(options):
         code = apply_fast.try_noop(options, out)
         if code is not None:
+            if entry:
+                _end_process(code, out)
             return code
     # the full path: imported only now (start-up cost of a no-op answered above)
     from executors.common.report import LivePrinter, Report
@@ -110,6 +123,70 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     outcome = apply_files(options, Report(printer=LivePrinter()))
     write_outcome(outcome, options.json, out)
     return 0 if outcome.succeeded else 1
+
+
+def _end_process(code: int, out: TextIO) -> None:
+    """Flush what was written and exit with `code` without the interpreter's teardown (nothing
+    is left to release: the check closed its files and its lock). If a flush fails (a reader
+    gone), return: the ordinary exit handles it as for any verb."""
+    try:
+        for stream in (out, sys.stdout, sys.stderr):
+            stream.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)
+
+
+# --------------------------------------------------------------------------- quick argv
+
+# `mesh apply`'s options as quick_options reads them, without argparse: the same names as
+# register's (tests/test_apply_fast.py holds the two to the same ApplyOptions).
+_FLAGS = {"--dry-run": "dry_run", "--json": "json", "--no-firewall": "no_firewall",
+          "--no-fast": "no_fast"}
+_VALUES = {"--state-root": "state_root", "--file-root": "file_root", "--secrets": "secrets",
+           "--key": "key", "--docker-host": "docker_host", "--stop-timeout": "stop_timeout"}
+
+
+def quick_options(argv: Sequence[str]) -> Optional[ApplyOptions]:
+    """The ApplyOptions `mesh apply ARGV` means, read without building any parser, for the
+    plain spellings only (each option whole, `--name VALUE` or `--name=VALUE`); None for
+    anything else (help, an abbreviation, `--`, an unknown or malformed option, no
+    declaration), which the argparse parser then reads and reports exactly as before."""
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    declarations: list[str] = []
+    previous_was_declaration = False
+    tokens = iter(argv)
+    for token in tokens:
+        if not token.startswith("-") or token == "-":
+            if declarations and not previous_was_declaration:
+                return None  # argparse takes one run of them: it would refuse the second
+            declarations.append(token)
+            previous_was_declaration = True
+            continue
+        previous_was_declaration = False
+        name, equals, value = token.partition("=")
+        if name in _FLAGS and not equals:
+            flags.add(_FLAGS[name])
+        elif name in _VALUES:
+            if not equals:
+                value = next(tokens, "-")
+                if value.startswith("-"):
+                    return None
+            values[_VALUES[name]] = value
+        else:
+            return None
+    stop_timeout = values.get("stop_timeout", "10")
+    if not declarations or not stop_timeout.isdecimal():
+        return None
+    return ApplyOptions(
+        declarations=tuple(declarations),
+        state_root=values.get("state_root", default_state_root()),
+        file_root=values.get("file_root", default_file_root()), secrets=values.get("secrets"),
+        key=values.get("key"),
+        docker_host=values.get("docker_host", os.environ.get("DOCKER_HOST")),
+        stop_timeout=int(stop_timeout), no_firewall="no_firewall" in flags,
+        no_fast="no_fast" in flags, dry_run="dry_run" in flags, json="json" in flags)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
