@@ -8,7 +8,9 @@ No traceback reaches a user for bad input: InputError is caught here, and so is 
 optional dependency, which is said with the extra that brings it (cli/extras.py), exit 2.
 Only the chosen subcommand's module is imported when the first argument names one (a no-op
 `mesh apply` must not pay for every other command); `mesh --help`, no command or an unknown
-one build the full parser, so help and usage errors list every command. That import by name
+one build the full parser, so help and usage errors list every command. `mesh apply` with
+plainly spelled options builds no parser at all (cli/apply.py's quick_options reads them;
+anything else goes through the parser). That import by name
 in build_parser is the one deferred import here; what this module imports at its top is the
 standard library and cli/'s own standard-library modules (_verb, extras, terminal).
 """
@@ -40,6 +42,7 @@ COMMANDS: list[str] = [
     "control", "publish", "collect", "status", "enrol", "agent",
     "control backup", "control restore",
     "node",
+    "init", "join", "supervise",
 ]
 # the verbs a command module registers besides its own name
 ALSO: dict[str, tuple[str, ...]] = {"ca": ("renew",), "rotate": ("applied",)}
@@ -115,12 +118,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     arguments = _joined(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(commands_for(arguments))
-    args = parser.parse_args(arguments)
-    run: Run = args.func
-    command: str = args.command
+    command, run = _quick_apply(arguments, entry=argv is None) or _parsed(arguments)
     try:
-        return int(run(args) or 0)
+        return int(run() or 0)
     except KeyboardInterrupt:
         print("mesh: interrupted", file=sys.stderr)
         return 130
@@ -139,6 +139,28 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"mesh: {error}", file=sys.stderr)
             return 2
         raise
+
+
+def _parsed(arguments: list[str]) -> tuple[str, Callable[[], int]]:
+    """The verb `arguments` name and its run, read by the parser of that verb (or of all)."""
+    args = build_parser(commands_for(arguments)).parse_args(arguments)
+    run: Run = args.func
+    return args.command, lambda: run(args)
+
+
+def _quick_apply(arguments: list[str], *, entry: bool,
+                 ) -> Optional[tuple[str, Callable[[], int]]]:
+    """`mesh apply` with plainly spelled options, read without building any parser (a no-op
+    apply must not pay for argparse's parsers): cli/apply.py's quick_options; None otherwise."""
+    if arguments[:1] != ["apply"]:
+        return None
+    # by its verb's name, as build_parser imports each verb's module (lazily)
+    apply = importlib.import_module(f"executors.cli.{_module_name(arguments[0])}")
+    options = apply.quick_options(arguments[1:])
+    if options is None:
+        return None
+    run_options: Callable[..., int] = apply.run_options
+    return "apply", lambda: run_options(options, entry=entry)
 
 
 class _Command(types.ModuleType):
