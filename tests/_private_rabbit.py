@@ -67,9 +67,10 @@ def free_ports(count: int, address: str = "127.0.0.1") -> int:
 
 
 class PrivateRabbit:
-    def __init__(self, listen: Sequence[str] = ("127.0.0.1",)):
+    def __init__(self, listen: Sequence[str] = ("127.0.0.1",), management: str = "127.0.0.1"):
         self.dir = Path(tempfile.mkdtemp(prefix="mesh-test-rabbit-"))
         self.listen = tuple(listen)
+        self.management = management  # the management API's one address
         # AMQP, management and distribution: three distinct ports the first start() draws
         self.port = self.api_port = self.dist_port = 0
         self.name = f"mesht{os.getpid()}x{secrets.token_hex(3)}@localhost"
@@ -83,7 +84,7 @@ class PrivateRabbit:
 
     @property
     def api(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+        return f"http://{self.management}:{self.api_port}"
 
     def _env(self) -> dict:
         return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.dir),
@@ -103,7 +104,7 @@ class PrivateRabbit:
                               for i, address in enumerate(("127.0.0.1",) + tuple(
                                   a for a in self.listen if a != "127.0.0.1"), start=1))
         (self.dir / "rabbitmq.conf").write_text(
-            f"{listeners}\nmanagement.tcp.ip = 127.0.0.1\n"
+            f"{listeners}\nmanagement.tcp.ip = {self.management}\n"
             f"management.tcp.port = {self.api_port}\nloopback_users = none\n"
             f"default_user = admin\ndefault_pass = {self.password}\n"
             f"default_user_tags.administrator = true\n"

@@ -45,6 +45,14 @@ def register(subparsers: Subparsers) -> None:
     token.add_argument("node", metavar="NODE", help="the node to enrol (new, or in mesh.yaml)")
     token.add_argument("--expires", type=int, default=60, metavar="MINUTES",
                        help="how long the token may be used (default 60)")
+    token.add_argument("--auto-accept", action="store_true",
+                       help="the control loop (`mesh control`) accepts the request this token "
+                       "brings by itself: whoever holds the token joins, so hand it over as "
+                       "you would a password")
+    token.add_argument("--address", metavar="IP",
+                       help="NODE's address in the mesh: admitted into mesh.yaml now, so the "
+                       "next publish opens the broker's floor to it before it dials; with "
+                       "--auto-accept, the address written whatever the request says")
     _fleet_options.add_broker(token)
     token.set_defaults(func=run_token)
     listing = sub.add_parser(
@@ -105,14 +113,23 @@ def run_token(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     control, connection, channel = _connected(args)
     try:
         key = ensure_delivery_key(control.mesh_dir, load_mesh_dir(control.mesh_dir).mesh)
+        auto_accept: bool = args.auto_accept
+        address: Optional[str] = args.address
+        lines: list[str] = []
         token = enrolment.make_token(control.mesh_dir, control.fleet, channel, key, node,
-                                     minutes=expires)
+                                     minutes=expires, auto_accept=auto_accept, address=address,
+                                     say=lines.append)
     finally:
         connection.close()
-    print(f"one-time enrolment token for {node} (valid {expires} minutes); on "
-          f"{node}, as root:", file=sys.stderr)
-    print(f"  mesh agent enrol {token} --config /etc/mesh/agent.yaml --key /etc/mesh/node.key",
-          file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)
+    print(f"one-time enrolment token for {node} (valid {expires} minutes"
+          + (", accepted by the control loop when it is used" if auto_accept else "")
+          + f"); on {node}, as root:", file=sys.stderr)
+    print(f"  mesh join {token}", file=sys.stderr)
+    if not auto_accept:
+        print(f"then here: mesh enrol accept DIR {node} --fingerprint FP (the fingerprint "
+              f"{node} prints)", file=sys.stderr)
     print(token, file=out)
     return 0
 

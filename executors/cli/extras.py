@@ -56,6 +56,8 @@ VERB_EXTRA: dict[str, str] = {
     "control": "control", "publish": "control", "collect": "control", "enrol": "control",
     "status": "control", "control backup": "control", "control restore": "control",
     "node": "control",  # `mesh node remove`: the control node's state and revocation list
+    "init": "control",  # and the node extra, which `mesh init` checks for itself
+    "join": "node",  # `mesh agent enrol` and the agent as a service (`supervise`: none)
 }
 
 

@@ -5,9 +5,10 @@ Invariants:
   operator, or by this loop recording a report), resolve, issue what can be issued, write,
   record and publish every node whose declaration changed (control/publish.py); take every
   report and enrolment request waiting (control/inbox.py), each acknowledged only once it is
-  kept; then again. A rotation therefore completes by itself: the provider's report makes the
-  new generation active, which changes the holders' declarations, which are published; their
-  reports retire the old generation, which changes the provider's, which is published.
+  kept, and the requests of tokens made with --auto-accept accepted; then again. A rotation
+  therefore completes by itself: the provider's report makes the new generation active,
+  which changes the holders' declarations, which are published; their reports retire the
+  old generation, which changes the provider's, which is published.
 - Everything it knows is on disk (the ledger, the state directory) and in the broker's durable
   queues, so a restarted loop picks up where the last one stopped: a digest written but not
   published is published, a report not acknowledged is delivered again (recording it twice
@@ -198,6 +199,20 @@ class Control:
             self.say(outcome.line)
         return outcomes
 
+    def accept_automatic(self, channel: BlockingChannel) -> list[str]:
+        """Accept the waiting requests of tokens made with --auto-accept; the nodes accepted
+        (their keys and addresses now in mesh.yaml: the next cycle publishes to them)."""
+        try:
+            inputs, _ = self.current()
+            key = ensure_delivery_key(self.mesh_dir, inputs.mesh)
+            return enrolment.accept_automatic(self.mesh_dir, self.fleet, channel, key,
+                                              say=self.say)
+        except MeshError as error:
+            if isinstance(error, BrokerError):
+                raise
+            self.say(f"automatic acceptance: {error}")
+            return []
+
     def drain(self, channel: BlockingChannel,
               queues: Sequence[str] = (amqp.REPORT_QUEUE, amqp.ENROLMENT_QUEUE)
               ) -> list[inbox.Outcome]:
@@ -265,12 +280,15 @@ class Control:
             if waiting:
                 batch, waiting[:] = list(waiting), []
                 self.handle_batch(inbox_channel, batch)
+                if any(queue != amqp.REPORT_QUEUE for queue, _, _, _ in batch):
+                    self.accept_automatic(channel)
             if time.monotonic() - last_housekeeping >= HOUSEKEEPING_SECONDS:
                 last_housekeeping = time.monotonic()
                 try:
                     enrolment.close_answered(self.mesh_dir, self.fleet, channel, say=self.say)
                 except FleetError as error:
                     self.say(f"enrolment housekeeping: {error}")
+                self.accept_automatic(channel)  # a request taken before a restart, too
 
 
 def _ack_all(channel: BlockingChannel, tags: Sequence[int]) -> None:

@@ -14,6 +14,9 @@ Invariants:
   Rejecting answers `rejected` with the reason. Both close the token to further requests.
 - Accepting with the fingerprint the node printed (common/keys.key_fingerprint) checks it
   before anything: another key is FingerprintMismatch, and nothing is written or made.
+- A token made with `auto_accept` is accepted by the control loop as soon as its request is
+  taken (`accept_automatic`): holding the token is then the whole proof, as with `docker swarm
+  join`; a token that pinned an address writes that one, and admits it when it is made.
 - A node may be admitted before it dials (`admit`: its address only, for a node with an open
   token), because the broker node's firewall admits only mesh.yaml's nodes to the broker.
 - The enrolment account lives until the node has taken its answer (the answer queue is empty
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import ipaddress
 import io
 import re
 import secrets
@@ -70,19 +74,35 @@ def _iso(moment: datetime.datetime) -> str:
 
 
 def make_token(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: DeliveryKey, node: str, *,
-               minutes: int = 60, now: Optional[datetime.datetime] = None) -> str:
-    """A new one-time token for `node`: recorded, its broker account and answer queue made."""
+               minutes: int = 60, now: Optional[datetime.datetime] = None,
+               auto_accept: bool = False, address: Optional[str] = None,
+               say: Say = lambda line: None) -> str:
+    """A new one-time token for `node`: recorded, its broker account and answer queue made.
+    With `auto_accept`, the control loop accepts the request it brings by itself (at
+    `address`, when given, whatever the request says); with `address`, the node is admitted
+    at it now, so the next publish opens the broker's floor to it before it dials."""
     if not NODE_NAME.match(node):
         raise EnrolmentError(f"{node!r} is not a node name (letters, digits, . _ -)")
+    if address is not None:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise EnrolmentError(f"--address {address!r} is not an IP address") from None
     now = now or datetime.datetime.now(datetime.timezone.utc)
     token_id = secrets.token_hex(4)
     secret = secrets.token_urlsafe(24)
     expires = _iso(now + datetime.timedelta(minutes=minutes))
-    record = {"id": token_id, "node": node, "mesh": fleet.names.mesh, "state": "issued",
+    record: Document = {"id": token_id, "node": node, "mesh": fleet.names.mesh, "state": "issued",
               "created": _iso(now), "expires": expires,
               "secret_sha256": hashlib.sha256(secret.encode("ascii")).hexdigest()}
+    if auto_accept:
+        record["auto_accept"] = True
+    if address is not None:
+        record["address"] = address
     with mesh_lock(mesh_dir):  # the control state is written under the ledger's lock
         fleet.state.write_token(record)
+    if address is not None:
+        admit(mesh_dir, fleet.state, node, address, say)
     fleet.ensure_accounts(extra=[WantedAccount(fleet.names.enrol_user(token_id),
                                                fleet.names.enrol_permissions(token_id),
                                                secret)])
@@ -250,6 +270,26 @@ def accept(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: Deli
     return token
 
 
+def accept_automatic(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel,
+                     key: DeliveryKey, say: Say = lambda line: None) -> list[str]:
+    """Accept every waiting request whose token was made with --auto-accept (the control loop
+    calls this after taking requests); the nodes accepted. A token that pinned an address
+    writes that address, whatever the request says."""
+    accepted = []
+    for token in sorted(fleet.state.tokens().values(), key=lambda t: t.get("created", "")):
+        if not (token.get("auto_accept") and token.get("state") == "requested"
+                and token_open(token)):
+            continue
+        node, pinned = token["node"], token.get("address")
+        said = token.get("request", {}).get("address")
+        if pinned is not None and said != pinned:
+            say(f"{node}'s request says address {said}; its token pinned {pinned}, which is "
+                f"written")
+        accept(mesh_dir, fleet, channel, key, node, say, address=pinned)
+        accepted.append(node)
+    return accepted
+
+
 def make_node_account(mesh_dir: PathLike, fleet: Fleet, node: str, public_key: str,
                       token_id: str) -> tuple[str, str]:
     """`node`'s broker account with a new password: (its user, the password sealed to its key).
@@ -273,8 +313,11 @@ def make_node_account(mesh_dir: PathLike, fleet: Fleet, node: str, public_key: s
 def reject(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: DeliveryKey,
            node: str, reason: str, say: Say = lambda line: None) -> Document:
     token = request_for(fleet.state, node)
+    # the CA certificate too: the node believes a signed answer, a rejection included, only
+    # through the CA its token pinned (node/agent/enrol.believe)
     _answer(channel, key, token, {"mesh": fleet.names.mesh, "node": node, "token": token["id"],
-                                  "result": "rejected", "reason": reason})
+                                  "result": "rejected", "reason": reason,
+                                  "ca_certificate": key.ca_pem})
     with mesh_lock(mesh_dir):
         fleet.state.write_token(dict(token, state="rejected", reason=reason, answered=_iso(
             datetime.datetime.now(datetime.timezone.utc))))

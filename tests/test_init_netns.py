@@ -1,0 +1,302 @@
+"""From nothing to a fleet in two commands, as an operator runs them: two network namespaces as
+machines, each with its own dockerd and the mesh firewall on.
+
+Machine n1: `mesh init DIR --node n1 --address … --join n2=…`: key, CA, mesh.yaml from the
+template (store, broker, registry on n1), pins, issue, apply, the control loop and n1's agent
+as services (no systemd here: `mesh supervise`), converged, a `mesh join` line printed for n2.
+Machine n2: that line. Then the operator's one step for an app on n2: assign it in mesh.yaml
+(and pin its image); it runs, bound to postgres@n1 across n1's firewall, and its binding
+verifies from inside its container. n2's agent is killed and comes back by itself.
+
+What stands in for what this machine cannot run (no public registry, no LavinMQ image): the
+postgres image is built from the host's PostgreSQL (tests/_pgimage.py); the broker and the
+registry modules are stubs of the same names (the broker's providing `amqp`; the registry's
+no `artifact-store`, since it serves no registry and every node's pull check against it would
+fail), and the real broker is a
+RabbitMQ of the test's own on the host side of the segment, given to `mesh init` with the
+control verbs' --broker options (as the fleet tests give it to `mesh control`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+try:
+    from . import _netns
+except ImportError:
+    import _netns
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+
+_why = _netns.have_tools()
+for tool, package in (("dockerd", "docker.io"), ("busybox", "busybox-static"),
+                      ("docker-registry", "docker-registry")):
+    if not _why and shutil.which(tool) is None:
+        _why = f"{tool} is not installed ({package}; scripts/services.sh installs it)"
+if not _why:
+    from _private_rabbit import available
+
+    _why = available()
+if _why:
+    pytest.skip(f"init namespace test: {_why}", allow_module_level=True)
+
+from _fleet import Broker  # noqa: E402
+from _manifests import APP, POSTGRES  # noqa: E402
+from _pgimage import postgres_image  # noqa: E402
+from test_fleet_netns import NOTE, REGISTRY, _registry  # noqa: E402
+
+from executors.common.service import child_pid, supervisor_pid  # noqa: E402
+
+PROVISIONS = """\
+postgres-database:
+  scope: node
+  grant: database+login
+  keys: [host, port, database, user, password, url]
+  url: "postgres://{user}@{host}:{port}/{database}"
+amqp:
+  scope: node
+  grant: none
+  keys: [host, port, vhost, user, password, url]
+  url: "amqp://{user}@{host}:{port}/{vhost}"
+stub-registry:
+  description: what the registry stub provides instead of artifact-store (it serves no
+    registry, so nodes get no pull account from it, and their verify no check against it)
+"""
+
+STUB = """\
+name: {name}
+artifacts:
+  server: {{repository: {repository}, tag: "{tag}", mirror: false}}
+listens:
+  main: {{port: 8080}}
+provides:
+  - {{provision: {provision}, listen: main{admin}}}{secrets}
+containers:
+  - name: server
+    artifact: server
+"""
+
+
+class Machines:
+    """The two machines, the host-side broker, and the `mesh` command run inside each."""
+
+    def __init__(self, topology, tmp: Path, broker: Broker, name: str):
+        self.topology, self.tmp, self.broker, self.name = topology, tmp, broker, name
+        self.dir = tmp / "mesh"
+        self.dockerd: dict[str, _netns.NamespacedDockerd] = {}
+
+    def home(self, node: str) -> Path:
+        path = self.tmp / "nodes" / node
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def mesh(self, node: str, *args, check: bool = True,
+             timeout: float = 900) -> subprocess.CompletedProcess:
+        result = subprocess.run(self.topology.argv(node, sys.executable, "-m", "executors.cli",
+                                                   *map(str, args)),
+                                cwd=self.tmp, capture_output=True, text=True, timeout=timeout,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        if check:
+            assert result.returncode == 0, f"mesh {args}:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def node_options(self, node: str) -> list:
+        home = self.home(node)
+        return ["--config", home / "agent.yaml", "--key", home / "node.key", "--state-root",
+                home / "state", "--docker-host", self.dockerd[node].host, "--drift-minutes",
+                "0.25", "--run-dir", home]
+
+    def status(self) -> dict:
+        return json.loads(self.mesh("n1", "status", self.dir, "--json").stdout)
+
+    def running(self, node: str) -> str:
+        return self.dockerd[node].docker("ps", "--format", "{{.Names}}").stdout
+
+    def converged(self) -> bool:
+        return all(n["serial_published"] is not None and not n["behind"]
+                   and n["last_result"] == "applied" for n in self.status()["nodes"])
+
+    def logs(self) -> str:
+        parts = []
+        for node in sorted(self.topology.nodes):
+            for log in sorted(self.home(node).glob("*.log")):
+                parts.append(f"--- {node} {log.name}\n{log.read_text()[-4000:]}")
+        return "\n".join(parts)
+
+    def wait(self, condition, what: str, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if condition():
+                    return
+            except (KeyError, AttributeError, TypeError, json.JSONDecodeError):
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not within {timeout}s\n{self.logs()}")
+            time.sleep(1)
+
+    def add_instances(self, *lines: str) -> None:
+        """Assign instances in mesh.yaml, the operator's edit (the template's comments kept)."""
+        path = self.dir / "mesh.yaml"
+        text = path.read_text()
+        assert "\ninstances:\n" in text
+        path.write_text(text.replace("\ninstances:\n", "\ninstances:\n" + "".join(
+            f"  {line}\n" for line in lines), 1))
+
+    def stop_services(self) -> None:
+        for node in self.topology.nodes:
+            for service in ("agent", "control"):
+                pid = supervisor_pid(service, self.home(node))
+                if pid is None:
+                    continue
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + 60
+                while supervisor_pid(service, self.home(node)) is not None \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.2)
+
+
+def write_catalogue(machines: Machines) -> Path:
+    source = machines.tmp / "catalogue-src"
+    repository = f"{REGISTRY}/mesh-test-init"
+    texts = {
+        "postgres": POSTGRES.format(repository=f"{repository}/postgres", tag=machines.name,
+                                    tmp=machines.tmp),
+        "app": APP.format(repository=f"{repository}/app", tag=machines.name),
+        "note": NOTE.format(registry=REGISTRY, tag=machines.name, note="after").replace(
+            "mesh-test-e2e", "mesh-test-init"),
+        "lavinmq": STUB.format(name="lavinmq", repository=f"{repository}/app",
+                               tag=machines.name, provision="amqp", admin=", admin: admin",
+                               secrets="\nsecrets: [admin]"),
+        "registry": STUB.format(name="registry", repository=f"{repository}/app",
+                                tag=machines.name, provision="stub-registry", admin="",
+                                secrets=""),
+    }
+    for module, text in texts.items():
+        (source / module).mkdir(parents=True)
+        (source / module / "module.yaml").write_text(text)
+    (source / "provisions.yaml").write_text(PROVISIONS)
+    return source
+
+
+@contextlib.contextmanager
+def machines_in(tmp: Path) -> Iterator[Machines]:
+    """Two machines with their dockerds and registries, the broker on the host side, the
+    images staged; everything removed again (services, dockerds, namespaces, the broker)."""
+    from _private_rabbit import PrivateRabbit
+
+    from executors.node import docker_engine
+
+    subnet = f"10.80.{20 + os.getpid() % 200}"
+    registries, rabbit, machines = [], None, None
+    with _netns.Topology("i", count=2, subnet=subnet) as topology:
+        try:
+            hub = topology.attach_host()
+            rabbit = PrivateRabbit(listen=("127.0.0.1", hub), management=hub).start()
+            broker = Broker(f"{hub}:{rabbit.port}", rabbit.api, "admin",
+                            str(rabbit.password_file))
+            machines = Machines(topology, tmp, broker, f"in{os.getpid() % 100000}")
+            for node in topology.nodes:
+                machines.dockerd[node] = _netns.NamespacedDockerd(topology, node)
+                machines.dockerd[node].start(timeout=120)
+            storage = Path(tempfile.mkdtemp(prefix="init-registry-", dir=tmp))
+            for node in topology.nodes:
+                registries.append(_registry(topology, node, storage, tmp / "registry"))
+            n1 = docker_engine.connect(machines.dockerd["n1"].host)
+            repository = f"{REGISTRY}/mesh-test-init"
+            n1.tag(postgres_image(n1), f"{repository}/postgres", machines.name)
+            machines.dockerd["n1"].docker("push", f"{repository}/postgres:{machines.name}")
+            from _docker import _rootfs
+
+            n1.import_image_from_data(
+                _rootfs(), repository=f"{repository}/app", tag=machines.name,
+                changes=['CMD ["httpd", "-f", "-p", "8080", "-h", "/www"]', "ENV PATH=/bin"])
+            machines.dockerd["n1"].docker("push", f"{repository}/app:{machines.name}")
+            yield machines
+        finally:
+            if machines is not None:
+                machines.stop_services()
+                for dockerd in machines.dockerd.values():
+                    dockerd.stop()
+            for process in registries:
+                process.kill()
+                process.wait()
+            if rabbit is not None:
+                rabbit.remove()
+
+
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory):
+    with machines_in(tmp_path_factory.mktemp("init")) as made:
+        yield made
+
+
+def test_init_then_join_runs_an_app_across_machines_and_the_killed_agent_comes_back(machines):
+    init_seconds, app_seconds = scenario(machines)
+    print(f"init to converged {init_seconds:.1f}s; join to the first app running "
+          f"{app_seconds:.1f}s")
+
+
+def scenario(machines: Machines) -> tuple[float, float]:
+    """The operator's walk, asserted; (seconds from `mesh init` to converged, from `mesh join`
+    to the first app running on the joined machine)."""
+    topology = machines.topology
+    source = write_catalogue(machines)
+    began = time.monotonic()
+    init = machines.mesh("n1", "init", machines.dir, "--node", "n1", "--address",
+                         topology.addresses["n1"], "--mesh", machines.name, "--catalogue",
+                         source, "--join",
+                         f"n2={topology.addresses['n2']}", "--timeout", "600",
+                         *machines.node_options("n1"),
+                         *machines.broker.options(machines.broker.amqp), check=False)
+    assert init.returncode == 0, f"{init.stdout}\n{init.stderr}\n{machines.logs()}"
+    init_seconds = time.monotonic() - began
+    assert "n1 converged" in init.stderr and "key fingerprint: SHA256:" in init.stderr
+    (line,) = [l for l in init.stdout.splitlines() if l.startswith("on n2, as root: mesh join ")]
+    token = line.split("mesh join ", 1)[1].strip()
+    assert supervisor_pid("control", machines.home("n1")) is not None
+    assert supervisor_pid("agent", machines.home("n1")) is not None
+    assert re.search(r"catalogue: catalogue\b", (machines.dir / "mesh.yaml").read_text())
+
+    began = time.monotonic()
+    joined = machines.mesh("n2", "join", token, "--wait", "120", *machines.node_options("n2"))
+    assert "joined: n2 is a node of mesh" in joined.stdout, joined.stdout + joined.stderr
+
+    # the operator's one step for an app on n2: assign it (and pin its image)
+    machines.add_instances("app@n2: {module: app, node: n2}")
+    machines.mesh("n1", "pin", machines.dir)
+    machines.wait(lambda: f"{machines.name}-app-n2-web" in machines.running("n2")
+                  and machines.converged(), "app@n2 runs, both machines converge", 600)
+    app_seconds = time.monotonic() - began
+    # its binding checked from inside its container, across n1's firewall
+    machines.wait(lambda: [(n["verify"]["ok"], n["verify"]["not_ok"]) for n in
+                           machines.status()["nodes"] if n["node"] == "n2"] == [(1, [])],
+                  "app@n2's binding verifies from its container", 240)
+
+    # n2's agent is killed: its supervisor starts it again, and it applies the next change
+    home = machines.home("n2")
+    killed = child_pid("agent", home)
+    assert killed is not None
+    os.kill(killed, signal.SIGKILL)
+    machines.wait(lambda: child_pid("agent", home) not in (None, killed),
+                  "n2's agent is started again by its supervisor", 60)
+    machines.add_instances("note@n2: {module: note, node: n2}")
+    machines.mesh("n1", "pin", machines.dir)
+    machines.wait(lambda: f"{machines.name}-note-n2-main" in machines.running("n2")
+                  and machines.converged(), "the restarted agent applies the next change", 300)
+    return init_seconds, app_seconds
