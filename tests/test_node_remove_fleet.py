@@ -6,6 +6,8 @@ refuses a declaration signed by a delivery certificate on the mesh's revocation 
 
 from __future__ import annotations
 
+import time
+
 import pika
 import pika.exceptions
 import pytest
@@ -146,5 +148,10 @@ def test_an_agent_refuses_a_declaration_signed_by_a_revoked_delivery_certificate
     connection.close()
     fleet.wait_log("a", f"refused message old-key/1: the signer's certificate (serial "
                         f"{serial}) is on the mesh's revocation list", after=mark)
-    collected = fleet.collect(wait=0, check=False)
-    assert "rejected: the signer's certificate" in collected.stdout + collected.stderr
+    # the agent logs the refusal before its report reaches the broker: collect until the
+    # report arrives (each collect takes what waits, so the line is in whichever took it)
+    said, deadline = "", time.monotonic() + 60
+    while "rejected: the signer's certificate" not in said and time.monotonic() < deadline:
+        collected = fleet.collect(wait=2, check=False)
+        said += collected.stdout + collected.stderr
+    assert "rejected: the signer's certificate" in said
