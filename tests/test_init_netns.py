@@ -7,6 +7,12 @@ as services (no systemd here: `mesh supervise`), converged, a `mesh join` line p
 Machine n2: that line. Then the operator's one step for an app on n2: assign it in mesh.yaml
 (and pin its image); it runs, bound to postgres@n1 across n1's firewall, and its binding
 verifies from inside its container. n2's agent is killed and comes back by itself.
+Then n2 leaves: its instances unassigned, `mesh node remove`; after the control loop's next
+publish the broker refuses n2's login (its agent configuration's credentials). And the control
+node is lost: `mesh control backup`, n1's control loop stopped and its mesh directory deleted,
+`mesh control restore` on machine n3 (a third namespace, no dockerd: it only runs the control
+loop, as a `mesh supervise` service), where a change to mesh.yaml (note@n1) is published and
+applied by n1's agent, which never notices the move.
 
 What stands in for what this machine cannot run (no public registry, no LavinMQ image): the
 postgres image is built from the host's PostgreSQL (tests/_pgimage.py); the broker and the
@@ -32,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import pika
+import pika.exceptions
 import pytest
 
 try:
@@ -93,11 +101,13 @@ containers:
 
 
 class Machines:
-    """The two machines, the host-side broker, and the `mesh` command run inside each."""
+    """The machines (n1, n2 with dockerds; n3 for the restored control node), the host-side
+    broker, and the `mesh` command run inside each."""
 
     def __init__(self, topology, tmp: Path, broker: Broker, name: str):
         self.topology, self.tmp, self.broker, self.name = topology, tmp, broker, name
         self.dir = tmp / "mesh"
+        self.control = "n1"  # the machine holding self.dir, the control node
         self.dockerd: dict[str, _netns.NamespacedDockerd] = {}
 
     def home(self, node: str) -> Path:
@@ -122,7 +132,7 @@ class Machines:
                 "0.25", "--run-dir", home]
 
     def status(self) -> dict:
-        return json.loads(self.mesh("n1", "status", self.dir, "--json").stdout)
+        return json.loads(self.mesh(self.control, "status", self.dir, "--json").stdout)
 
     def running(self, node: str) -> str:
         return self.dockerd[node].docker("ps", "--format", "{{.Names}}").stdout
@@ -204,18 +214,18 @@ def machines_in(tmp: Path) -> Iterator[Machines]:
 
     subnet = f"10.80.{20 + os.getpid() % 200}"
     registries, rabbit, machines = [], None, None
-    with _netns.Topology("i", count=2, subnet=subnet) as topology:
+    with _netns.Topology("i", count=3, subnet=subnet) as topology:
         try:
             hub = topology.attach_host()
             rabbit = PrivateRabbit(listen=("127.0.0.1", hub), management=hub).start()
             broker = Broker(f"{hub}:{rabbit.port}", rabbit.api, "admin",
                             str(rabbit.password_file))
             machines = Machines(topology, tmp, broker, f"in{os.getpid() % 100000}")
-            for node in topology.nodes:
+            for node in ("n1", "n2"):  # n3 only ever runs the restored control loop
                 machines.dockerd[node] = _netns.NamespacedDockerd(topology, node)
                 machines.dockerd[node].start(timeout=120)
             storage = Path(tempfile.mkdtemp(prefix="init-registry-", dir=tmp))
-            for node in topology.nodes:
+            for node in ("n1", "n2"):
                 registries.append(_registry(topology, node, storage, tmp / "registry"))
             n1 = docker_engine.connect(machines.dockerd["n1"].host)
             repository = f"{REGISTRY}/mesh-test-init"
@@ -250,6 +260,8 @@ def test_init_then_join_runs_an_app_across_machines_and_the_killed_agent_comes_b
     init_seconds, app_seconds = scenario(machines)
     print(f"init to converged {init_seconds:.1f}s; join to the first app running "
           f"{app_seconds:.1f}s")
+    node_leaves(machines)
+    control_node_restored_elsewhere(machines)
 
 
 def scenario(machines: Machines) -> tuple[float, float]:
@@ -300,3 +312,97 @@ def scenario(machines: Machines) -> tuple[float, float]:
     machines.wait(lambda: f"{machines.name}-note-n2-main" in machines.running("n2")
                   and machines.converged(), "the restarted agent applies the next change", 300)
     return init_seconds, app_seconds
+
+
+def broker_login(machines: Machines, node: str) -> None:
+    """Dial the real broker as `node`'s agent does, with the credentials its agent
+    configuration holds (the password sealed to its key); close again. Raises when refused."""
+    from executors.common.keys import load_private_key, unseal
+    from executors.node.agent.config import load_config
+
+    config = load_config(machines.home(node) / "agent.yaml")
+    assert config.login is not None, f"{node}'s agent configuration holds no broker login"
+    password = unseal(load_private_key(config.key), config.login.password_sealed)
+    pika.BlockingConnection(pika.ConnectionParameters(
+        config.login.host, config.login.port, config.login.vhost,
+        pika.PlainCredentials(config.login.user, password), connection_attempts=1,
+        socket_timeout=10)).close()
+
+
+def refused(machines: Machines, node: str) -> bool:
+    """The broker refuses `node`'s login (not merely unreachable: that raises on)."""
+    try:
+        broker_login(machines, node)
+    except (pika.exceptions.ProbableAuthenticationError,
+            pika.exceptions.AuthenticationError):
+        return True
+    return False
+
+
+def node_leaves(machines: Machines) -> None:
+    """n2's instances unassigned (the operator's edit), `mesh node remove DIR n2`; the control
+    loop's next publish deletes n2's broker account: its login is refused by the broker."""
+    path = machines.dir / "mesh.yaml"
+    path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+                            if "@n2:" not in line))
+    machines.wait(lambda: not any(f"{machines.name}-{what}-n2-" in machines.running("n2")
+                                  for what in ("app", "note")) and machines.converged(),
+                  "n2 applies a declaration without its instances", 300)
+    broker_login(machines, "n2")  # its account works until it is removed
+    removed = machines.mesh("n1", "node", "remove", machines.dir, "n2")
+    assert "removed node n2" in removed.stdout and "left on n2's machine" in removed.stdout, \
+        removed.stdout
+    assert "\n  n2:" not in path.read_text()
+    machines.wait(lambda: refused(machines, "n2"),
+                  "the control loop's next publish deletes n2's broker account", 120)
+    assert [n["node"] for n in machines.status()["nodes"]] == ["n1"]
+
+
+def control_node_restored_elsewhere(machines: Machines) -> None:
+    """`mesh control backup`; n1's control loop stopped and its mesh directory deleted;
+    `mesh control restore` on n3, the control loop a service there; a change to mesh.yaml in
+    the restored directory is published and applied by n1's agent, which never re-enrols."""
+    from executors.common.service import Service, install, stop
+
+    passphrase = machines.tmp / "backup.pass"
+    passphrase.write_text("the operator's backup passphrase\n")
+    archive = machines.tmp / "offsite" / "control.mesh-backup"
+    key = machines.home("n1") / "node.key"
+    made = machines.mesh("n1", "control", "backup", machines.dir, "--out", archive, "--key",
+                         key, "--passphrase-file", passphrase)
+    assert archive.is_file(), made.stdout + made.stderr
+    (n1,) = machines.status()["nodes"]
+    serial = n1["serial_applied"]
+    agent = child_pid("agent", machines.home("n1"))
+    agent_log = machines.home("n1") / "agent.log"
+    mark = len(agent_log.read_text())
+
+    # machine 1's control node is lost: its control loop stops, its mesh directory is gone
+    stop("control", say=lambda line: None, run_dir=machines.home("n1"), systemd=False)
+    assert supervisor_pid("control", machines.home("n1")) is None
+    shutil.rmtree(machines.dir)
+
+    # machine 3 becomes the control node
+    home = machines.home("n3")
+    restored, control_key = home / "mesh", home / "control.key"
+    machines.mesh("n3", "control", "restore", archive, "--dir", restored, "--key",
+                  control_key, "--passphrase-file", passphrase)
+    assert control_key.read_bytes() == key.read_bytes()
+    machines.dir, machines.control = restored, "n3"
+    install(Service("control", f"mesh control loop of mesh {machines.name}",
+                    ("control", str(restored), "--key", str(control_key),
+                     *map(str, machines.broker.options(machines.broker.amqp))),
+                    tuple(machines.topology.argv("n3", sys.executable, "-m", "executors.cli")),
+                    working_directory=str(restored), environment={"PYTHONPATH": str(REPO)}),
+            say=lambda line: None, run_dir=home, systemd=False)
+
+    # the operator's change, made in the restored directory: published, applied by n1
+    machines.add_instances("note@n1: {module: note, node: n1}")
+    machines.wait(lambda: f"{machines.name}-note-n1-main" in machines.running("n1")
+                  and machines.converged()
+                  and machines.status()["nodes"][0]["serial_applied"] > serial,
+                  "the restored control node's publish is applied by n1", 300)
+    assert [n["node"] for n in machines.status()["nodes"]] == ["n1"]
+    assert child_pid("agent", machines.home("n1")) == agent, "n1's agent restarted"
+    assert "enrol" not in agent_log.read_text()[mark:].lower(), agent_log.read_text()[mark:]
+    assert "the operator's backup passphrase" not in machines.logs()

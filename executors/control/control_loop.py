@@ -8,7 +8,9 @@ Invariants:
   kept, and the requests of tokens made with --auto-accept accepted; then again. A rotation
   therefore completes by itself: the provider's report makes the new generation active,
   which changes the holders' declarations, which are published; their reports retire the
-  old generation, which changes the provider's, which is published.
+  old generation, which changes the provider's, which is published. A node removed since
+  the broker was last reconciled (`mesh node remove`) loses its account and queue in that
+  same cycle, as on a new connection.
 - Everything it knows is on disk (the ledger, the state directory) and in the broker's durable
   queues, so a restarted loop picks up where the last one stopped: a digest written but not
   published is published, a report not acknowledged is delivered again (recording it twice
@@ -79,6 +81,8 @@ class Control:
     _queues: set[str] = attrs.field(init=False, factory=set)
     # queues of removed nodes this process deleted (said once)
     _deleted: set[str] = attrs.field(init=False, factory=set)
+    # the removed nodes whose accounts and queues the broker was last made to drop
+    _removed: frozenset[str] = attrs.field(init=False, factory=frozenset)
 
     def __attrs_post_init__(self) -> None:
         inputs = load_mesh_dir(self.mesh_dir)
@@ -94,7 +98,9 @@ class Control:
                 ) -> tuple[BlockingConnection, BlockingChannel]:
         """Accounts made as wanted, then the control account's connection and its channel
         (publisher confirms on), the exchanges and queues declared."""
+        removed = revocations.removed_nodes(self.state)
         self.fleet.ensure_accounts()
+        self._removed = removed
         connection = self.fleet.connect(deadline=deadline, stop=stop)
         channel = connection.channel()
         channel.confirm_delivery()
@@ -115,6 +121,20 @@ class Control:
                 self.say(f"deleted the queue {queue} of node {node}, removed from the mesh"
                          + (f" ({dropped} declaration(s) dropped)" if dropped else ""))
                 self._deleted.add(queue)
+
+    def follow_removals(self, channel: BlockingChannel) -> None:
+        """A node removed since the broker was last reconciled (`mesh node remove` while the
+        loop runs): its account deleted and its queue too, as a new connection would."""
+        removed = revocations.removed_nodes(self.state)
+        if removed == self._removed:
+            return
+        try:
+            nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
+        except MeshError:
+            return  # the mesh does not load (said): once it is fixed, this runs again
+        self.fleet.ensure_accounts()
+        self._removed = removed
+        self._delete_removed_queues(channel, nodes)
 
     # -- publishing
 
@@ -276,6 +296,7 @@ class Control:
                         raise
                     seen = fingerprint
                     self.say(f"not published: {error}")
+                self.follow_removals(channel)
             connection.process_data_events(time_limit=0 if waiting else min(self.interval, 1.0))
             if waiting:
                 batch, waiting[:] = list(waiting), []
