@@ -55,6 +55,21 @@ def have_tools() -> Optional[str]:
     return None
 
 
+
+def fleet_unavailable() -> Optional[str]:
+    """Why a fleet of namespaced machines (each its own dockerd and registry, a private broker
+    on the host side) cannot run here, or None."""
+    why = have_tools()
+    for tool, package in (("dockerd", "docker.io"), ("busybox", "busybox-static"),
+                          ("docker-registry", "docker-registry")):
+        if not why and shutil.which(tool) is None:
+            why = f"{tool} is not installed ({package}; scripts/services.sh installs it)"
+    if not why:
+        from _private_rabbit import available  # the tests' directory, on the path by then
+
+        why = available()
+    return why
+
 def sh(*argv: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), check=check, capture_output=True, text=True, **kw)
 

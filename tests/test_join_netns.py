@@ -33,15 +33,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
 
-_why = _netns.have_tools()
-for tool, package in (("dockerd", "docker.io"), ("busybox", "busybox-static"),
-                      ("docker-registry", "docker-registry")):
-    if not _why and shutil.which(tool) is None:
-        _why = f"{tool} is not installed ({package}; scripts/services.sh installs it)"
-if not _why:
-    from _private_rabbit import available
-
-    _why = available()
+_why = _netns.fleet_unavailable()
 if _why:
     pytest.skip(f"join namespace test: {_why}", allow_module_level=True)
 
