@@ -26,6 +26,7 @@ from resolver import (
     SecretRotation,
     Instance,
     Listen,
+    Logs,
     Mesh,
     Module,
     Mount,
@@ -34,6 +35,7 @@ from resolver import (
     Provide,
     Provision,
     Require,
+    SecretFile,
     StateDir,
 )
 from resolver.documents import structure, yaml_key
@@ -50,6 +52,7 @@ SECTIONS = {  # heading on the page → the model class, and a document with onl
     "part": (Part, {}),
     "container": (Container, {"name": "c", "artifact": "a"}),
     "mount": (Mount, {"target": "/t"}),
+    "secret file": (SecretFile, {"path": "/run/secrets/p", "content": "c"}),
     "health": (Health, {}),
     "rotation": (SecretRotation, {}),
     "2. Provision definitions": (Provision, {}),
@@ -57,6 +60,7 @@ SECTIONS = {  # heading on the page → the model class, and a document with onl
     "node": (Node, {"address": "10.0.0.1"}),
     "instance": (Instance, {"module": "m", "node": "n"}),
     "floor": (Floor, {"port": 1}),
+    "logs": (Logs, {}),
 }
 ROW = re.compile(r"^\| `([a-z-]+)` \| (.*?) \| (.*?) \| .*\|$")
 

@@ -145,7 +145,8 @@ def test_every_container_that_changes_is_named_with_its_causes(world, edits, dat
                 was = {s.credential: s.generation for s in old[name].secrets}
                 now = {s.credential: s.generation for s in new[name].secrets}
                 moved = tuple(f"secret {c} generation {was[c]} → {now[c]} is in force on the "
-                              f"running server; only its env file is rewritten"
+                              f"running server; only the file it reads it from (env or "
+                              f"secret file) is rewritten"
                               for c in sorted(held) if c in was and c in now and was[c] != now[c])
                 if moved:
                     expected.append((node, name, new[name].instance, "in-place", moved))

@@ -167,6 +167,22 @@ REACHED_BY_THEIR_OWN_PROPERTY = {
     "exposure-family": ("test_firewall_intent_props",
                         "test_an_exposure_to_the_other_address_family_is_a_warning_that_"
                         "refuses_nothing"),
+    # a requirement taking every provider (`each: true`): its own meshes, property_tests/
+    # test_fan_in_props.py
+    "too-few-providers": ("test_fan_in_props",
+                          "test_fewer_than_at_least_refuses_the_consumer_and_nothing_else"),
+    "bind-on-each": ("test_fan_in_props", "test_a_bind_of_a_list_refuses_its_consumer_by_name"),
+    # a `ca: true` mount while the ledger records no mesh CA: property_tests/
+    # test_binding_mount_props.py
+    # guarded upgrades: their own catalogue and pins, property_tests/test_upgrade_props.py
+    "upgrade-needs-migration": ("test_upgrade_props",
+                                "test_a_major_change_is_refused_until_it_is_confirmed"),
+    "upgrade-unknown-step": ("test_upgrade_props", "test_a_confirmation_names_a_known_step_and_"
+                             "is_stale_once_nothing_crosses"),
+    "stale-upgrade": ("test_upgrade_props", "test_a_confirmation_names_a_known_step_and_is_"
+                      "stale_once_nothing_crosses"),
+    "no-mesh-ca": ("test_binding_mount_props",
+                   "test_a_ca_mount_without_a_mesh_ca_is_stated_and_blocks_nothing"),
 }
 
 

@@ -17,6 +17,8 @@ the `mesh` command is built from are in public submodules, each with its own `__
 - `resolver.picture`: a resolved mesh as plain views and as DOT text;
 - `resolver.rendering`: a declaration's digest and serials, secret tokens and placeholders,
   the names rendering gives.
+- `resolver.backups`: which backup one instance gets, which snapshot may be restored, which
+  schedules are overdue.
 
 The public API is exactly the root's `__all__` and the submodules' own. The root's is joined
 from the private modules' lists (each says what it adds to the root), so it cannot drift from
@@ -40,16 +42,17 @@ from ._inputs import *  # noqa: F401,F403
 from ._ledger import *  # noqa: F401,F403
 from ._declaration import *  # noqa: F401,F403
 from ._frozen import *  # noqa: F401,F403
-from . import (_changes, _check, _codes, _declaration, _documents, _errors, _frozen, _inputs,
+from ._backups import *  # noqa: F401,F403
+from . import (_backups, _changes, _check, _codes, _declaration, _documents, _errors, _frozen, _inputs,
                _ledger, _mesh_dir, _model, _plan, _resolution, _resolve, _rotation, _yaml)
-from . import artifacts, certificates, documents, picture, rendering, rotation
+from . import artifacts, backups, certificates, documents, picture, rendering, rotation
 
 __all__ = [
     # Loading and resolving
     *_resolve.__all__, *_documents.__all__, *_mesh_dir.__all__, *_check.__all__,
     *_resolution.__all__, *_yaml.__all__,
     # Errors
-    *_errors.__all__, *_rotation.__all__,
+    *_errors.__all__, *_rotation.__all__, *_backups.__all__,
     # What a problem, a binding's choice and a severity say
     *_codes.__all__,
     # The plan diff
@@ -61,5 +64,5 @@ __all__ = [
     # The declarations and the rest of a Resolution
     *_declaration.__all__, *_frozen.__all__,
     # The public submodules
-    "documents", "rotation", "artifacts", "certificates", "picture", "rendering",
+    "documents", "rotation", "artifacts", "certificates", "picture", "rendering", "backups",
 ]

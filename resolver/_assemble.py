@@ -6,7 +6,12 @@ Invariants:
   consumers elsewhere: their grants and firewall openings (allows from other nodes, same-node
   containers by MAC), and the exposures of its own instances; the mesh's registry's node also
   allows every other node to the registry's port (each node's container runtime pulls from it),
-  and every node holds the trust file of that registry (resolver/_tls.py). Nothing else is in it.
+  and every node holds the trust file of that registry (resolver/_tls.py) and the files its
+  instances' renderings hold (a TLS server's certificate and key, the mesh CA its consumers
+  verify with; resolver/_tls.py), each once, and the state transfers it takes part in with
+  the source node's opening for each and its transfer certificate's files (resolver/_moves.py),
+  and the upgrade guards of its
+  stateful instances (resolver/_upgrades.py). Nothing else is in it.
 - A held instance's grants and allows on a provider's node are placed only while that
   provider is declared on that node (live or held there): a provider that moved or went takes
   its grants with it.
@@ -42,9 +47,11 @@ from ._declaration import (
 from ._digest import declaration_digest
 from ._firewall import merge_openings
 from ._model import Mesh
+from ._moves import transfer_allows, transfer_certificates, transfers
+from ._upgrades import guards
 from ._records import next_serial
 from ._registry_access import MeshRegistry, registry_accounts
-from ._tls import server_files, tls_ref, trust_file
+from ._tls import trust_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._context import Context, FloorRefusals
@@ -66,7 +73,8 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
              held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
              mesh_registry: Optional[MeshRegistry]
              ) -> tuple[PMap[str, Declaration], list[Request]]:
-    """(node → Declaration, the credential requests of the registry's accounts), from the live
+    """(node → Declaration, the requests of the registry's accounts and of the transfer
+    certificates of the nodes of state transfers), from the live
     renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
     serves (its pullers, trust file, accounts); `floor_refusals` the floors not applied."""
     mesh = r.mesh
@@ -85,8 +93,6 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
     registry = mesh_registry.address if mesh_registry is not None else None
     store, store_node = (mesh_registry.instance, mesh_registry.node) \
         if mesh_registry is not None else (None, None)
-    key = tls_ref(r.ledger, store) if store is not None else None
-    served = r.ledger.tls.get(store) if store is not None and key is not None else None
     accounts: list[GrantDecl]
     logins: dict[str, RegistryLogin]
     requests: list[Request]
@@ -96,6 +102,9 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
     else:
         accounts, logins, requests = [], {}, []
     declarations: dict[str, Declaration] = {}
+    moving = transfers(r, live)  # moves that carry their state (resolver/_moves.py)
+    transfer_files, transfer_requests = transfer_certificates(r, moving)
+    guarded = guards(r, live)  # snapshots before a new image (resolver/_upgrades.py)
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
         names = by_node.get(node_name, [])
@@ -146,9 +155,9 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
         if registry is not None and r.ledger.ca:  # every node's runtime pulls from it
             files.append(trust_file(registry, r.ledger.ca))
         containers = [c for rendering in mine for c in rendering.containers]
-        if served is not None and store is not None and key is not None \
-                and store_node == node_name and store in here:
-            files.extend(server_files(store, served.pem, key))
+        # TLS servers' certificates and keys, the CA its consumers verify with (resolver/_tls)
+        files.extend({*(f for rendering in mine for f in rendering.files),
+                      *transfer_files.get(node_name, ())})
         if accounts and store_node == node_name and store in here:
             grants.extend(accounts)  # the registry's accounts, kept by its htpasswd provisioner
         decl = Declaration(
@@ -159,7 +168,10 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
             accesses=pvector(AccessDecl(path, mode, pvector(sorted(names_)))
                              for path, (names_, mode) in sorted(accesses.items())),
             firewall=FirewallIntent(
-                node.address, merge_openings(allow, FirewallAllow), pvector(sorted(floors)),
+                node.address, pvector(sorted([*merge_openings(allow, FirewallAllow),
+                                              *transfer_allows(moving.get(node_name, []))],
+                                             key=lambda a: (a.port, a.protocol))),
+                pvector(sorted(floors)),
                 pvector(mesh_sources if admits_mesh else []), local=merge_openings(local, FirewallLocal),
                 expose=pvector(sorted(e for rendering in mine for e in rendering.exposures))),
             grants=pvector(sorted(grants, key=lambda g: (g.provider, g.consumer, g.provision))),
@@ -172,8 +184,10 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
             held=pvector(sorted(h for name in names if name in held for h in held[name][1])),
             files=pvector(sorted(files)),
             registry_logins=pvector([logins[node_name]] if node_name in logins else []),
+            transfers=pvector(moving.get(node_name, [])),
+            upgrades=pvector(guarded.get(node_name, [])),
         )
         digest = declaration_digest(decl)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)
         declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
-    return pmap(declarations), requests
+    return pmap(declarations), [*requests, *transfer_requests]

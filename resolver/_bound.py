@@ -4,7 +4,9 @@ Invariants:
 - One place names credentials: `credential_id` for a consumer's binding to a provider,
   `secret_id` for a module's own secret; the ledger, the issuer and rotation read these ids.
 - A Bound is frozen: binding makes it whole (provider, rule, listen, grant kind, credential
-  id); rendering turns it into the plan's Binding with `binding_record`.
+  id); rendering turns it into the plan's Binding with `binding_record`. A requirement that
+  takes every provider is one Bound per provider, each with its own credential id (the
+  provider is part of it), so two providers never share a login.
 - Imports only the model and the declaration types: the resolution stages (selection,
   refusals, rendering, assembly) all import it, and it imports none of them.
 """
@@ -18,10 +20,10 @@ import attrs
 from ._declaration import Binding
 from ._model import Require
 
-DUAL_LOGIN_KINDS = ("database+login", "vhost+account", "registry+account")
+DUAL_LOGIN_KINDS = ("database+login", "vhost+account", "registry+account", "bearer-token")
 """Grant kinds whose provider keeps two login slots for a credential (rotation without a gap):
 PostgreSQL's two logins of one role, the broker's two accounts on one vhost, the mesh
-registry's two htpasswd entries per account."""
+registry's two htpasswd entries per account, a tool server's two tokens per consumer."""
 
 
 def two_slots(kind: str, active_slot: Optional[str], issued: bool) -> bool:
@@ -32,6 +34,8 @@ def two_slots(kind: str, active_slot: Optional[str], issued: bool) -> bool:
 RESOURCE_KEYS = {"database+login": "database", "vhost+account": "vhost",
                  "bucket+key": "bucket", "client+secret": "client"}
 """Grant kind → the binding value that names the resource granted."""
+SECRET_KEYS = {"bearer-token": "token"}
+"""Grant kind → the binding value its credential is told under, when not `password`."""
 
 
 def credential_id(provision: str, provider: str, consumer: str) -> str:
@@ -42,6 +46,12 @@ def credential_id(provision: str, provider: str, consumer: str) -> str:
 def secret_id(instance: str, name: str) -> str:
     """The ledger's id of module-own secret `name` of `instance`."""
     return f"secret/{instance}/{name}"
+
+
+BoundKey = tuple[str, str, str]
+"""A binding while it is resolved: (consumer, requirement `as`, provider). A requirement binds
+one provider, or with `each: true` every provider in its scope: one key each, so a consumer's
+bindings, and each requirement's entries in provider-name order, are consecutive when sorted."""
 
 
 @attrs.frozen
@@ -66,4 +76,4 @@ def binding_record(b: Bound, consumer_node: str, provider_node: str, port: int,
         b.consumer, b.requirement.as_, b.provider, b.requirement.provision,
         b.requirement.module, consumer_node, provider_node, b.chosen_by, values["host"], port,
         values.get("user"), values.get(RESOURCE_KEYS.get(b.kind, "")) or None,
-        values.get("url"), secret)
+        values.get("url"), secret, b.requirement.each)

@@ -7,19 +7,26 @@ Invariants:
 - Times are ISO 8601 strings with a UTC offset; they are compared as whole seconds computed
   here by calendar arithmetic (no clock, no datetime), so the check is byte-for-byte pure.
 - Requests come out sorted by node, one per node at most, each naming why.
+- `certificates_due` lists every certificate the ledger keeps for the mesh as it is (each
+  node's, each instance's TLS server certificate, and each served web name's, on the first
+  node holding its key) that `now` finds expired or inside the renewal window, with the node
+  it is on; nothing else is listed.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Optional
 
+import attrs
 from pyrsistent import pvector
 
 from ._declaration import Request
 from ._errors import MeshError
 from ._ledger import Certificate, Ledger
 from ._model import Mesh
+from ._names import fqdns, is_name_key, name_of_key
 
 _ISO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(Z|[+-]\d{2}:?\d{2})$")
@@ -95,3 +102,58 @@ def certificate_requests(mesh: Mesh, ledger: Ledger, now: Optional[str] = None) 
             requests.append(Request(kind="certificate", id=node, holders=pvector([node]),
                                     reason=reason))
     return requests
+
+
+class CertificateKind(enum.Enum):
+    """What a certificate due for renewal certifies."""
+
+    NODE = "node"  # a node's certificate (`certificates`)
+    SERVER = "server"  # an instance's TLS server certificate (`tls`), e.g. the registry's
+
+
+@attrs.frozen
+class DueCertificate:
+    """A certificate expired or inside its renewal window, at the time asked about."""
+
+    kind: CertificateKind
+    name: str  # the node (NODE) or the instance (SERVER) it certifies
+    node: str  # the node it is on: what `mesh renew DIR NODE` names
+    serial: str
+    not_after: str
+    expired: bool  # `now` is at or past `not_after`
+    renew_before_days: int  # the CA's renewal window it is inside
+
+
+def certificates_due(mesh: Mesh, ledger: Ledger, now: str) -> tuple[DueCertificate, ...]:
+    """Every node certificate and TLS server certificate of the mesh expired or inside the
+    CA's renewal window (`ca.renew-before-days`) at `now`, soonest expiry first (ties by node,
+    kind, name). Certificates of nodes or instances no longer in the mesh are not listed."""
+    days = mesh.ca.renew_before_days
+    found: list[DueCertificate] = []
+    for node, certificate in ledger.certificates.items():
+        if node in mesh.nodes and renewal_due(certificate, now, days):
+            found.append(_due(CertificateKind.NODE, node, node, certificate, now, days))
+    served = set(fqdns(mesh).values()) if mesh.acme is None else set()  # acme: not ours
+    for instance, certificate in ledger.tls.items():
+        described = mesh.instances.get(instance)
+        if described is not None and renewal_due(certificate, now, days):
+            found.append(_due(CertificateKind.SERVER, instance, described.node, certificate,
+                              now, days))
+        elif is_name_key(instance) and name_of_key(instance) in served \
+                and renewal_due(certificate, now, days):
+            # a web name's certificate (resolver/_names), on the first node holding its key
+            key = ledger.credentials.get("tls/" + instance)
+            holders = sorted(key.active.sealed) if key is not None and key.active else []
+            if holders:
+                found.append(_due(CertificateKind.SERVER, instance, holders[0], certificate,
+                                  now, days))
+    return tuple(sorted(found, key=lambda d: (epoch_seconds(d.not_after), d.node,
+                                              d.kind.value, d.name)))
+
+
+def _due(kind: CertificateKind, name: str, node: str, certificate: Certificate, now: str,
+         days: int) -> DueCertificate:
+    return DueCertificate(kind=kind, name=name, node=node, serial=certificate.serial,
+                          not_after=certificate.not_after,
+                          expired=epoch_seconds(now) >= epoch_seconds(certificate.not_after),
+                          renew_before_days=days)

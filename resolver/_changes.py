@@ -168,7 +168,9 @@ SECTIONS: tuple[_Section, ...] = (
              lambda p: [f"{p.instance} serves {p.provision} on {p.listen} ({p.port})"]),
     _Section("binding", lambda d: d.bindings, lambda d, v: attrs.evolve(d, bindings=v),
              lambda b: f"{b.consumer} {b.requirement}",
-             lambda b: [f"binding {b.consumer} → {b.provider}"]),
+             lambda b: [f"binding {b.consumer} → {b.provider}"] if not b.each else
+             [f"binding {b.consumer} → every {b.provision} provider ({len(b.entries)}): "
+              + (", ".join(e.provider for e in b.entries) or "none")]),
     _Section("instance", lambda d: d.instances, lambda d, v: attrs.evolve(d, instances=v),
              lambda name: name, lambda name: [f"{name} declared on this node"]),
     _Section("held", lambda d: d.held, lambda d, v: attrs.evolve(d, held=v),
@@ -179,6 +181,15 @@ SECTIONS: tuple[_Section, ...] = (
              lambda d, v: attrs.evolve(d, registry_logins=v),
              lambda r: f"{r.user}@{r.registry}",
              lambda r: [f"pull account {r.user}, generation {_generation(r.secret)}"]),
+    _Section("transfer", lambda d: d.transfers, lambda d, v: attrs.evolve(d, transfers=v),
+             lambda t: f"{t.instance} {t.role}",
+             lambda t: [f"state of {t.instance} carried from {t.source} to {t.target}"
+                        + (f" (waits: {t.waits})" if t.waits else "")],
+             sort_key=lambda t: (t.instance, t.role)),
+    _Section("upgrade", lambda d: d.upgrades, lambda d, v: attrs.evolve(d, upgrades=v),
+             lambda u: u.instance,
+             lambda u: [f"snapshot of {u.instance} into {u.repository} on {u.target_node} "
+                        f"before its image changes"]),
 )
 SECTION_NAMES: tuple[str, ...] = (
     ("node", "mesh", "address", "certificate", "firewall-address")

@@ -28,6 +28,10 @@ class ProblemCode(enum.StrEnum):
     """Several candidates and no rule picks one."""
     NOT_A_PROVIDER = "not-a-provider"
     """A named instance does not provide the provision."""
+    TOO_FEW_PROVIDERS = "too-few-providers"
+    """A requirement taking every provider (`each`) has fewer in scope than its `at-least`."""
+    BIND_ON_EACH = "bind-on-each"
+    """An instance's `bind:` names a requirement that takes every provider (`each`)."""
 
     # refusals of one instance
     UNKNOWN_MODULE = "unknown-module"
@@ -66,6 +70,8 @@ class ProblemCode(enum.StrEnum):
     """A move of an instance owning state, the fate of its data unsaid."""
     STATE_FROM_MISMATCH = "state-from-mismatch"
     """`state-from:` names a node the instance was not on."""
+    NO_MESH_CA = "no-mesh-ca"
+    """A container mounts the mesh CA certificate and the mesh has no CA yet."""
 
     # refusals of a mesh-wide setting (they block no instance: the setting is not applied)
     FLOOR_CONFLICT = "floor-conflict"
@@ -86,6 +92,12 @@ class ProblemCode(enum.StrEnum):
     """An exposure source of the other address family than the node's address."""
     STALE_STATE_FROM = "stale-state-from"
     """`state-from:` with no move to confirm: remove it."""
+    UPGRADE_NEEDS_MIGRATION = "upgrade-needs-migration"
+    """A pin change crosses the module's `upgrades:` version with no `upgrade:` confirming it."""
+    UPGRADE_UNKNOWN_STEP = "upgrade-unknown-step"
+    """`upgrade: by:` names neither `fresh` nor one of the module's migrations."""
+    STALE_UPGRADE = "stale-upgrade"
+    """`upgrade:` confirms a version its image is at already: remove it once applied."""
 
 
 class Severity(enum.StrEnum):
@@ -116,6 +128,8 @@ class ChosenBy(enum.StrEnum):
     """mesh.yaml's `defaults:` names it for the provision."""
     SOLE_PROVIDER = "sole provider"
     """The only candidate in the mesh."""
+    EACH = "each"
+    """The requirement takes every provider in its scope (`each: true`): one of them."""
 
 
 # The codes as module constants (`codes.HELD`), the spelling the resolver's stages use; outside
@@ -125,6 +139,8 @@ PROVIDER_NOT_ASSIGNED = ProblemCode.PROVIDER_NOT_ASSIGNED
 PROVIDER_NODE_UNKNOWN = ProblemCode.PROVIDER_NODE_UNKNOWN
 AMBIGUOUS_PROVIDER = ProblemCode.AMBIGUOUS_PROVIDER
 NOT_A_PROVIDER = ProblemCode.NOT_A_PROVIDER
+TOO_FEW_PROVIDERS = ProblemCode.TOO_FEW_PROVIDERS
+BIND_ON_EACH = ProblemCode.BIND_ON_EACH
 UNKNOWN_MODULE = ProblemCode.UNKNOWN_MODULE
 UNKNOWN_NODE = ProblemCode.UNKNOWN_NODE
 UNKNOWN_PART = ProblemCode.UNKNOWN_PART
@@ -143,6 +159,7 @@ UNKNOWN_DEFAULT = ProblemCode.UNKNOWN_DEFAULT
 UNKNOWN_LISTEN = ProblemCode.UNKNOWN_LISTEN
 MOVE_WITH_STATE = ProblemCode.MOVE_WITH_STATE
 STATE_FROM_MISMATCH = ProblemCode.STATE_FROM_MISMATCH
+NO_MESH_CA = ProblemCode.NO_MESH_CA
 FLOOR_CONFLICT = ProblemCode.FLOOR_CONFLICT
 HELD = ProblemCode.HELD
 PENDING_CREDENTIAL = ProblemCode.PENDING_CREDENTIAL
@@ -150,6 +167,9 @@ PROVIDER_MOVED = ProblemCode.PROVIDER_MOVED
 PORT_RELEASED = ProblemCode.PORT_RELEASED
 EXPOSURE_FAMILY = ProblemCode.EXPOSURE_FAMILY
 STALE_STATE_FROM = ProblemCode.STALE_STATE_FROM
+UPGRADE_NEEDS_MIGRATION = ProblemCode.UPGRADE_NEEDS_MIGRATION
+UPGRADE_UNKNOWN_STEP = ProblemCode.UPGRADE_UNKNOWN_STEP
+STALE_UPGRADE = ProblemCode.STALE_UPGRADE
 
 #: The codes a refused requirement's Selection.state takes.
 REQUIREMENT_STATES: tuple[ProblemCode, ...] = (

@@ -3,9 +3,10 @@
 Invariants:
 - A declaration is the whole desired state of one node; it carries no secret value, only
   SecretRef (credential id and generation; generation None means "not issued yet").
-- Secret values reach a container's environment through `${secret:<credential id>}` tokens in
-  env values; the executor substitutes them after unsealing, so a rotated generation changes
-  the container's declaration (and so its config digest) without any value appearing here.
+- Secret values reach a container through `${secret:<credential id>}` tokens in env values
+  and in its secret files' contents; the executor substitutes them after unsealing, so a
+  rotated generation changes the container's declaration (and so its config digest) without
+  any value appearing here.
 - Collections are ordered deterministically (containers in declaration order, everything else
   sorted) so the canonical serialisation, and with it the digest, is byte-stable.
 - The digest covers everything in the declaration except `serial` and `digest` themselves.
@@ -67,6 +68,17 @@ class HealthDecl:
     timeout: int = 60
 
 
+@attrs.frozen(order=True)
+class LogsDecl:
+    """The container's log limits, from mesh.yaml's `logs:`: the runtime's logging driver and
+    its rotation options (`max-size`, `max-file`). The default is mesh.yaml's default, so a
+    declaration written before containers carried limits loads with them."""
+
+    driver: str = "json-file"
+    max_size: str = "10m"
+    max_files: int = 3
+
+
 @attrs.frozen
 class ContainerDecl:
     """One container as the node's runtime must run it: image by digest, command, env,
@@ -87,6 +99,11 @@ class ContainerDecl:
     # The container's MAC address on the runtime's bridge: set for the containers of an
     # instance bound to a provider on its own node, whose firewall opening names it.
     mac: Optional[str] = None
+    logs: LogsDecl = LogsDecl()  # what the runtime keeps of its output
+    # files in its secret directory (/run/secrets, mounted read-only from the node's
+    # <state root>/.mesh/secrets/<name>/): path inside the container, content with
+    # `${secret:…}` tokens (their SecretRefs are in `secrets`), mode 0400, owner
+    secret_files: PVector["FileDecl"] = EMPTY_VEC
 
 
 @attrs.frozen(order=True)
@@ -204,8 +221,22 @@ class ProviderDecl:
 
 
 @attrs.frozen(order=True)
+class BindingEntry:
+    """One provider of a binding that takes every provider (`each`): what the consumer is told
+    of it (password as a token) and the credential that token refers to."""
+
+    provider: str
+    values: FrozenMap[str, str]
+    secret: Optional[SecretRef] = None
+
+
+@attrs.frozen(order=True)
 class BindingDecl:
-    """A consumer's view of one binding: the values it is told (password as a token)."""
+    """A consumer's view of one binding: the values it is told (password as a token).
+
+    A requirement that takes every provider (`each: true`) is one BindingDecl with `each` set,
+    `provider` empty, `values` holding `count` (the number of entries, as text) and one entry
+    per provider in `entries`, in provider-name order (none is a valid, visible state)."""
 
     consumer: str
     requirement: str
@@ -214,6 +245,22 @@ class BindingDecl:
     values: FrozenMap[str, str]
     secret: Optional[SecretRef] = None
     kind: str = "none"  # grant kind, for verify
+    each: bool = False
+    entries: PVector[BindingEntry] = EMPTY_VEC
+
+    def each_binding(self) -> tuple["BindingDecl", ...]:
+        """The binding as one BindingDecl per provider: itself, or for a binding that takes
+        every provider, one per entry (what verify checks, one provider at a time)."""
+        if not self.each:
+            return (self,)
+        return tuple(BindingDecl(self.consumer, self.requirement, e.provider, self.provision,
+                                 e.values, e.secret, self.kind) for e in self.entries)
+
+    def held_secrets(self) -> tuple[SecretRef, ...]:
+        """Every credential the binding's values refer to: its own, or each entry's."""
+        if not self.each:
+            return (self.secret,) if self.secret is not None else ()
+        return tuple(e.secret for e in self.entries if e.secret is not None)
 
 
 @attrs.frozen(order=True)
@@ -247,6 +294,8 @@ class InstanceRendering:
     locals: FrozenMap[str, PVector[FirewallLocal]] = EMPTY_FROZEN  # its own node → one per binding
     exposures: PVector[FirewallExposure] = EMPTY_VEC  # its listens opened beyond the mesh
     claims: PVector[str] = EMPTY_VEC  # the singular things it claims on its node, kept held
+    files: PVector["FileDecl"] = EMPTY_VEC  # its TLS certificate and key, the CA it verifies with
+    carried_from: Optional[str] = None  # a move's old node, its state carried while `state-from` says so
 
 
 @attrs.frozen(order=True)
@@ -268,6 +317,60 @@ class FileDecl:
     mode: str = "0644"  # octal
     secret: Optional[SecretRef] = None
     reason: str = ""
+    owner: Optional[str] = None  # uid:gid the file is chowned to (None: as written, root's)
+    # further credentials whose tokens the content holds: a list binding's entries after the first
+    more_secrets: PVector[SecretRef] = EMPTY_VEC
+
+    def refs(self) -> tuple[SecretRef, ...]:
+        """Every credential whose `${secret:…}` token the content holds, each once."""
+        first = (self.secret,) if self.secret is not None else ()
+        return first + tuple(r for r in self.more_secrets if r != self.secret)
+
+
+@attrs.frozen(order=True)
+class StateTransfer:
+    """A move that carries its data (`state-from:`): the same record in the declarations of
+    both nodes. On `source` (role `leave`) the instance is not declared; that node serves its
+    state directories on `port` to `target_address` only. On `target` (role `arrive`) the
+    instance's containers start only once the copy is verified and in place. The two nodes
+    authenticate each other by mutual TLS on their transfer certificates from the mesh CA
+    (resolver/_tls.transfer_files): `certificate`, `key` and `ca` name this node's declared
+    files; while either node's certificate is not issued they are "" and `waits` says why (the
+    target does not start the instance, the source serves nothing)."""
+
+    instance: str
+    role: str  # leave | arrive: what this node does
+    source: str  # the node the instance was on (its state stays there)
+    source_address: str
+    target: str  # the node it moves to
+    target_address: str
+    port: int  # the source node's transfer port, open to the target's address only
+    dirs: PVector[StateDirDecl] = EMPTY_VEC  # the directories carried, as declared on target
+    certificate: str = ""  # this node's transfer certificate (a declared file's path)
+    key: str = ""  # its key (a declared file holding a `${secret:…}` token)
+    ca: str = ""  # the mesh CA's certificate the peer is verified against
+    waits: str = ""  # why the transfer cannot run yet ("" once both certificates are issued)
+
+
+@attrs.frozen(order=True)
+class UpgradeGuard:
+    """What the node does before it recreates a container of a stateful instance on another
+    image (resolver/_upgrades.py): snapshot it into the backup target's restic `repository`
+    (by the module's dump run in `container`, or stop-copy of `state` when `container` is
+    None), and, with `fresh`, set the old state directories aside (kept) once the snapshot is
+    written, so version `version` starts on empty ones. The node acts only when a running
+    container of the instance runs another image than declared; nothing secret is in it."""
+
+    instance: str
+    module: str
+    repository: str
+    target_node: str
+    state: PVector[str] = EMPTY_VEC  # the node's paths of its state directories, by name
+    container: Optional[str] = None  # the module's `backup:` container (None: stop-copy)
+    dump: PVector[str] = EMPTY_VEC
+    restore: PVector[str] = EMPTY_VEC
+    version: Optional[str] = None  # the version of its state's format the new image holds
+    fresh: bool = False  # `upgrade: {to: version, by: fresh}`: start on empty state dirs
 
 
 @attrs.frozen
@@ -292,6 +395,8 @@ class Declaration:
     held: PVector[HeldDecl] = EMPTY_VEC  # instances refused now, kept at their last good state
     files: PVector[FileDecl] = EMPTY_VEC  # files outside the state root (trust, TLS), by path
     registry_logins: PVector[RegistryLogin] = EMPTY_VEC  # this node's pull account(s)
+    transfers: PVector[StateTransfer] = EMPTY_VEC  # moves carrying state from or to here
+    upgrades: PVector[UpgradeGuard] = EMPTY_VEC  # stateful instances snapshotted before a new image
 
 
 @attrs.frozen(order=True)
@@ -306,13 +411,14 @@ class Binding:
     module: Optional[str]
     consumer_node: str
     provider_node: str
-    chosen_by: str  # instance override | manifest | recorded | co-located | mesh default | sole provider
+    chosen_by: str  # instance override | manifest | recorded | co-located | mesh default | sole provider | each
     host: str
     port: int
     login: Optional[str] = None
     resource: Optional[str] = None
     url: Optional[str] = None
     secret: Optional[SecretRef] = None
+    each: bool = False  # one entry of a requirement that takes every provider
 
 
 @attrs.frozen(order=True)
@@ -369,8 +475,8 @@ class Change:
 # What the package's root takes from this module (resolver/__init__.py joins these lists).
 __all__ = [
     "Declaration", "ContainerDecl", "PublishedPort", "HealthDecl", "MountDecl", "StateDirDecl",
-    "AccessDecl", "FileDecl", "SecretRef", "RegistryLogin", "BindingDecl", "GrantDecl",
+    "LogsDecl", "AccessDecl", "FileDecl", "SecretRef", "RegistryLogin", "BindingDecl", "BindingEntry", "GrantDecl",
     "ProviderDecl", "HeldDecl", "FirewallIntent", "FirewallFloor", "FirewallAllow",
     "FirewallLocal", "FirewallExposure", "Binding", "Problem", "Request", "InstanceRendering",
-    "Change",
+    "Change", "StateTransfer", "UpgradeGuard",
 ]

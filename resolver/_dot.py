@@ -256,6 +256,8 @@ def _instance(w: Callable[[str], None], instance: InstanceView) -> None:
     label = [instance.name]
     if instance.module and not instance.name.startswith(instance.module + "@"):
         label.append(f"module {instance.module}")
+    if instance.url:
+        label.append(instance.url)
     attrs_ = {"id": instance_id(instance.name)}
     if instance.state == HELD:
         label.append(f"held: {', '.join(instance.codes)}")
@@ -269,13 +271,17 @@ def _instance(w: Callable[[str], None], instance: InstanceView) -> None:
         attrs_.update({"color": PENDING_COLOUR})
     if instance.context:
         attrs_.update({"style": "rounded,dashed", "color": "#a0a0a0", "fontcolor": "#707070"})
+    label.extend(instance.lists)
     label.extend(instance.marks)
     w(f"    {quote(instance_id(instance.name))} "
       + attributes(attrs_, {"label": lines(label)}))
 
 
 def _edge(w: Callable[[str], None], edge: EdgeView) -> None:
-    label = [f"{edge.requirement}: {edge.what}", edge.chosen_by, *edge.marks]
+    label = [f"{edge.requirement}: {edge.what}" + (" (each)" if edge.each else ""),
+             edge.chosen_by, *edge.marks]
+    if edge.each:  # every provider of the requirement gets its edge: the rule is said once
+        label = [f"{edge.requirement}: every {edge.what}", *edge.marks]
     tooltip = [f"{edge.consumer} {edge.requirement} -> {edge.provider} ({edge.chosen_by}): "
                f"{edge.target}" + (f", login {edge.login}" if edge.login else ""),
                *edge.details]

@@ -28,7 +28,7 @@ from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
 from . import _codes as codes
-from ._bound import Bound
+from ._bound import Bound, BoundKey
 from ._context import Context, Findings
 from ._declaration import (
     FirewallAllow,
@@ -88,7 +88,7 @@ def assign_macs(mesh: str, containers: list[str],
     return macs
 
 
-def consumer_container_macs(mesh: str, bound: Mapping[tuple[str, str], Bound],
+def consumer_container_macs(mesh: str, bound: Mapping[BoundKey, Bound],
                             name_of: Callable[[str, str, str], str],
                             node: Mapping[str, str], instances: Mapping[str, Instance],
                             modules: Mapping[str, Module]

@@ -43,6 +43,11 @@ class Artifact:
     build: Optional[str] = None
     base: PVector[str] = EMPTY_VEC
     mirror: bool = True  # whether the mesh's own registry should carry it once self-hosting
+    # The image can serve TLS with the server certificate the mesh mounts at /etc/mesh/tls
+    # (server.crt, server.key); its server reads the key as `tls_key_owner` (uid:gid), so the
+    # key file is written 0600 owned by it (resolver/_tls.py).
+    tls: bool = False
+    tls_key_owner: str = "0:0"
 
 
 @attrs.frozen
@@ -53,6 +58,11 @@ class Listen:
     protocol: str = "tcp"
     fixed: Optional[int] = None
     container: Optional[str] = None  # which container serves it; default the first long-running
+    # It serves TLS with the instance's certificate from the mesh CA: consumers are told values
+    # that require and verify it (the provision's `tls:`), and are given the CA certificate.
+    tls: bool = False
+    plain_same_node: bool = False  # with tls: consumers on the provider's own node stay plain
+    http: bool = False  # it speaks plain HTTP: it may provide an `http-route` (resolver/_names)
 
 
 @attrs.frozen
@@ -66,7 +76,8 @@ class Provide:
 
 @attrs.frozen
 class Require:
-    """A requirement: a provision (by protocol) or a module by name, bound under `as`."""
+    """A requirement: a provision (by protocol) or a module by name, bound under `as`; with
+    `each`, every provider of the provision in its scope (`within`), as a list."""
 
     as_: str
     provision: Optional[str] = None
@@ -75,6 +86,9 @@ class Require:
     provider: Optional[str] = None  # a provider instance named in the manifest
     part: Optional[str] = None
     optional: bool = False
+    each: bool = False  # bind every provider of `provision` in scope (a fan-in), not one
+    within: Optional[str] = None  # with `each`: `mesh` (the default) or `node` (its own only)
+    at_least: int = 0  # with `each`: fewer providers in scope is a refusal
 
 
 @attrs.frozen
@@ -96,12 +110,20 @@ class Access:
 
 @attrs.frozen
 class Mount:
-    """A container mount naming exactly one of a state dir, an access or a facility."""
+    """A container mount naming exactly one source: a state dir, an access, a facility, a
+    requirement whose binding values are mounted as one file (`binding`, in `format`: env,
+    json, yaml or prometheus-file-sd; env when not given), or the mesh CA's certificate
+    (`ca: true`). The last two are files the mesh writes (resolver/_binding_files.py), always
+    read-only."""
 
     target: str
     state: Optional[str] = None
     access: Optional[str] = None
     facility: Optional[str] = None
+    binding: Optional[str] = None  # a requirement's `as`
+    ca: bool = False
+    format: Optional[str] = None  # with `binding`: one of BINDING_FORMATS (default env)
+    owner: Optional[str] = None  # with `binding`: uid:gid of the file (0400); none: 0444
     read_only: bool = False
 
 
@@ -136,6 +158,26 @@ class Container:
     run_once: bool = False
     part: Optional[str] = None
     health: Optional[Health] = None
+    # secrets the container reads from files, not its environment (resolver/_secret_files.py)
+    secret_files: PVector["SecretFile"] = EMPTY_VEC
+
+
+SECRETS_DIR = "/run/secrets"
+"""Where a container's secret files appear inside it: the one directory the mesh mounts
+read-only for them (Docker's and Compose's convention)."""
+
+
+@attrs.frozen
+class SecretFile:
+    """A secret a container reads from a file (`secret-files:`): `content` (placeholders as in
+    env) is written to `path`, a file in SECRETS_DIR, mode 0400 and owned by `owner`
+    (uid:gid, the user the container's process reads it as); `env`, when given, is a variable
+    set to `path` (`POSTGRES_PASSWORD_FILE`), so the value itself is in no environment."""
+
+    path: str
+    content: str
+    env: Optional[str] = None
+    owner: str = "0:0"
 
 
 @attrs.frozen
@@ -166,6 +208,33 @@ class SecretRotation:
 
 
 @attrs.frozen
+class BackupMethod:
+    """How an instance of the module is backed up consistently while it runs: `dump` is run
+    inside its container `container` and writes the whole state to its standard output (as
+    postgres's `pg_dumpall`); `restore` is run there and reads such a dump on its standard
+    input. A module without one is backed up by stopping it and copying its state directories.
+    """
+
+    container: str
+    dump: PVector[str]
+    restore: PVector[str]
+
+
+@attrs.frozen
+class UpgradeRule:
+    """Which image changes the module's state survives only through a migration (module.yaml
+    `upgrades:`): `version` is a regular expression over the tag of artifact `artifact`
+    (default: the module's first artifact by name) whose first group is the version of the
+    data's format (postgres: `^([0-9]+)`, its major). A pin change between two tags whose
+    versions differ is refused until the instance names one of `migrations` (run-once
+    containers of the module that convert the state) or `fresh` (resolver/_upgrades.py)."""
+
+    version: str
+    artifact: Optional[str] = None
+    migrations: PVector[str] = EMPTY_VEC
+
+
+@attrs.frozen
 class Module:
     """A module manifest (module.yaml): what it runs, listens on, provides and requires."""
 
@@ -183,12 +252,25 @@ class Module:
     parts: PMap[str, Part] = EMPTY_MAP
     containers: PVector[Container] = EMPTY_VEC
     rotation: PMap[str, SecretRotation] = EMPTY_MAP  # secret → how a new generation takes effect
+    backup: Optional[BackupMethod] = None  # how a consistent snapshot is taken (None: stop-copy)
+    upgrades: Optional[UpgradeRule] = None  # which version changes need a migration
 
 
 # --------------------------------------------------------------------------- provisions.yaml
 
 #: Every kind of grant a provision may ask its provider for (provisions.yaml `grant`).
-GRANT_KINDS = ("database+login", "vhost+account", "bucket+key", "client+secret", "none")
+GRANT_KINDS = ("database+login", "vhost+account", "bucket+key", "client+secret", "bearer-token",
+               "none")
+
+
+@attrs.frozen
+class ProvisionTls:
+    """What a consumer of a TLS listen is told besides the plain keys: `values` added to its
+    binding values and `url` in place of the plain one, templates over the keys and `{ca}`
+    (the mesh CA certificate's path inside the consumer's containers)."""
+
+    url: Optional[str] = None
+    values: PMap[str, str] = EMPTY_MAP
 
 
 @attrs.frozen
@@ -200,6 +282,10 @@ class Provision:
     keys: PVector[str] = pvector(["host", "port"])
     url: Optional[str] = None  # template over the keys, e.g. postgres://{user}@{host}:{port}/{database}
     description: str = ""
+    tls: Optional[ProvisionTls] = None  # what a consumer of a TLS listen is told (None: no TLS)
+    # values every consumer is told as they are written, for keys the mesh does not derive
+    # (`transport: streamable-http` of a tool server); each must be in `keys`
+    values: PMap[str, str] = EMPTY_MAP
 
 
 @attrs.frozen
@@ -247,7 +333,20 @@ class Instance:
     bind: PMap[str, str] = EMPTY_MAP  # requirement name (`as`) → provider instance
     expose: PMap[str, Exposure] = EMPTY_MAP  # listen name → who beyond the mesh may reach it
     state_from: Optional[str] = None  # the node its state directories were copied from
+    name: Optional[str] = None  # its web name: a label of the mesh `domain`, or a name in it
     fresh: bool = False  # its state may start empty when it moves
+    upgrade: Optional["UpgradeConfirm"] = None  # a version change of its state, confirmed
+
+
+@attrs.frozen
+class UpgradeConfirm:
+    """An instance's confirmation of one version change its module's `upgrades:` guards
+    (mesh.yaml `upgrade: {to: "16", by: fresh}`): the version it confirms moving to, and how
+    its state gets there: one of the module's `migrations`, or `fresh` (the node sets the old
+    state directories aside, kept, and starts the new version on empty ones)."""
+
+    to: str
+    by: str
 
 
 @attrs.frozen
@@ -286,6 +385,44 @@ class CaConfig:
 
 
 @attrs.frozen
+class Logs:
+    """How much of its output the node's container runtime keeps per container: the logging
+    driver and its rotation (files of at most `max_size`, `max_files` of them)."""
+
+    driver: str = "json-file"  # json-file | local: both rotate, both are read by `mesh logs`
+    max_size: str = "10m"  # a positive whole number with k, m or g (Docker's size syntax)
+    max_files: int = 3
+
+
+@attrs.frozen
+class BackupTarget:
+    """Where snapshots are written: a restic repository (any location restic reaches: a path,
+    `sftp:user@host:/path`, `rest:https://...`) held by `node`, which must not be the node of
+    an instance it backs up."""
+
+    node: str
+    repository: str
+
+
+@attrs.frozen
+class Backups:
+    """Backups of stateful instances: their target and how often each instance is backed up
+    (`every`: instance → a duration such as 6h, 1d; `mesh status` shows one overdue)."""
+
+    target: Optional[BackupTarget] = None
+    every: PMap[str, str] = EMPTY_MAP
+
+
+@attrs.frozen
+class Acme:
+    """Certificates for the web names from a public ACME CA instead of the mesh CA
+    (resolver/_names): the ingress (Caddy) obtains and renews them itself, registering with
+    `email`, and keeps them in its state directory."""
+
+    email: str
+
+
+@attrs.frozen
 class Mesh:
     """The mesh description (mesh.yaml): nodes, instances of modules on them, defaults, and
     where the catalogue and ledger are."""
@@ -300,11 +437,18 @@ class Mesh:
     host_ports: PortRange = PortRange()
     floors: PVector[Floor] = EMPTY_VEC
     ca: CaConfig = CaConfig()
+    logs: Logs = Logs()  # every container's log limits (mesh-wide)
+    backups: Backups = Backups()  # the backup target and each instance's schedule
+    domain: Optional[str] = None  # the DNS domain instances' `name`s live in (resolver/_names)
+    acme: Optional[Acme] = None  # names' certificates from ACME, not the mesh CA (_names)
 
 
 # What the package's root takes from this module (resolver/__init__.py joins these lists).
 __all__ = [
-    "Mesh", "Node", "Instance", "Exposure", "Floor", "PortRange", "CaConfig", "Substrate",
+    "Mesh", "Node", "Instance", "Exposure", "Floor", "PortRange", "CaConfig", "Substrate", "Logs",
+    "Backups", "BackupTarget", "Acme", "BackupMethod", "UpgradeRule", "UpgradeConfirm",
     "Module", "Container", "Listen", "Provide", "Require", "Access", "Mount", "StateDir", "Health",
-    "HttpCheck", "Artifact", "Part", "SecretRotation", "Provisions", "Provision", "GRANT_KINDS",
+    "HttpCheck", "Artifact", "Part", "SecretRotation", "SecretFile",
+    "Provisions", "Provision", "ProvisionTls",
+    "GRANT_KINDS",
 ]

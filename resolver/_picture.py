@@ -5,7 +5,9 @@ Invariants:
   The written order of nodes and instances is an argument (tuples of names), never a parser
   object; names it does not list follow in sorted order, so any mesh has one picture.
 - Every binding of the resolution is exactly one EdgeView and every problem exactly one
-  ProblemView; nothing is merged, dropped or repeated (a property test holds this).
+  ProblemView; nothing is merged, dropped or repeated (a property test holds this). A
+  requirement that takes every provider is one edge per provider (each marked `each`) and one
+  mark on its consumer naming the requirement and its list, an empty one included.
 - Every request and every rotation in progress is shown once per thing it concerns: on the
   binding edges that carry the credential, on the instance that owns a secret, on the node
   a certificate is for; what concerns nothing drawn is a note of the picture, never lost.
@@ -24,6 +26,7 @@ import attrs
 from ._declaration import FirewallIntent, Problem
 from ._resolution import Resolution
 from ._model import Mesh
+from ._names import fqdns, public_url
 from ._rotation import OWN_SECRET_PREFIX, in_progress
 
 LIVE, REFUSED, HELD = "live", "refused", "held"
@@ -66,6 +69,9 @@ class InstanceView:
     codes: tuple[str, ...] = ()  # why it is refused (or held), problem codes
     marks: tuple[str, ...] = ()  # its own secrets pending or rotating
     context: bool = False
+    # per requirement taking every provider: `as: every <provision> (n): providers`
+    lists: tuple[str, ...] = ()
+    url: Optional[str] = None  # its public URL when it has a web name (resolver/_names)
 
 
 @attrs.frozen
@@ -83,11 +89,14 @@ class EdgeView:
     login: Optional[str] = None
     marks: tuple[str, ...] = ()  # credential pending, rotation in progress
     details: tuple[str, ...] = ()  # the long form of each mark, for a tooltip
+    each: bool = False  # one entry of a requirement that takes every provider
 
     @property
     def key(self) -> str:
-        """The binding's key, `consumer/requirement` (binding_key)."""
-        return binding_key(self.consumer, self.requirement)
+        """The binding's key, `consumer/requirement` (binding_key); an entry of a requirement
+        that takes every provider adds `/provider`, so each entry is one edge."""
+        key = binding_key(self.consumer, self.requirement)
+        return f"{key}/{self.provider}" if self.each else key
 
 
 @attrs.frozen
@@ -168,9 +177,11 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
             what=b.provision if b.provision is not None else f"module {b.module}",
             chosen_by=b.chosen_by, cross=b.consumer_node != b.provider_node,
             target=f"{b.host}:{b.port}", login=b.login, marks=tuple(marks),
-            details=tuple(details)))
+            details=tuple(details), each=b.each))
     position = {n: i for i, n in enumerate(in_written_order(mesh.instances, instance_order))}
-    edges.sort(key=lambda e: (position.get(e.consumer, len(position)), e.consumer, e.requirement))
+    edges.sort(key=lambda e: (position.get(e.consumer, len(position)), e.consumer, e.requirement,
+                              e.provider))
+    listed = _lists(resolution)
 
     refusals: dict[str, list[str]] = {}
     for p in resolution.problems:
@@ -182,6 +193,7 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
     names = in_written_order(mesh.instances, instance_order)
     own_secrets = _own_secrets_by_instance(names, set(requested) | set(rotating))
     instances = []
+    named = fqdns(mesh)
     for name in names:
         inst = mesh.instances[name]
         own_marks: list[str] = []
@@ -200,7 +212,9 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
         else:
             state, codes = LIVE, ()
         instances.append(InstanceView(name=name, module=inst.module, node=inst.node, state=state,
-                                      codes=codes, marks=tuple(own_marks)))
+                                      codes=codes, marks=tuple(own_marks),
+                                      lists=listed.get(name, ()),
+                                      url=public_url(named[name]) if name in named else None))
 
     certificates = {r.id: r for r in resolution.requests if r.kind == "certificate"}
     nodes = []
@@ -235,6 +249,20 @@ def mesh_picture(resolution: Resolution, mesh: Mesh, *, node_order: tuple[str, .
                      for p in resolution.problems)
     return MeshPicture(mesh=mesh.mesh, nodes=tuple(nodes), instances=tuple(instances),
                        edges=tuple(edges), problems=problems, notes=tuple(notes))
+
+
+def _lists(resolution: Resolution) -> dict[str, tuple[str, ...]]:
+    """Consumer → a mark per requirement of it that takes every provider: the requirement, its
+    provision and its list of providers (the edges draw each one; an empty list is drawn only
+    here)."""
+    found: dict[str, list[str]] = {}
+    for declaration in resolution.declarations.values():
+        for b in declaration.bindings:
+            if b.each:
+                providers = ", ".join(e.provider for e in b.entries) or "none yet"
+                found.setdefault(b.consumer, []).append(
+                    f"{b.requirement}: every {b.provision} ({len(b.entries)}): {providers}")
+    return {consumer: tuple(sorted(marks)) for consumer, marks in found.items()}
 
 
 def focus(picture: MeshPicture, nodes: Iterable[str]) -> MeshPicture:

@@ -33,6 +33,14 @@ INSTANCE = "instance"
 """`${self.instance}`: the instance's name."""
 NODE = "node"
 """`${self.node}`: the name of the instance's node."""
+NAMED = ("url", "hostname", "domain", "acme-email")
+"""`${self.url}` (`https://<name>`) and `${self.hostname}` (`<name>`) of an instance with a web
+name, `${self.domain}` the mesh domain, `${self.acme-email}` mesh.yaml's `acme` email ("" when
+the names' certificates come from the mesh CA) (resolver/_names): read as a binding under the reserved
+requirement name `self`, which rendering tells each instance. An unnamed instance whose module
+provides an `http-route` is told where its web listen answers directly (`http://<node
+address>:<published port>`, its node's address as hostname); otherwise "" (resolver/_names
+own_names)."""
 OWN_SECRET = "own-secret"
 """`${self.<secret>.password}` of a secret the module declares: the token of the instance's own
 secret, which the container then refers to."""
@@ -110,6 +118,8 @@ def meaning(body: Body, secrets: Collection[str]) -> Meaning:
     if body[0] == "self":
         if len(body) == 2 and body[1] in (ADDRESS, INSTANCE, NODE):
             return (body[1], "", "")
+        if len(body) == 2 and body[1] in NAMED:
+            return (BINDING, "self", body[1])
         if len(body) == 3 and body[2] == "password" and body[1] in secrets:
             return (OWN_SECRET, body[1], "")
         if len(body) == 3 and body[2] == "port":

@@ -20,7 +20,7 @@ import attrs
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
-from ._declaration import ContainerDecl, Declaration
+from ._declaration import ContainerDecl, Declaration, LogsDecl
 from ._rotation import server_held_secrets
 
 
@@ -54,10 +54,18 @@ def container_causes(old: ContainerDecl, new: ContainerDecl,
             before = "pending" if before is None else before
             after = "pending" if after is None else after
             causes.append(f"secret {cred} generation {before} → {after}")
-    for field in ("command", "ports", "mounts", "run_once", "health", "labels", "mac"):
+    for field in ("command", "ports", "mounts", "run_once", "health", "labels", "mac",
+                  "secret_files"):
         if getattr(old, field) != getattr(new, field):
             causes.append(field.replace("_", "-"))
+    if old.logs != new.logs:
+        causes.append(f"logs {_limits(old.logs)} → {_limits(new.logs)}")
     return causes
+
+
+def _limits(logs: LogsDecl) -> str:
+    """Log limits as a cause says them: `json-file 10m x 3`."""
+    return f"{logs.driver} {logs.max_size} x {logs.max_files}"
 
 
 def container_changes(old: Mapping[str, Declaration],
@@ -102,7 +110,8 @@ def _in_place_causes(old: ContainerDecl, new: ContainerDecl, held: frozenset[str
     before = {s.credential: s.generation for s in old.secrets}
     after = {s.credential: s.generation for s in new.secrets}
     return [f"secret {cred} generation {before[cred]} → {after[cred]} is in force on the "
-            f"running server; only its env file is rewritten"
+            f"running server; only the file it reads it from (env or secret file) is "
+            "rewritten"
             for cred in sorted(held) if cred in before and cred in after
             and before[cred] != after[cred]]
 

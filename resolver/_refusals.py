@@ -19,8 +19,9 @@ Invariants:
   returns which, as FloorRefusals); it blocks no instance. A fixed port that collides with
   one refuses the instance that fixes it, naming the holder and both positions.
 - A move of an instance that owns state directories is refused until the instance says what
-  happens to the data (`state-from: <old node>` or `fresh: true`); the state directories
-  left on the old node are named either way, and nothing there is ever removed.
+  happens to the data (`state-from: <old node>`: the mesh carries it, resolver/_moves.py; or
+  `fresh: true`); the state directories left on the old node are named either way, and
+  nothing there is ever removed (only `mesh forget-state` removes them).
 """
 
 from __future__ import annotations
@@ -308,7 +309,19 @@ def check_moves(r: Context) -> tuple[Findings, list[Change]]:
             continue
         before = previous_node(r, name)
         if before is None or before == inst.node:
-            if inst.state_from is not None and before is not None:
+            declared = r.declared.get(name)
+            if inst.state_from is not None and declared is not None \
+                    and declared.carried_from == inst.state_from:
+                found.append(r.problem(
+                    codes.STALE_STATE_FROM,
+                    f"{name}'s state is carried from {inst.state_from} to {inst.node} while "
+                    f"`state-from: {inst.state_from}` stays (both nodes' declarations say "
+                    f"so); once `mesh apply` on {inst.node} reports it arrived, remove "
+                    f"`state-from` (that closes {inst.state_from}'s transfer port); the copy "
+                    f"on {inst.state_from} stays until the operator lets it go there (`mesh "
+                    f"forget-state`)", path=("instances", name, "state-from"),
+                    instance=name, severity="info"))
+            elif inst.state_from is not None and before is not None:
                 found.append(r.problem(
                     codes.STALE_STATE_FROM,
                     f"{name} is on {inst.node} already: `state-from: "
@@ -328,23 +341,26 @@ def check_moves(r: Context) -> tuple[Findings, list[Change]]:
         elif inst.state_from == before:
             changes.append(Change("state-left-behind", name,
                                   f"{name} moves from {before} to {inst.node}; `state-from: "
-                                  f"{before}` says its state was copied to {inst.node}; on "
-                                  f"{before} these stay as they are (a move deletes "
-                                  f"nothing): {paths}"))
+                                  f"{before}`: {before} stops it and serves its state, "
+                                  f"{inst.node} copies and verifies it (checksums, count, "
+                                  f"sizes) before starting it; on {before} the copy stays "
+                                  f"until the operator lets it go there (`mesh "
+                                  f"forget-state`; a move deletes nothing): {paths}"))
         elif inst.state_from is not None:
             found.append(r.problem(
                 codes.STATE_FROM_MISMATCH,
                 f"`state-from: {inst.state_from}` names a node {name} was not on: "
-                f"{name} was on {before}; copy its state directories from {before} to "
-                f"{inst.node} and say `state-from: {before}`",
+                f"{name} was on {before}; say `state-from: {before}` and the mesh "
+                f"copies its state directories from {before} to {inst.node}",
                 path=("instances", name, "state-from"), instance=name, blocks=[name]))
         else:
             found.append(r.problem(
                 codes.MOVE_WITH_STATE,
                 f"{name} moves from {before} to {inst.node}, but its state directories "
-                f"stay on {before}: {paths}. Copy them to {inst.node} and add "
-                f"`state-from: {before}` to the instance, or add `fresh: true` to start "
-                f"empty; until then {name} stays on {before}",
+                f"stay on {before}: {paths}. Add `state-from: {before}` to the instance "
+                f"(the mesh copies them to {inst.node} and verifies them before it "
+                f"starts there), or `fresh: true` to start empty; until then {name} stays "
+                f"on {before}",
                 path=("instances", name, "node"), instance=name, blocks=[name]))
     return tuple(found), changes
 

@@ -24,7 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 import attrs
 from pyrsistent import pvector
@@ -33,8 +33,10 @@ from pyrsistent.typing import PVector
 from ._declaration import (
     AccessDecl,
     ContainerDecl,
+    FileDecl,
     FirewallLocal,
     InstanceRendering,
+    LogsDecl,
     MountDecl,
     ProviderDecl,
     PublishedPort,
@@ -42,15 +44,18 @@ from ._declaration import (
     StateDirDecl,
 )
 from ._artifacts import artifact_key, image_reference
-from ._bound import Bound
+from ._binding_files import mount_files, with_ca_at
+from ._bound import Bound, BoundKey
 from ._firewall import consumer_container_macs, exposures_of
 from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._ledger import Ledger
 from ._model import EMPTY_VEC, Mesh, Module
 from ._registry_access import MeshRegistry, with_auth
+from ._tool_tokens import serves_tokens
 from ._render_bindings import Consumed, Live
 from ._shape import TOLD_NOTHING, ModuleShape, Told
-from ._tls import tls_ref, with_tls
+from ._tls import CA_CONTAINER_FILE, ca_file, name_parts, server_files, tls_ref, with_tls
+from ._names import NAMES_LABEL, direct_url, own_names
 
 #: Where a facility a node offers without saying `name=path` is found on it.
 DEFAULT_FACILITY_PATHS = {"docker-socket": "/var/run/docker.sock"}
@@ -75,14 +80,28 @@ def container_name(mesh: str, instance: str, container: str) -> str:
     return _NAME_UNSAFE.sub("-", f"{mesh}-{instance}-{container}")
 
 
-def registry_containers(ledger: Ledger, store: str,
-                        containers: list[ContainerDecl]) -> list[ContainerDecl]:
-    """The registry instance's containers with its certificate directory (once issued) and its
-    accounts' directory mounted."""
-    served = ledger.tls.get(store) if tls_ref(ledger, store) is not None else None
-    if served is not None:
-        containers = [with_tls(c, store, served.serial) for c in containers]
-    return [with_auth(c, store) for c in containers]
+def tls_parts(ledger: Ledger, name: str, servers: Mapping[str, tuple[str, str]],
+              verifies: bool, containers: list[ContainerDecl],
+              names: Sequence[str] = ()) -> tuple[list[ContainerDecl], list[FileDecl]]:
+    """An instance's containers and files with what TLS adds (resolver/_tls.py): a TLS server
+    (in `servers`) mounts its certificate directory and holds its certificate and key, once
+    issued; a consumer of a TLS binding (`verifies`) mounts the mesh CA's certificate, once
+    the ledger records it."""
+    files: list[FileDecl] = []
+    key = tls_ref(ledger, name) if name in servers else None
+    if key is not None:
+        served = ledger.tls[name]
+        containers = [with_tls(c, name, served.serial) for c in containers]
+        files.extend(server_files(name, served.pem, key, servers[name][1]))
+        named, serials = name_parts(ledger, name, names, servers[name][1])
+        if serials:  # an ingress: the certificates of the names it serves (resolver/_names)
+            files.extend(named)
+            containers = [attrs.evolve(c, labels=c.labels.set(NAMES_LABEL, " ".join(serials)))
+                          for c in containers]
+    if verifies and ledger.ca:
+        containers = [with_ca_at(c, CA_CONTAINER_FILE, ledger.ca) for c in containers]
+        files.append(ca_file(ledger.ca))
+    return containers, files
 
 
 # ---------------------------------------------------------------------- same-node consumers
@@ -98,7 +117,7 @@ class LocalOpenings:
     """Consumer → provider node (its own) → the openings of its providers' ports to its MACs."""
 
 
-def local_openings(mesh: str, live: Live, bound: Mapping[tuple[str, str], Bound],
+def local_openings(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
                    assigned: Mapping[tuple[str, str], int]) -> LocalOpenings:
     """The MACs of the containers of every consumer bound on its own node (in mesh `mesh`),
     and by consumer, the openings of its providers' assigned ports to them (a consumer with no
@@ -154,13 +173,16 @@ def artifact_images(module: Module, ledger: Ledger, registry_address: Optional[s
 def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[MeshRegistry],
                      assigned: Mapping[tuple[str, str], int],
                      own: Mapping[tuple[str, str], SecretRef], consumed: Consumed,
-                     providers: Mapping[str, PVector[ProviderDecl]], local: LocalOpenings
+                     providers: Mapping[str, PVector[ProviderDecl]], local: LocalOpenings,
+                     servers: Mapping[str, tuple[str, str]] = EMPTY_FROZEN,
+                     served: Mapping[str, tuple[str, ...]] = EMPTY_FROZEN
                      ) -> FrozenMap[str, InstanceRendering]:
     """Every live instance's rendering: its containers (env filled from what it is told,
-    `consumed`, and its own secrets, `own`; ports published as `assigned`; MACs from `local`),
+    `consumed`, and its own secrets, `own`; ports published as `assigned`; MACs from `local`;
+    the TLS servers `servers` with their certificates, consumers of TLS bindings with the CA),
     state directories and accesses, with the parts of it the stages before rendered (what it
     provides, `providers`; its bindings, grants and allows; its local openings). `mesh`: its
-    name, nodes' facilities and addresses; `ledger`: pins, builds and the registry's TLS;
+    name, nodes' facilities and addresses, every container's log limits; `ledger`: pins, builds and the registry's TLS;
     `registry`: the mesh's own artifact store, when one serves (images come from it).
 
     What depends on the module alone is read once per module (ModuleShape), what depends on
@@ -171,6 +193,7 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
     store = registry.instance if registry is not None else None
     renderings: dict[str, InstanceRendering] = {}
     mesh_name = mesh.mesh
+    logs = LogsDecl(mesh.logs.driver, mesh.logs.max_size, mesh.logs.max_files)
     for name in live.names:
         inst = live.instances[name]
         node = inst.node
@@ -184,11 +207,19 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
             facilities = facilities_of[node] = _facility_paths(mesh.nodes[node].facilities)
         at = live.address[node]
         tells: Mapping[str, Told] = consumed.told.get(name, TOLD_NOTHING)
+        web = shape.web_listen
+        if live.domain is not None or web is not None:  # ${self.url}… (resolver/_names)
+            port = assigned.get((name, web)) if web is not None else None
+            tells = {**tells, "self": own_names(
+                name, live.fqdn_of.get(name), live.domain,
+                direct_url(at, port) if port is not None else None,
+                mesh.acme.email if mesh.acme is not None else None)}
         containers: list[ContainerDecl] = []
         for each, publishes in shape.layout(inst.parts):
             container = each.container
             refs: set[SecretRef] = set()
             env = each.env_for(name, node, at, tells, own, assigned, refs)
+            secret_files = each.files_for(name, node, at, tells, own, assigned, refs)
             ports: list[PublishedPort] = []
             for listen_name, container_port, protocol in publishes:
                 host_port = assigned.get((name, listen_name))
@@ -215,9 +246,18 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
                 health=each.health(name, assigned),
                 labels=FrozenMap({"mesh.mesh": mesh_name, "mesh.instance": name,
                                   "mesh.container": container.name}),
-                mac=local.macs.get(runtime_name)))
-        if name == store:  # the mesh's registry: its TLS and accounts, mounted (resolver/_tls)
-            containers = registry_containers(ledger, name, containers)
+                mac=local.macs.get(runtime_name), logs=logs, secret_files=secret_files))
+        # binding files and the CA where the app reads them (resolver/_binding_files.py)
+        containers, mounted = mount_files(
+            containers, (each.file_mounts for each, _ in shape.layout(inst.parts)), name,
+            tells, ledger.ca)
+        # TLS (resolver/_tls): a server's certificate, a consumer's CA; the registry's accounts
+        containers, files = tls_parts(ledger, name, servers, name in consumed.verifying,
+                                      containers, served.get(name, ()))
+        files = mounted + [f for f in files if f not in mounted]
+        if name == store or serves_tokens(providers.get(name, EMPTY_VEC)):
+            # the registry's htpasswd, a tool server's tokens (resolver/_tool_tokens.py)
+            containers = [with_auth(c, name) for c in containers]
         state_dirs = [StateDirDecl(path=state_host_path(name, path), uid=uid, gid=gid,
                                    mode=mode, instance=name, name=dir_name)
                       for dir_name, path, uid, gid, mode in shape.state]
@@ -234,7 +274,8 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
             locals=local.by_consumer.get(name, EMPTY_FROZEN),
             exposures=exposures_of(name, inst, live.modules[name], assigned) if inst.expose
             else EMPTY_VEC,
-            claims=shape.claims)
+            claims=shape.claims,
+            files=pvector(files))
     return FrozenMap(renderings)
 
 

@@ -12,6 +12,13 @@ Invariants:
   generation in force; nothing here holds a value.
 - Everything is attributed to one instance: a consumer's binding values, and by provider
   node its grants and firewall allows; a provider's ProviderDecls with its admin credential.
+- A requirement that takes every provider (`each`) is rendered entry by entry exactly as a
+  single binding is (its own values, credential, grant and allow per provider), then told as
+  one BindingDecl listing the entries in provider order with their `count`; a live consumer
+  is told every such requirement of its own, an empty one included.
+- A binding to a TLS listen (resolver/_tls.tls_binding) is told the provision's `tls:` values
+  and url, and its consumer is in `verifying` (it gets the CA); any other is told the plain
+  keys only, exactly as before TLS existed.
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ import attrs
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
-from ._bound import RESOURCE_KEYS, Bound, binding_record, secret_id, two_slots
+from ._bound import (RESOURCE_KEYS, SECRET_KEYS, Bound, BoundKey, binding_record, secret_id,
+                     two_slots)
 from ._declaration import (
     Binding,
     BindingDecl,
+    BindingEntry,
     FirewallAllow,
     GrantDecl,
     ProviderDecl,
@@ -35,11 +44,13 @@ from ._declaration import (
 )
 from ._frozen import FrozenMap
 from ._ledger import Credential
-from ._model import Instance, Listen, Module, Node, Provision
+from ._model import Instance, Listen, Module, Node, Provision, Require
 from ._placeholders import secret_token
 from ._rotation import grant_view
 from ._secrets import secret_ref
 from ._shape import Told
+from ._tls import CA_CONTAINER_FILE, tls_binding
+from ._names import FQDN_KEY
 
 HolderVectors = dict[tuple[str, ...], PVector[str]]
 """One sorted holders vector per set of holders, shared by the requests of one stage (they are
@@ -65,11 +76,17 @@ class Live:
     """Every module of the catalogue (by name) → its listens."""
     provisions: Mapping[str, Provision]
     """The catalogue's provisions."""
+    fqdn_of: Mapping[str, str] = attrs.Factory(dict)
+    """Every named instance → its DNS name (resolver/_names): a route's `fqdn`."""
+    domain: Optional[str] = None
+    """The mesh domain (`${self.domain}`), if mesh.yaml names one."""
 
 
 def live_instances(names: Iterable[str], instances: Mapping[str, Instance],
                    modules_of: Mapping[str, Optional[Module]], nodes: Mapping[str, Node],
-                   modules: Mapping[str, Module], provisions: Mapping[str, Provision]) -> Live:
+                   modules: Mapping[str, Module], provisions: Mapping[str, Provision],
+                   fqdn_of: Optional[Mapping[str, str]] = None,
+                   domain: Optional[str] = None) -> Live:
     """The Live view of the instances `names` (the placed ones: not blocked), from mesh.yaml's
     `instances` and `nodes`, each instance's module (`modules_of`), and the catalogue's
     `modules` and `provisions`."""
@@ -85,7 +102,7 @@ def live_instances(names: Iterable[str], instances: Mapping[str, Instance],
         modules=placed,
         address={name: node.address for name, node in nodes.items()},
         listens_of={name: dict(module.listens) for name, module in modules.items()},
-        provisions=dict(provisions))
+        provisions=dict(provisions), fqdn_of=dict(fqdn_of or {}), domain=domain)
 
 
 # ---------------------------------------------------------------------- module-own secrets
@@ -135,9 +152,11 @@ class Consumed:
     """Consumer → provider node → the allows of its node's address (providers elsewhere)."""
     requests: tuple[Request, ...]
     """What the references given out need issued or re-sealed, in binding order."""
+    verifying: frozenset[str] = frozenset()
+    """The consumers with a TLS binding: they verify against the mesh CA (resolver/_tls.py)."""
 
 
-def render_bindings(live: Live, bound: Mapping[tuple[str, str], Bound],
+def render_bindings(live: Live, bound: Mapping[BoundKey, Bound],
                     assigned: Mapping[tuple[str, str], int], logins: Mapping[str, str],
                     credentials: Mapping[str, Credential],
                     own: Mapping[tuple[str, str], SecretRef]) -> Consumed:
@@ -159,8 +178,11 @@ def render_bindings(live: Live, bound: Mapping[tuple[str, str], Bound],
     granted_of: dict[str, FrozenMap[str, PVector[GrantDecl]]] = {}
     allowed_of: dict[str, FrozenMap[str, PVector[FirewallAllow]]] = {}
     ordered = sorted(bound)
+    verifying: set[str] = set()
     decls: list[BindingDecl] = []
     told: dict[str, Told] = {}
+    entries: dict[str, list[BindingEntry]] = {}  # requirement `as` → its entries (`each`)
+    lists_of: dict[str, tuple[Require, ...]] = {}  # module → its requirements taking every one
     grants: defaultdict[str, list[GrantDecl]] = defaultdict(list)
     allows: defaultdict[str, list[FirewallAllow]] = defaultdict(list)
     for index, key in enumerate(ordered):
@@ -184,8 +206,9 @@ def render_bindings(live: Live, bound: Mapping[tuple[str, str], Bound],
             requests.extend(needed)
             secret = interned.setdefault(given, given)
             values["user"] = f"{login}_{slot}" if dual else login
-            values[RESOURCE_KEYS[b.kind]] = login
-            values["password"] = secret_token(b.credential)
+            if b.kind in RESOURCE_KEYS:
+                values[RESOURCE_KEYS[b.kind]] = login
+            values[SECRET_KEYS.get(b.kind, "password")] = secret_token(b.credential)
             # the provider is told the newest generation (pending, during a rotation) and the
             # one it must still accept; holders stay on `active` until the provider applied
             newest, retiring = grant_view(cred) if cred is not None and active is not None \
@@ -212,24 +235,44 @@ def render_bindings(live: Live, bound: Mapping[tuple[str, str], Bound],
                 retiring=retiring_ref, retiring_slot=retiring.slot if retiring else None,
                 admin=own.get((b.provider, admin_name)) if admin_name else None))
         template: Optional[str] = None
+        listen = live.listens_of[instances[b.provider].module][b.listen]
+        tls = tls_binding(listen, provider_node == consumer_node)
         if req.provision is not None:
-            template = live.provisions[req.provision].url
+            definition = live.provisions[req.provision]
+            template = definition.url
+            if FQDN_KEY in definition.keys:
+                values[FQDN_KEY] = live.fqdn_of.get(b.provider, "")
+            for name, value in sorted(definition.values.items()):  # told as written
+                values[name] = value
+            if tls and definition.tls is not None:
+                fields = _Missing(values, ca=CA_CONTAINER_FILE)
+                template = definition.tls.url or template
+                for name, value in sorted(definition.tls.values.items()):
+                    values[name] = value.format_map(fields)
         else:
-            template = "http://{host}:{port}"
+            template = "https://{host}:{port}" if tls else "http://{host}:{port}"
+        if tls:
+            verifying.add(b.consumer)
         if template:
-            values["url"] = template.format_map(values)
+            values["url"] = template.format_map(_Missing(values, ca=CA_CONTAINER_FILE)
+                                                if tls else values)
         frozen = FrozenMap(values)
         bindings.append(binding_record(b, consumer_node, provider_node, port, frozen, secret))
-        decl = BindingDecl(b.consumer, req.as_, b.provider, req.provision, frozen, secret,
-                           b.kind)
-        decls.append(decl)
-        told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
+        if req.each:
+            entries.setdefault(req.as_, []).append(BindingEntry(b.provider, frozen, secret))
+        else:
+            decl = BindingDecl(b.consumer, req.as_, b.provider, req.provision, frozen, secret,
+                               b.kind)
+            decls.append(decl)
+            told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
         if provider_node != consumer_node:
-            listen = live.listens_of[instances[b.provider].module][b.listen]
             allows[provider_node].append(FirewallAllow(
                 port, listen.protocol, one_source[address[consumer_node]],
                 f"{b.provider}/{b.listen}"))
         if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
+            for listed in _lists(live, b.consumer, entries, lists_of):
+                decls.append(listed)
+                told[listed.requirement] = listed
             decls_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
             told_of[b.consumer] = told
             if grants:
@@ -239,8 +282,39 @@ def render_bindings(live: Live, bound: Mapping[tuple[str, str], Bound],
                 allowed_of[b.consumer] = FrozenMap({node: pvector(a)
                                                    for node, a in allows.items()})
             decls, told, grants, allows = [], {}, defaultdict(list), defaultdict(list)
+            entries = {}
+    for name in live.names:  # a consumer bound to nothing may still take an empty list
+        if name not in decls_of:
+            listed_only = _lists(live, name, {}, lists_of)
+            if listed_only:
+                decls_of[name] = pvector(sorted(listed_only, key=_binding_order))
+                told_of[name] = {d.requirement: d for d in listed_only}
     return Consumed(bindings=tuple(bindings), decls=decls_of, told=told_of, grants=granted_of,
-                    allows=allowed_of, requests=tuple(requests))
+                    allows=allowed_of, requests=tuple(requests), verifying=frozenset(verifying))
+
+
+def _lists(live: Live, consumer: str, entries: Mapping[str, list[BindingEntry]],
+           lists_of: dict[str, tuple[Require, ...]]) -> list[BindingDecl]:
+    """The BindingDecl of every requirement of live `consumer` that takes every provider (its
+    parts switched on), with its `entries` (none: an empty list, a visible state) and their
+    count. `lists_of` caches each module's such requirements."""
+    module = live.modules[consumer]
+    wanted = lists_of.get(module.name)
+    if wanted is None:
+        wanted = lists_of[module.name] = tuple(r for r in module.requires if r.each)
+    if not wanted:
+        return []
+    parts = live.instances[consumer].parts
+    found = []
+    for req in wanted:
+        if req.part is not None and req.part not in parts:
+            continue
+        assert req.provision is not None  # validated: `each` only with a provision
+        listed = entries.get(req.as_, [])
+        found.append(BindingDecl(
+            consumer, req.as_, "", req.provision, FrozenMap({"count": str(len(listed))}),
+            None, live.provisions[req.provision].grant, each=True, entries=pvector(listed)))
+    return found
 
 
 # ---------------------------------------------------------------------- the provider's end

@@ -33,10 +33,11 @@ from pyrsistent import pmap, pvector
 
 from . import _codes as codes
 from ._assemble import assemble
+from ._binding_files import check_ca_mounts
 from ._check import validate
 from ._collector import collector_paused
 from ._errors import InputError
-from ._bound import Bound, credential_id
+from ._bound import Bound, BoundKey, credential_id
 from ._context import NOTHING_BLOCKED, Blocked, Context, Findings, blocked_by
 from ._declaration import (
     InstanceRendering,
@@ -57,7 +58,9 @@ from ._artifacts import (
 )
 from ._registry_access import MeshRegistry
 from ._certs import certificate_requests
-from ._tls import tls_reason, tls_request
+from ._tls import name_requests, tls_reason, tls_request, tls_servers
+from ._names import ROUTE_PROVISION, certified_names, fqdns, served_names
+from ._moves import carried
 from ._refusals import (
     check_claims,
     check_defaults,
@@ -69,10 +72,11 @@ from ._refusals import (
     check_state_paths,
 )
 from ._firewall import check_exposures
+from ._upgrades import check_upgrades
 from ._render import local_openings, render_instances
 from ._render_bindings import live_instances, own_secrets, render_bindings, render_providers
 from ._resolution import Resolution
-from ._select import Selection, select_provider
+from ._select import EACH, Selection, select_every, select_provider
 
 #: What a requirement is bound by: a provision's name, or ("module", module name).
 _Wanted = Union[str, tuple[str, str]]
@@ -86,7 +90,9 @@ def resolution(r: Context) -> Resolution:
     in this order and each stage's blocks join `blocked` before the next stage asks."""
     placement = check_placement(r)
     moves, changes = check_moves(r)
-    stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves)
+    upgrades, upgrade_changes = check_upgrades(r)  # resolver/_upgrades.py
+    changes = changes + upgrade_changes
+    stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves + upgrades)
     stated, blocked = _stated(stated, blocked, check_mesh_scope(r, blocked))
     # node → host port → its holder: what floors and fixed ports meet
     kept = kept_ports(r.ledger.ports, r.instances, r.declared)
@@ -94,6 +100,7 @@ def resolution(r: Context) -> Resolution:
     stated, blocked = _stated(stated, blocked, floor_conflicts)
     stated, blocked = _stated(stated, blocked, check_claims(r, blocked, floors, kept))
     stated, blocked = _stated(stated, blocked, check_state_paths(r, blocked))
+    stated, blocked = _stated(stated, blocked, check_ca_mounts(r, blocked))
     stated, blocked = _stated(stated, blocked, check_defaults(r))
     stated, blocked = _stated(stated, blocked, check_exposures(r))
     bound, unbound = bind_all(r, blocked)
@@ -108,13 +115,23 @@ def resolution(r: Context) -> Resolution:
     registry = mesh_registry(r, blocked, assigned)
     logins = assign_logins(r.recorded_logins, bound)
     live = live_instances(r.placed(blocked), r.instances, r.modules_of, r.mesh.nodes,
-                          r.catalogue.modules, r.catalogue.provisions)
+                          r.catalogue.modules, r.catalogue.provisions, fqdns(r.mesh),
+                          r.mesh.domain)
     own = own_secrets(live, r.credentials)
     consumed = render_bindings(live, bound, assigned, logins, r.credentials, own.refs)
     providers = render_providers(live, assigned, r.credentials, own.refs)
     local = local_openings(r.mesh.mesh, live, bound, assigned)
+    servers = tls_servers(live.names, live.modules, live.node_of,
+                          registry.instance if registry is not None else None)
+    served, name_holders = served_names(
+        ((consumer, provider) for (consumer, _as, provider), b in bound.items()
+         if b.requirement.provision == ROUTE_PROVISION and consumer in servers),
+        live.node_of, live.fqdn_of)
+    # with acme the ingress gets its names' certificates itself: none from the mesh CA
+    served, name_holders = certified_names(r.mesh, served), certified_names(r.mesh, name_holders)
     renderings = render_instances(live, r.mesh, r.ledger, registry, assigned, own.refs,
-                                  consumed, providers, local)
+                                  consumed, providers, local, servers, served)
+    renderings = carried(r, renderings)  # moves that carry their state (resolver/_moves.py)
     bindings, rendered = consumed.bindings, own.requests + consumed.requests
     # the rest of what those stages returned is in the renderings now: let it go, so a large
     # mesh keeps no second set of it alive (for the collector to walk) while the rest runs
@@ -125,11 +142,13 @@ def resolution(r: Context) -> Resolution:
     # check_public_keys states is of requests made, as it always was)
     all_requests = [*rendered, *accounts,
                     *certificate_requests(r.mesh, r.ledger, r.now),
-                    *tls_requests(r.mesh, r.ledger, r.now, registry)]
+                    *tls_requests(r.mesh, r.ledger, r.now, servers),
+                    *name_requests(r.mesh, r.ledger, r.now, name_holders)]
     problems = stated + held_problems + check_public_keys(r, all_requests)
     new_bindings: dict[str, dict[str, str]] = {}
-    for (consumer, as_), b in bound.items():
-        new_bindings.setdefault(consumer, {})[as_] = b.provider
+    for (consumer, as_, _provider), b in bound.items():
+        if not b.requirement.each:  # a list follows the mesh: its logins are what is kept
+            new_bindings.setdefault(consumer, {})[as_] = b.provider
     for consumer, recorded in r.ledger.bindings.items():
         if consumer in r.mesh.instances and consumer in blocked:
             new_bindings[consumer] = dict(recorded)  # kept while it is refused
@@ -203,16 +222,17 @@ def candidates_index(r: Context, held: dict[str, InstanceRendering]
     return by_provision, by_module
 
 
-def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound], Findings]:
-    """((consumer, as) → its Bound for every requirement of a live instance that a provider
-    serves, the refusals and warnings of those none can serve). `blocked`: the instances
-    refused so far (they bind nothing; they stay candidate providers)."""
+def bind_all(r: Context, blocked: Blocked) -> tuple[dict[BoundKey, Bound], Findings]:
+    """((consumer, as, provider) → its Bound for every requirement of a live instance that a
+    provider serves (every provider in scope of one that says `each`), the refusals and
+    warnings of those none can serve). `blocked`: the instances refused so far (they bind
+    nothing; they stay candidate providers, except of a requirement taking every provider)."""
     held = held_candidates(r, blocked)
     by_provision, by_module = candidates_index(r, held)
     instance_nodes = {n: r.instances[n].node for n in r.names
                       if r.module_of(n) is not None}
     instance_nodes.update({n: rendering.node for n, rendering in held.items()})
-    bound: dict[tuple[str, str], Bound] = {}
+    bound: dict[BoundKey, Bound] = {}
     found: list[Problem] = []
     local_index: dict[tuple[_Wanted, str], list[str]] = {}  # (what, node) → candidates on it
     by_wanted: list[tuple[_Wanted, list[str]]] = [*by_provision.items()]
@@ -253,6 +273,12 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound]
                 candidates = [c for c in candidates if c != name]
                 local = [c for c in local if c != name]
             what = req.provision or f"module {req.module}"
+            if req.each:
+                every, refused = bind_every(r, name, module, index, req, candidates,
+                                            instance_nodes, blocked, overrides, listens)
+                found.extend(refused)
+                bound.update(((name, req.as_, b.provider), b) for b in every)
+                continue
             selection = select_provider(
                 consumer_node=inst.node,
                 override=overrides.get(req.as_) if overrides is not None else None,
@@ -289,9 +315,54 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[tuple[str, str], Bound]
                 kind = provisions[req.provision].grant
                 if kind != "none":
                     credential = credential_id(req.provision, selection.provider, name)
-            bound[(name, req.as_)] = Bound(name, req, selection.provider, selection.chosen_by,
-                                           listen, kind, credential)
+            bound[(name, req.as_, selection.provider)] = Bound(
+                name, req, selection.provider, selection.chosen_by, listen, kind, credential)
     return bound, tuple(found)
+
+
+def bind_every(r: Context, name: str, module: Module, index: int, req: Require,
+               candidates: list[str], instance_nodes: Mapping[str, str], blocked: Blocked,
+               overrides: Optional[Mapping[str, str]],
+               listens: dict[tuple[str, Optional[str], Optional[str]], str]
+               ) -> tuple[list[Bound], list[Problem]]:
+    """(one Bound per provider in scope, the refusals) of requirement `req` (the `index`th of
+    `module`) of instance `name`, which takes every provider (`each: true`): the providers are
+    chosen by select_every alone; each gets its own credential. A `bind:` of it, or fewer
+    providers than its `at-least`, refuses the consumer. `listens` caches the serving listen
+    by (provider's module, provision, listen asked)."""
+    assert req.provision is not None  # validated: `each` only with a provision
+    if overrides is not None and req.as_ in overrides:
+        return [], [r.problem(
+            codes.BIND_ON_EACH,
+            f"{name} binds {req.as_} to {overrides[req.as_]}, but requirement {req.as_} takes "
+            f"every provider of {req.provision} (each: true): remove it from `bind:`",
+            path=("instances", name, "bind", req.as_), instance=name, requirement=req.as_,
+            blocks=[name])]
+    node = r.instances[name].node
+    providers = select_every(consumer=name, consumer_node=node, within=req.within,
+                             candidates=candidates, instance_nodes=instance_nodes,
+                             known_nodes=r.nodes, refused=blocked)
+    if len(providers) < req.at_least:
+        scope = f"on node {node}" if req.within == "node" else "in the mesh"
+        return [], [r.problem(
+            codes.TOO_FEW_PROVIDERS,
+            f"{name} requires at least {req.at_least} provider"
+            f"{'s' if req.at_least != 1 else ''} of {req.provision} "
+            f"({req.as_}) {scope} and has {len(providers)}"
+            + (f": {', '.join(providers)}" if providers else ""),
+            doc=f"module:{module.name}", path=("requires", index, "at-least"),
+            instance=name, requirement=req.as_, state=codes.TOO_FEW_PROVIDERS,
+            candidates=providers, blocks=[name])]
+    kind = r.catalogue.provisions[req.provision].grant
+    every = []
+    for provider in providers:
+        served = (r.placed_module(provider).name, req.provision, req.listen)
+        listen = listens.get(served)
+        if listen is None:
+            listen = listens[served] = serving_listen(r, provider, req)
+        credential = credential_id(req.provision, provider, name) if kind != "none" else None
+        every.append(Bound(name, req, provider, EACH, listen, kind, credential))
+    return every, []
 
 
 def serving_listen(r: Context, provider: str, req: Require) -> str:
@@ -340,30 +411,41 @@ def refuse_requirement(r: Context, name: str, module: Module, index: int, req: R
                      state=state, candidates=selection.candidates, blocks=[name])
 
 
-def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], Bound]
-                     ) -> tuple[dict[tuple[str, str], Bound], Findings]:
+def propagate_blocks(r: Context, blocked: Blocked, bound: dict[BoundKey, Bound]
+                     ) -> tuple[dict[BoundKey, Bound], Findings]:
     """(the bindings whose consumer and provider are both live, the refusals of consumers
     of a blocked provider): such a consumer is blocked too (it could not start honestly),
-    and so, in turn, are its own consumers. `bound` is not changed."""
+    and so, in turn, are its own consumers. A requirement that takes every provider loses the
+    entry of a blocked provider instead, and blocks its consumer only when fewer than its
+    `at-least` are left. `bound` is not changed."""
     now: dict[str, tuple[str, ...]] = dict(blocked)  # blocked so far, within this stage
     found: list[Problem] = []
     ordered = sorted(bound)  # (the keys sorted once: no (key, value) pair made for each)
+    lists: dict[tuple[str, str], list[str]] = {}  # (consumer, as) → its providers (`each`)
+    for consumer, as_, provider in ordered:
+        if bound[(consumer, as_, provider)].requirement.each:
+            lists.setdefault((consumer, as_), []).append(provider)
     changed = True
     while changed:
         changed = False
         for key in ordered:
             b = bound[key]
-            consumer, as_ = key
+            consumer, as_, _provider = key
             if consumer not in now and b.provider in now:
                 if b.requirement.optional and not was_bound(r, consumer, as_, b.provider):
                     continue
+                left = [p for p in lists.get((consumer, as_), ()) if p not in now]
+                if b.requirement.each and len(left) >= b.requirement.at_least:
+                    continue  # the list goes on without it
                 module = r.placed_module(consumer)
                 index = list(module.requires).index(b.requirement)
+                why = (f"; at least {b.requirement.at_least} are required and "
+                       f"{len(left)} are left" if b.requirement.each else "")
                 problem = r.problem(
                     codes.BLOCKED_BY_PROVIDER,
                     f"{consumer} requires {b.requirement.provision or b.requirement.module}"
                     f" ({as_}) from {b.provider}, which is itself refused "
-                    f"({', '.join(now[b.provider])})",
+                    f"({', '.join(now[b.provider])}){why}",
                     doc=f"module:{module.name}", path=("requires", index),
                     instance=consumer, requirement=as_, blocks=[consumer])
                 found.append(problem)
@@ -379,14 +461,14 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[tuple[str, str], 
 
 # ---------------------------------------------------------------------- logins
 
-def assign_logins(recorded: Mapping[str, str], bound: Mapping[tuple[str, str], Bound]
+def assign_logins(recorded: Mapping[str, str], bound: Mapping[BoundKey, Bound]
                   ) -> dict[str, str]:
     """Credential id → its login for every binding that carries a credential: the one the
     ledger records (`recorded`), else a new one derived (unique among the logins recorded and
     given)."""
     logins: dict[str, str] = {}
     used = set(recorded.values())
-    for key in sorted(bound):  # (consumer, as): the keys are that order, made once
+    for key in sorted(bound):  # (consumer, as, provider): the keys are that order, made once
         b = bound[key]
         if b.credential is None or b.credential in logins:
             continue
@@ -427,12 +509,15 @@ def mesh_registry(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], 
 
 
 def tls_requests(mesh: Mesh, ledger: Ledger, now: Optional[str],
-                 registry: Optional[MeshRegistry]) -> list[Request]:
-    """The artifact store's server certificate, when it must be issued (resolver/_tls)."""
-    if registry is None:
-        return []
-    reason = tls_reason(mesh, ledger, registry.instance, registry.node, now)
-    return [] if reason is None else [tls_request(registry.instance, registry.node, reason)]
+                 servers: Mapping[str, tuple[str, str]]) -> list[Request]:
+    """The server certificate of each TLS server (instance → (node, key owner)) that must be
+    issued (resolver/_tls)."""
+    requests: list[Request] = []
+    for instance, (node, _) in sorted(servers.items()):
+        reason = tls_reason(mesh, ledger, instance, node, now)
+        if reason is not None:
+            requests.append(tls_request(instance, node, reason))
+    return requests
 
 
 def _problem_order(p: Problem) -> tuple[str, str, str, str]:

@@ -41,7 +41,7 @@ from ._errors import MeshError
 from ._ledger import Credential, Generation, Ledger
 
 if TYPE_CHECKING:  # annotations only: no import at run time, so no circle
-    from ._declaration import ContainerDecl, Declaration
+    from ._declaration import ContainerDecl, Declaration, SecretRef
     from ._inputs import Catalogue
     from ._model import Mesh
 
@@ -368,9 +368,11 @@ def record_applied(ledger: Ledger, node: str, declaration: Declaration,
             if ref.generation is not None:
                 held[ref.credential] = min(held.get(ref.credential, ref.generation),
                                            ref.generation)
-    told_refs = [b.secret for b in declaration.bindings]
+    told_refs: list[Optional[SecretRef]] = [
+        ref for b in declaration.bindings for ref in b.held_secrets()]  # a list: each entry's
     told_refs += [login.secret for login in declaration.registry_logins]  # its runtime pulls
-    told_refs += [f.secret for f in declaration.files]  # a file the node writes (a TLS key)
+    told_refs += [ref for f in declaration.files for ref in f.refs()]  # files it writes (a TLS
+    # key, a binding file: a list's holds each entry's credential)
     for told in told_refs:
         if told is not None and told.generation is not None:
             held[told.credential] = min(held.get(told.credential, told.generation),

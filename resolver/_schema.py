@@ -18,6 +18,7 @@ from typing import Any, Union
 import attrs
 from pyrsistent.typing import PMap, PVector
 
+from ._binding_files import BINDING_FORMATS
 from ._errors import MeshError
 from ._frozen import FrozenMap
 from ._convert import CONVERTER, document_key
@@ -29,6 +30,8 @@ from ._validate import (
     BINDING_KEYS,
     FLOOR_SOURCES,
     HOST_PORT_FLOOR,
+    LOG_DRIVERS,
+    LOG_SIZE,
     LOGIN_SLOTS,
     PROTOCOLS,
     SCOPES,
@@ -46,6 +49,8 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("SecretRotation", "how"): {"enum": list(ROTATION_WAYS)},
     ("Access", "mode"): {"enum": list(ACCESS_MODES)},
     ("StateDir", "owner"): {"pattern": "^[0-9]+:[0-9]+$"},
+    ("Mount", "format"): {"enum": list(BINDING_FORMATS)},
+    ("Mount", "owner"): {"pattern": "^[0-9]+:[0-9]+$"},
     ("StateDir", "mode"): {"pattern": "^[0-7]{3,4}$"},
     ("Health", "timeout"): {"minimum": 1},
     ("Provision", "scope"): {"enum": list(SCOPES)},
@@ -60,6 +65,9 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("Exposure", "to"): {"minItems": 1},
     ("CaConfig", "validity_days"): {"minimum": 1},
     ("CaConfig", "renew_before_days"): {"minimum": 0},
+    ("Logs", "driver"): {"enum": list(LOG_DRIVERS)},
+    ("Logs", "max_size"): {"pattern": LOG_SIZE.pattern},
+    ("Logs", "max_files"): {"minimum": 1},
     ("Ledger", "version"): {"const": LEDGER_VERSION},
     ("PortAssignment", "port"): PORT,
     ("Generation", "generation"): {"minimum": 1},

@@ -11,11 +11,15 @@ Invariants:
   rule, so adding providers never rebinds an existing consumer. `chosen_by` says "recorded"
   only where the automatic rules would now pick otherwise (or nothing).
 - Pure and total: every outcome is a Selection, chosen or refused with its state.
+- A requirement that takes every provider (`each: true`) is decided by `select_every` alone:
+  every candidate in its scope (not the consumer, not refused, on a known node; `within:
+  node`, on the consumer's node) exactly once, in instance-name order, so one provider coming
+  or going changes only its own entry and renaming an instance outside the list moves none.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Container, Mapping, Optional, Sequence
+from typing import Callable, Container, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
@@ -28,6 +32,11 @@ RECORDED = ChosenBy.RECORDED
 CO_LOCATED = ChosenBy.CO_LOCATED
 MESH_DEFAULT = ChosenBy.MESH_DEFAULT
 SOLE_PROVIDER = ChosenBy.SOLE_PROVIDER
+EACH = ChosenBy.EACH
+
+WITHIN_MESH, WITHIN_NODE = "mesh", "node"
+WITHIN = (WITHIN_MESH, WITHIN_NODE)
+"""The scopes a requirement taking every provider may have (`within:`); mesh by default."""
 
 
 @attrs.frozen
@@ -118,3 +127,22 @@ def _placed(provider: str, rule: ChosenBy, instance_nodes: Mapping[str, str],
     if instance_nodes[provider] not in known_nodes:
         return Selection(None, state=codes.PROVIDER_NODE_UNKNOWN, named=provider, rule=rule)
     return Selection(provider, chosen_by=rule)
+
+
+def select_every(*, consumer: str, consumer_node: str, within: Optional[str],
+                 candidates: Iterable[str], instance_nodes: Mapping[str, str],
+                 known_nodes: Container[str], refused: Container[str] = ()) -> tuple[str, ...]:
+    """Every provider a requirement with `each: true` binds: the `candidates` (the instances
+    providing its provision) in its scope, each once, in name order. The scope leaves out the
+    consumer itself, the instances `refused` so far, those not placed on a known node (not in
+    `instance_nodes`, or on a node not in `known_nodes`) and, `within: node`, those on
+    another node than `consumer_node`. An empty tuple is an answer, not a refusal."""
+    same_node = within == WITHIN_NODE
+    chosen = set()
+    for name in candidates:
+        node = instance_nodes.get(name)
+        if (name == consumer or node is None or node not in known_nodes or name in refused
+                or (same_node and node != consumer_node)):
+            continue
+        chosen.add(name)
+    return tuple(sorted(chosen))

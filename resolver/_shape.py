@@ -5,7 +5,8 @@ Invariants:
   switches on, the containers it installs with the listens each publishes, are read once per
   module (ModuleShape); each container once, the first time an instance installs it
   (ContainerShape).
-- Each env value is compiled once (compile_env): every placeholder's meaning is decided by
+- Each env value, and each secret file's content (resolver/_secret_files.py), is compiled
+  once (compile_env): every placeholder's meaning is decided by
   _placeholders.meaning, literal text joined, so filling it per instance (ContainerShape.env_for)
   only looks up what varies by instance: its binding values, its node, its own secrets and
   ports. Nothing here decides what a placeholder means.
@@ -18,9 +19,11 @@ from typing import Callable, Collection, Iterable, Mapping, Optional
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
-from ._declaration import BindingDecl, HealthDecl, MountDecl, SecretRef
+from ._binding_files import compile_file_mounts
+from ._declaration import BindingDecl, FileDecl, HealthDecl, MountDecl, SecretRef
 from ._frozen import EMPTY_FROZEN
-from ._model import Container, Health, Module
+from ._model import EMPTY_VEC, Container, Health, Module
+from ._names import route_listen
 from ._placeholders import (
     ADDRESS,
     BINDING,
@@ -34,6 +37,7 @@ from ._placeholders import (
     secret_token,
     template,
 )
+from ._secret_files import declared_files, file_variables
 
 
 class ModuleShape:
@@ -55,6 +59,7 @@ class ModuleShape:
                 modes[access.path] = access.mode
         self.accesses = sorted(modes.items())
         self.listens = sorted(module.listens.items())
+        self.web_listen = route_listen(module)  # the listen its http-route is on, if any
         self.claims: PVector[str] = pvector(sorted(set(module.claims)))
         self._containers: dict[int, ContainerShape] = {}
         self._layouts: dict[frozenset[str], list[tuple[ContainerShape, list[Publish]]]] = {}
@@ -107,13 +112,19 @@ class ContainerShape:
     placeholder's meaning decided once, by _placeholders.meaning; literal text joined), its
     mounts and health check read, and its image."""
 
-    __slots__ = ("container", "image", "env", "mounts", "shared_health", "_health_listen")
+    __slots__ = ("container", "image", "env", "secret_files", "mounts", "file_mounts",
+                 "shared_health", "_health_listen")
 
     def __init__(self, module: Module, container: Container, image: str) -> None:
         self.container = container
         self.image = image
-        self.env = [compile_env(key, raw, module.secrets)
-                    for key, raw in sorted(container.env.items())]
+        # a secret file's variable holds its path (resolver/_secret_files.py), never the value
+        self.env = sorted([compile_env(key, raw, module.secrets)
+                           for key, raw in container.env.items()]
+                          + [(key, LITERAL, path, "", ()) for key, path
+                             in file_variables(container)])
+        self.secret_files = [compile_env(f.path, f.content, module.secrets)
+                             for f in container.secret_files]
         self.mounts: list[CompiledMount] = []
         for m in container.mounts:
             if m.state is not None:
@@ -123,9 +134,10 @@ class ContainerShape:
                 acc = module.accesses[m.access]
                 self.mounts.append(("access", acc.path, m.target, m.read_only, MountDecl(
                     "access", acc.path, m.target, m.read_only or acc.mode == "ro")))
-            else:
-                assert m.facility is not None, m  # validated: a mount names one source
+            elif m.facility is not None:
                 self.mounts.append(("facility", m.facility, m.target, m.read_only, None))
+        # binding files and the CA: files the mesh writes (resolver/_binding_files.py)
+        self.file_mounts = compile_file_mounts(container)
         self.shared_health, self._health_listen = shared_health(container.health, module)
 
     def env_for(self, instance: str, node: str, address: str, told: Mapping[str, Told],
@@ -133,16 +145,20 @@ class ContainerShape:
                 assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]) -> dict[str, str]:
         """The container's env as `instance` (on `node`, at `address`) is told it, every
         credential a value refers to added to `refs`."""
-        env: dict[str, str] = {}
-        for key, kind, name, binding_key, pieces in self.env:
-            if kind == LITERAL:
-                env[key] = name
-            elif kind == BINDING:
-                env[key] = told_value(told, name, binding_key, refs)
-            else:
-                env[key] = fill_env(pieces, instance, node, address, told, own_secrets,
-                                    assigned, refs)
-        return env
+        return {entry[0]: _filled(entry, instance, node, address, told, own_secrets, assigned,
+                                  refs) for entry in self.env}
+
+    def files_for(self, instance: str, node: str, address: str, told: Mapping[str, Told],
+                  own_secrets: Mapping[tuple[str, str], SecretRef],
+                  assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]
+                  ) -> PVector[FileDecl]:
+        """The container's secret files as `instance` is told them (contents filled as env
+        values are: secrets as tokens), every credential they refer to added to `refs`."""
+        if not self.secret_files:
+            return EMPTY_VEC
+        return declared_files(self.container, [
+            _filled(entry, instance, node, address, told, own_secrets, assigned, refs)
+            for entry in self.secret_files])
 
     def health(self, instance: str, assigned: Mapping[tuple[str, str], int]
                ) -> Optional[HealthDecl]:
@@ -153,6 +169,18 @@ class ContainerShape:
             return decl
         return HealthDecl(decl.kind, port=decl.port, host_port=assigned.get((instance, listen)),
                           path=decl.path, timeout=decl.timeout)
+
+
+def _filled(entry: EnvEntry, instance: str, node: str, address: str, told: Mapping[str, Told],
+            own_secrets: Mapping[tuple[str, str], SecretRef],
+            assigned: Mapping[tuple[str, str], int], refs: set[SecretRef]) -> str:
+    """One compiled value (an env value, a secret file's content) filled for `instance`."""
+    _, kind, name, binding_key, pieces = entry
+    if kind == LITERAL:
+        return name
+    if kind == BINDING:
+        return told_value(told, name, binding_key, refs)
+    return fill_env(pieces, instance, node, address, told, own_secrets, assigned, refs)
 
 
 def compile_env(key: str, raw: str, secrets: Collection[str]) -> EnvEntry:

@@ -17,34 +17,49 @@ import binascii
 import ipaddress
 import re
 import string
-from typing import AbstractSet, Collection, Iterable, Mapping, Optional, Union
+from typing import AbstractSet, Collection, Iterable, Mapping, Optional, Sequence, Union
 
+from ._binding_files import BINDING_FORMATS
 from ._certs import epoch_seconds
 from ._errors import Fault, MeshError
 from ._firewall import canonical_source
 from ._ledger import LEDGER_VERSION, Ledger
 from ._load import DocumentPositions
 from ._inputs import Sources
-from ._model import (GRANT_KINDS, ROTATION_WAYS, Exposure, Health, Mesh, Module, Mount, Provision,
-                     Provisions)
+from ._model import (GRANT_KINDS, ROTATION_WAYS, Exposure, Health, Listen, Mesh, Module, Mount,
+                     Provision, Provisions, Require)
+from ._tls import serving_container
+from ._names import acme_refusal, fqdn, in_domain, is_dns_name, is_email, route_listen_faults
 from ._errors import PlaceholderSyntaxError
 from ._placeholders import placeholders
+from ._select import WITHIN
+from ._secret_files import secret_file_faults
 
 PROTOCOLS = ("tcp", "udp")
 ACCESS_MODES = ("ro", "rw")
 SCOPES = ("node", "mesh")
 FLOOR_SOURCES = ("any", "mesh")
 LOGIN_SLOTS = ("a", "b")
-BINDING_KEYS = ("host", "port", "user", "password", "database", "vhost", "bucket", "client", "url")
+BINDING_KEYS = ("host", "port", "user", "password", "database", "vhost", "bucket", "client", "url",
+                "token", "transport", "fqdn")
+#: The keys a provision tells as written (its `values`), since the mesh derives no value for them.
+CONSTANT_KEYS = ("transport",)
 MODULE_REQUIREMENT_KEYS = ("host", "port")  # what a `module:` requirement is told
-SELF_PLACEHOLDERS = ("address", "instance", "node")  # ${self.address} and friends
+EACH_REQUIREMENT_KEYS = ("count",)  # what a requirement taking every provider is told in env
+SELF_PLACEHOLDERS = ("address", "instance", "node", "url", "hostname", "domain", "acme-email")  # ${self.address}…
 HOST_PORT_FLOOR = 1024
+TLS_CA_FIELD = "ca"  # a provision's tls templates' field: the CA certificate's path
+#: What a consumer of a TLS binding may be told besides BINDING_KEYS (a provision's tls values).
+TLS_KEYS = ("sslmode", "sslrootcert", "channel_binding", "cacertfile", "ca")
+LOG_DRIVERS = ("json-file", "local")  # the Engine's drivers that rotate and that it reads back
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # no dots: placeholders split on them
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNER = re.compile(r"^[0-9]+:[0-9]+$")
 OCTAL_MODE = re.compile(r"^[0-7]{3,4}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+LOG_SIZE = re.compile(r"^[1-9][0-9]*[kmg]$")  # Docker's size syntax, one spelling per size
+BACKUP_EVERY = re.compile(r"^[1-9][0-9]*[smhdw]$")  # resolver/_backups.duration_seconds reads these
 
 #: A key path into a document: mapping keys and list indexes.
 _Path = tuple[Union[str, int], ...]
@@ -109,8 +124,38 @@ def validate_module(module: Module, where: DocumentPositions) -> list[Fault]:
             f.at(("accesses", name, "path"), f"access path {access.path!r} is not absolute",
                  "an absolute host path")
     _containers(module, requirement_names, f)
+    _binding_file_owners(module, f)
     _rotation(module, f)
+    if module.backup is not None:
+        if module.backup.container not in {c.name for c in module.containers}:
+            f.at(("backup", "container"), f"backup container {module.backup.container!r} "
+                 "is not one of the module's containers", "the name of one of `containers`")
+        for key, command in (("dump", module.backup.dump), ("restore", module.backup.restore)):
+            if not command:
+                f.at(("backup", key), f"an empty backup {key} command", "a command to run")
+    _upgrades(module, f)
     return f.items
+
+
+def _upgrades(module: Module, f: _Faults) -> None:
+    """module.yaml `upgrades:` (resolver/_upgrades.py): a regular expression that compiles,
+    an artifact of the module, migrations that are its run-once containers."""
+    rule = module.upgrades
+    if rule is None:
+        return
+    try:
+        re.compile(rule.version)
+    except re.error as exc:
+        f.at(("upgrades", "version"), f"upgrades.version {rule.version!r} is not a regular "
+             f"expression ({exc})", "a regular expression over the tag, e.g. '^([0-9]+)\\.'")
+    if rule.artifact is not None and rule.artifact not in module.artifacts:
+        f.at(("upgrades", "artifact"), f"upgrades.artifact {rule.artifact!r} is not one of the "
+             "module's artifacts", "the name of one of `artifacts`")
+    run_once = {c.name for c in module.containers if c.run_once}
+    for i, step in enumerate(rule.migrations):
+        if step not in run_once or step == "fresh":
+            f.at(("upgrades", "migrations", i), f"migration {step!r} is not a run-once "
+                 "container of the module", "the name of a container with `run-once: true`")
 
 
 def _rotation(module: Module, f: _Faults) -> None:
@@ -140,7 +185,8 @@ def _rotation(module: Module, f: _Faults) -> None:
                         else "no step"),
                      "one of the module's run-once containers: " + _listing(run_once),
                      key=not way.step)
-            elif not any(token in value for value in step.env.values()):
+            elif not any(token in value for value in step.env.values()) and not any(
+                    token in secret_file.content for secret_file in step.secret_files):
                 f.at(path + ("step",), f"step {way.step!r} does not read {token}",
                      f"a run-once container whose env holds {token}, so it reruns when the "
                      "secret changes")
@@ -183,6 +229,28 @@ def _listens(module: Module, f: _Faults) -> None:
         if listen.container is not None and listen.container not in containers:
             f.at(path + ("container",), f"no container named {listen.container!r}",
                  "one of " + _listing(containers), key=True)
+        if listen.plain_same_node and not listen.tls:
+            f.at(path + ("plain-same-node",), f"listen {name!r} says plain-same-node but "
+                 "does not serve TLS", "plain-same-node only with tls: true", key=True)
+        if listen.tls:
+            _tls_listen(module, name, listen, path, f)
+
+
+def _tls_listen(module: Module, name: str, listen: Listen, path: _Path, f: _Faults) -> None:
+    """A TLS listen is served by a container whose artifact says its image serves TLS."""
+    serving = serving_container(module, listen)
+    container = next((c for c in module.containers if c.name == serving), None)
+    if container is None:
+        return  # a listen without a serving container is refused elsewhere
+    artifact = module.artifacts.get(container.artifact)
+    if artifact is not None and not artifact.tls:
+        f.at(path + ("tls",), f"listen {name!r} asks for TLS, but container {container.name!r} "
+             f"serving it runs artifact {container.artifact!r}, whose image does not serve TLS",
+             f"tls: true on artifact {container.artifact!r} (its image serves TLS with "
+             "/etc/mesh/tls/server.crt and server.key), or no tls on the listen", key=True)
+    if artifact is not None and not OWNER.match(artifact.tls_key_owner):
+        f.at(("artifacts", container.artifact, "tls-key-owner"),
+             f"tls-key-owner {artifact.tls_key_owner!r}", "uid:gid, such as 999:999")
 
 
 def _provides(module: Module, f: _Faults) -> None:
@@ -193,6 +261,10 @@ def _provides(module: Module, f: _Faults) -> None:
         if provide.admin is not None and provide.admin not in module.secrets:
             f.at(("provides", i, "admin"), f"no secret named {provide.admin!r}",
                  "one of " + _listing(module.secrets), key=True)
+    for i, listen_name, message in route_listen_faults(module):
+        line, _ = f.where.position(("listens", listen_name), at_key=True)
+        f.at(("provides", i, "listen"), f"{message} (line {line})",
+             "a listen with http: true (plain HTTP over TCP) for the route", key=True)
 
 
 def _requires(module: Module, f: _Faults) -> set[str]:
@@ -217,7 +289,31 @@ def _requires(module: Module, f: _Faults) -> set[str]:
         if req.part is not None and req.part not in module.parts:
             f.at(path + ("part",), f"no part named {req.part!r}", "one of " + _listing(module.parts),
                  key=True)
+        _every(req, path, f)
     return names
+
+
+def _every(req: Require, path: _Path, f: _Faults) -> None:
+    """The keys of a requirement that takes every provider (`each`), and those only it has."""
+    if not req.each:
+        for name, named in (("within", req.within is not None), ("at-least", req.at_least != 0)):
+            if named:
+                f.at(path + (name,), f"{name} is given without each: true",
+                     f"{name} only with each: true", key=True)
+        return
+    if req.provision is None:
+        f.at(path + ("each",), f"requirement {req.as_!r} takes every provider of a module",
+             "each: true only with provision", key=True)
+    for name, named in (("provider", req.provider is not None), ("optional", req.optional)):
+        if named:
+            f.at(path + (name,), f"{name} is given with each: true, which binds every provider"
+                 + (" (an empty list is already allowed)" if name == "optional" else ""),
+                 "each: true without provider or optional (at-least: N to require some)",
+                 key=True)
+    if req.within is not None and req.within not in WITHIN:
+        f.at(path + ("within",), f"within {req.within!r} is not a scope", "one of mesh, node")
+    if req.at_least < 0:
+        f.at(path + ("at-least",), f"at-least {req.at_least} is negative", "0 or more")
 
 
 def _containers(module: Module, requirement_names: set[str], f: _Faults) -> None:
@@ -237,6 +333,7 @@ def _containers(module: Module, requirement_names: set[str], f: _Faults) -> None
                  "one of " + _listing(module.parts), key=True)
         for j, mount in enumerate(container.mounts):
             _mount(module, mount, path + ("mounts", j), f)
+        _file_mount_targets(container.mounts, path + ("mounts",), f)
         if container.health is not None:
             _health(module, container.health, path + ("health",), f)
         for key, value in container.env.items():
@@ -248,25 +345,94 @@ def _containers(module: Module, requirement_names: set[str], f: _Faults) -> None
                      "${<as>.<key>}, ${self.<secret>.password}, ${self.<listen>.port}, "
                      "${self.address}, ${self.instance}, ${self.node}, or $$ for a literal $",
                      key=True)
+        for at, message, expected, on_key in secret_file_faults(
+                module, container,
+                lambda value: _placeholder_faults(module, requirement_names, value)):
+            f.at(path + at, message, expected, key=on_key)
 
 
 def _mount(module: Module, mount: Mount, path: _Path, f: _Faults) -> None:
-    kinds = _one_of(mount, ("state", "access", "facility"))
+    kinds = _one_of(mount, ("state", "access", "facility", "binding"))
+    if mount.ca:
+        kinds.append("ca")
     if len(kinds) != 1:
         f.at(path, f"mount of {mount.target!r} names "
              + (" and ".join(kinds) if kinds else "no source"),
-             "exactly one of state, access, facility")
+             "exactly one of state, access, facility, binding, ca: true")
     if not mount.target.startswith("/"):
         f.at(path + ("target",), f"mount target {mount.target!r} is not absolute",
              "an absolute path inside the container")
+    if mount.format is not None:
+        if mount.binding is None:
+            f.at(path + ("format",), "format is given without binding",
+                 "format only with binding", key=True)
+        else:
+            f.choice(path + ("format",), mount.format, BINDING_FORMATS)
+    if mount.owner is not None:
+        if mount.binding is None:
+            f.at(path + ("owner",), "owner is given without binding",
+                 "owner only with binding", key=True)
+        elif not OWNER.match(mount.owner):
+            f.at(path + ("owner",), f"owner {mount.owner!r} is not uid:gid",
+                 "numbers, such as \"999:999\"")
+    requirements = {req.as_: req for req in module.requires}
+    # a requirement taking every provider (`each`) is mounted as its list (_binding_files.py)
     declared: dict[str, Collection[str]] = {"state": module.state, "access": module.accesses,
-                                            "facility": module.facilities}
-    section = {"state": "state", "access": "accesses", "facility": "facilities"}
+                                            "facility": module.facilities,
+                                            "binding": requirements, "ca": ("ca",)}
+    section = {"state": "state", "access": "accesses", "facility": "facilities",
+               "binding": "requirements (`as`)", "ca": ""}
     for kind in kinds:
+        if kind == "ca":
+            continue
         name = getattr(mount, kind)
         if name not in declared[kind]:
             f.at(path + (kind,), f"undeclared {kind} {name!r}",
                  f"one of the module's {section[kind]}: " + _listing(declared[kind]), key=True)
+
+
+def _binding_file_owners(module: Module, f: _Faults) -> None:
+    """One binding in one format is one file of the instance: every mount of it names the
+    same owner."""
+    first: dict[tuple[str, str], tuple[Optional[str], int, int]] = {}
+    for i, container in enumerate(module.containers):
+        for j, mount in enumerate(container.mounts):
+            if mount.binding is None:
+                continue
+            key = (mount.binding, mount.format or "env")
+            owner, ci, mj = first.setdefault(key, (mount.owner, i, j))
+            if owner != mount.owner:
+                f.at(("containers", i, "mounts", j), f"binding {mount.binding!r} as {key[1]} is "
+                     f"mounted with owner {mount.owner or 'none'} here and "
+                     f"{owner or 'none'} at containers[{ci}].mounts[{mj}]: it is one file",
+                     "the same owner for every mount of it")
+
+
+def _file_mount_targets(mounts: Sequence[Mount], path: _Path, f: _Faults) -> None:
+    """A file the mesh writes (a binding file, the CA) is mounted at a target of its own: not
+    at, inside or over another mount's target (over a state directory Docker would create its
+    mount point in that directory on the node)."""
+    def inside(a: str, b: str) -> bool:
+        return a == b or a.startswith(b.rstrip("/") + "/")
+
+    for j, mount in enumerate(mounts):
+        if mount.binding is None and not mount.ca:
+            continue
+        what = "the mesh CA" if mount.binding is None else f"binding {mount.binding!r}"
+        for k, other in enumerate(mounts):
+            if k == j or not (inside(mount.target, other.target)
+                              or inside(other.target, mount.target)):
+                continue
+            kind = next((n for n in ("state", "access", "facility", "binding")
+                         if getattr(other, n) is not None), "ca")
+            relation = ("at the same target as" if mount.target.rstrip("/")
+                        == other.target.rstrip("/") else "inside" if inside(mount.target,
+                                                                        other.target)
+                        else "over")
+            f.at(path + (j, "target"), f"the file of {what} is mounted {relation} the {kind} "
+                 f"mount at {other.target!r} (mounts[{k}])",
+                 "a target outside every other mount's target")
+            break
 
 
 def _health(module: Module, health: Health, path: _Path, f: _Faults) -> None:
@@ -311,14 +477,15 @@ def _placeholder_fault(module: Module, requirement_names: set[str], body: str) -
     if len(parts) == 2:
         if parts[0] not in requirement_names:
             return f"${{{body}}}: no requirement named {parts[0]!r}"
-        if parts[1] not in BINDING_KEYS:
+        if parts[1] not in BINDING_KEYS + EACH_REQUIREMENT_KEYS + TLS_KEYS:
             return f"${{{body}}}: {parts[1]!r} is not a binding value"
         return None
     return f"${{{body}}} is not a placeholder"
 
 
 def module_placeholder_keys(module: Module) -> list[tuple[_Path, str, str]]:
-    """(env path, requirement `as`, key) for every `${<as>.<key>}` in the module's env."""
+    """(path, requirement `as`, key) for every `${<as>.<key>}` in the module's env values and
+    secret files' contents."""
     found: list[tuple[_Path, str, str]] = []
     for i, container in enumerate(module.containers):
         for key, value in container.env.items():
@@ -330,6 +497,16 @@ def module_placeholder_keys(module: Module) -> list[tuple[_Path, str, str]]:
                 parts = body.split(".")
                 if len(parts) == 2 and parts[0] != "self":
                     found.append((("containers", i, "env", key), parts[0], parts[1]))
+        for j, secret_file in enumerate(container.secret_files):
+            try:
+                bodies = placeholders(secret_file.content)
+            except PlaceholderSyntaxError:
+                continue
+            for body in bodies:
+                parts = body.split(".")
+                if len(parts) == 2 and parts[0] != "self":
+                    found.append((("containers", i, "secret-files", j, "content"), parts[0],
+                                  parts[1]))
     return found
 
 
@@ -349,6 +526,22 @@ def validate_provisions(provisions: Provisions, where: DocumentPositions) -> lis
                 f.at(path + ("keys", i), f"key {key!r} is listed twice", "each key once")
         if provision.url is not None:
             _url_template(provision.url, provision.keys, path + ("url",), f)
+        for key in provision.values:
+            if key not in CONSTANT_KEYS:
+                f.at(path + ("values", key), f"value {key!r} is one the mesh derives, not a "
+                     "constant", "one of " + _listing(CONSTANT_KEYS), key=True)
+            elif key not in provision.keys:
+                f.at(path + ("values", key), f"value {key!r} is not one of the provision's "
+                     "keys", "a key listed in `keys`", key=True)
+        if provision.tls is not None:
+            fields = (*provision.keys, TLS_CA_FIELD)
+            if provision.tls.url is not None:
+                _url_template(provision.tls.url, fields, path + ("tls", "url"), f)
+            for key, template in provision.tls.values.items():
+                if key not in TLS_KEYS:
+                    f.at(path + ("tls", "values", key), f"TLS value {key!r} is not one a "
+                         "consumer can be told", "one of " + _listing(TLS_KEYS), key=True)
+                _url_template(template, fields, path + ("tls", "values", key), f)
     return f.items
 
 
@@ -407,6 +600,7 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         if instance.state_from is not None and instance.fresh:
             f.at(("instances", name, "fresh"), "state-from and fresh: true both say what "
                  "happens to the state of a move", "one of them", key=True)
+    _names(mesh, f)
     ports = mesh.host_ports
     for key, value in (("first", ports.first), ("last", ports.last)):
         f.port(("host-ports", key), value, HOST_PORT_FLOOR)
@@ -422,7 +616,95 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
     if not 0 <= mesh.ca.renew_before_days < max(mesh.ca.validity_days, 1):
         f.at(("ca", "renew-before-days"), f"renew-before-days {mesh.ca.renew_before_days}",
              "0 or more, and less than validity-days")
+    f.choice(("logs", "driver"), mesh.logs.driver, LOG_DRIVERS)
+    if not LOG_SIZE.match(mesh.logs.max_size):
+        f.at(("logs", "max-size"), f"log size {mesh.logs.max_size!r} is not a size",
+             "a whole number with k, m or g, such as 10m")
+    if mesh.logs.max_files < 1:
+        f.at(("logs", "max-files"), f"{mesh.logs.max_files} log files", "at least 1")
+    _backups(mesh, f)
     return f.items
+
+
+def _backups(mesh: Mesh, f: _Faults) -> None:
+    """mesh.yaml `backups:`: a target on a node of the mesh, schedules of instances on other
+    nodes than the target's, durations that read (resolver/_backups)."""
+    target = mesh.backups.target
+    if target is not None and target.node not in mesh.nodes:
+        f.at(("backups", "target", "node"), f"backup target node {target.node!r} is not a "
+             "node of the mesh", "one of " + _listing(mesh.nodes))
+    for name, every in mesh.backups.every.items():
+        path = ("backups", "every", name)
+        instance = mesh.instances.get(name)
+        if instance is None:
+            f.at(path, f"backups.every names {name!r}, which is not an instance",
+                 "an instance of `instances`", key=True)
+        elif target is not None and instance.node == target.node:
+            f.at(path, f"{name} runs on {target.node}, the backup target's own node",
+                 "a backup target on another node than the instances it backs up", key=True)
+        if not BACKUP_EVERY.match(every):
+            f.at(path, f"{every!r} is not a duration", "a whole number with s, m, h, d or w, "
+                 "such as 6h or 1d")
+
+
+def _names(mesh: Mesh, f: _Faults) -> None:
+    """The mesh `domain` and instances' `name`s (resolver/_names): DNS names, inside the
+    domain, one instance per name (the later one in the document is refused, naming the
+    first)."""
+    domain = mesh.domain
+    if domain is not None and not is_dns_name(domain):
+        f.at(("domain",), f"domain {domain!r} is not a DNS name",
+             "lower-case labels of letters, digits and '-', joined by '.', such as home.arpa")
+        domain = None
+    if mesh.acme is not None:
+        _acme(mesh, domain, f)
+    claimed: dict[str, str] = {}
+    order = f.where.key_order(("instances",)) or tuple(sorted(mesh.instances))
+    for name in order:
+        instance = mesh.instances.get(name)
+        if instance is None or instance.name is None:
+            continue
+        path = ("instances", name, "name")
+        if not is_dns_name(instance.name):
+            f.at(path, f"name {instance.name!r} is not a DNS name",
+                 "a lower-case label such as app1, or a name inside the mesh domain")
+            continue
+        if mesh.domain is None:
+            f.at(path, f"instance {name} has a name and mesh.yaml names no domain",
+                 "a top-level domain: such as home.arpa", key=True)
+            continue
+        if domain is None:
+            continue
+        if "." in instance.name and not in_domain(instance.name, domain):
+            line, _ = f.where.position(("domain",))
+            f.at(path, f"name {instance.name!r} is outside the mesh domain {domain} "
+                 f"(line {line})", f"a label (app1, becoming app1.{domain}) or a name "
+                 f"ending in .{domain}")
+            continue
+        full = fqdn(instance.name, domain)
+        assert full is not None
+        if full in claimed:
+            line, _ = f.where.position(("instances", claimed[full], "name"))
+            f.at(path, f"instance {name} claims the name {full}, which instance "
+                 f"{claimed[full]} claims already (line {line})", "one instance per name")
+            continue
+        claimed[full] = name
+
+
+def _acme(mesh: Mesh, domain: Optional[str], f: _Faults) -> None:
+    """mesh.yaml's `acme`: an email, and a public `domain` an ACME CA can validate."""
+    assert mesh.acme is not None
+    if not is_email(mesh.acme.email):
+        f.at(("acme", "email"), f"{mesh.acme.email!r} is not an email address",
+             "the ACME account's email, such as ops@example.org")
+    if mesh.domain is None:
+        f.at(("acme",), "acme and mesh.yaml names no domain",
+             "a top-level domain: a public one, such as example.org", key=True)
+    elif domain is not None and (why := acme_refusal(domain)) is not None:
+        line, _ = f.where.position(("domain",))
+        f.at(("acme",), f"acme for the domain {domain} (line {line}): {why}, no public CA "
+             "can validate them", "a public domain the operator holds, or no acme (the "
+             "mesh CA)", key=True)
 
 
 def _exposure(path: _Path, listen: str, exposure: Exposure, f: _Faults) -> None:
@@ -540,14 +822,21 @@ def validate_catalogue(modules: Mapping[str, Module], provisions: Mapping[str, P
             if req is None:
                 continue  # validate_module already said so
             offered: tuple[str, ...]
-            if req.module is not None:
+            if req.each:
+                offered = EACH_REQUIREMENT_KEYS
+            elif req.module is not None:
                 offered = MODULE_REQUIREMENT_KEYS
             elif req.provision is not None and req.provision in provisions:
                 provision = provisions[req.provision]
-                offered = tuple(provision.keys) + (("url",) if provision.url else ())
+                offered = tuple(provision.keys) + (("url",) if provision.url else ()) \
+                    + (tuple(provision.tls.values) if provision.tls is not None else ())
             else:
                 continue  # an unknown provision is the resolver's problem
-            if key not in offered:
+            if key not in offered and req.each:
+                at(name, path, f"${{{as_}.{key}}}: {as_} takes every provider of "
+                   f"{req.provision}, so its values are a list (mount the binding's file)",
+                   "one of " + _listing(offered))
+            elif key not in offered:
                 at(name, path, f"${{{as_}.{key}}}: {req.provision or req.module} offers no {key!r}",
                    "one of " + _listing(offered))
         for i, req in enumerate(module.requires):

@@ -9,6 +9,7 @@ from ._dot import escape as dot_escape
 from ._dot import quote as dot_quote
 from ._picture import (EdgeView, InstanceView, MeshPicture, NodeView, Opening, ProblemView,
                        mesh_picture, problem_key)
+from ._names import NameRecord, name_records
 
 __all__ = [
     # The picture, as plain data
@@ -17,4 +18,6 @@ __all__ = [
     # Its DOT text
     "mesh_dot", "render_dot", "instance_id", "binding_id", "problem_id", "dot_quote",
     "dot_escape", "DOT_LEGEND",
+    # Web names and where they answer (`mesh names`)
+    "name_records", "NameRecord",
 ]
