@@ -6,17 +6,24 @@ Invariants:
   `mesh.<mesh>.enrol.<token id>`), so two meshes on one broker never share an object.
 - Exchanges (direct, durable): `declarations` (routing key: the node) → queue `node.<node>`;
   `reports` → queue `reports`; `enrolment` → queue `enrolment`; `answers` (routing key: the
-  token id) → queue `answer.<token id>`. Queues are durable, messages persistent
+  token id) → queue `answer.<token id>`; `logs` (routing key: a `mesh logs` request's id) →
+  the asker's own exclusive queue, gone with its connection. Queues are durable, messages persistent
   (delivery_mode 2), publishes confirmed by the broker (`publish` raises unless the broker
   confirmed and routed it).
 - What each account may do is stated here once (`permissions`): a node account reads only its
-  own queue and writes only the `reports` exchange, configures nothing; an enrolment account
+  own queue and writes only the `reports` and `logs` exchanges, configures nothing; an enrolment account
   writes only `enrolment` and reads only its answer queue; the control account does
   everything inside the vhost and nothing outside it.
 - Connecting is retried with capped exponential backoff and a line per attempt, never
   silently, until it succeeds or the caller's deadline passes (`connect_retrying`), or, for a
   long-running server, until it is stopped, connecting again whenever the connection breaks
   (`serve_reconnecting`). Both go through the one backoff loop (`connect_backing_off`).
+- The mesh's traffic is TLS (amqps, port 5671) verified against the mesh CA: `parameters`
+  is given the CA certificate (`BrokerTls`) and the connection is refused unless the broker's
+  certificate chains to that CA and names the broker's address (its SAN), checked by the TLS
+  handshake, which ends before the AMQP login: a broker with another certificate never sees
+  an account's password (`BrokerTrustError`). Plain AMQP happens only when the caller was told
+  so in so many words (`BrokerTls.plain()`: `--broker-plain`, a token made with it).
 - pika (the node and control extras) is imported by the functions that speak AMQP only: the
   names and addresses here are read by modules that never open a connection.
 """
@@ -24,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, TypeVar
 
@@ -36,15 +44,54 @@ if TYPE_CHECKING:  # pika has no type information: these names are for the reade
     from pika.adapters.blocking_connection import BlockingChannel
 
 DECLARATIONS, REPORTS, ENROLMENT, ANSWERS = "declarations", "reports", "enrolment", "answers"
-EXCHANGES = (DECLARATIONS, REPORTS, ENROLMENT, ANSWERS)
+LOGS = "logs"  # a node's answer to `mesh logs` (routing key: the request id) → the asker's queue
+EXCHANGES = (DECLARATIONS, REPORTS, ENROLMENT, ANSWERS, LOGS)
 REPORT_QUEUE, ENROLMENT_QUEUE = "reports", "enrolment"
 PERSISTENT = 2
-DEFAULT_PORT = 5672
+DEFAULT_PORT = 5671  # amqps: the mesh's traffic is TLS
+PLAIN_PORT = 5672  # plain AMQP, only when asked for (BrokerTls.plain())
 BACKOFF_CAP = 30.0
 
 
 class BrokerError(MeshError):
     """The broker cannot be reached, refused us, or did not confirm a message."""
+
+
+class BrokerTrustError(BrokerError):
+    """The broker's TLS certificate is not one the mesh CA issued for its address: nothing
+    was sent to it (the handshake failed before the login)."""
+
+
+@attrs.frozen
+class BrokerTls:
+    """How a connection to the broker is secured: TLS verified against `ca_pem` (the mesh
+    CA's certificate), or, only when asked for, plain AMQP (`ca_pem` None)."""
+
+    ca_pem: Optional[str] = attrs.field(default=None, repr=False)
+
+    @classmethod
+    def plain(cls) -> "BrokerTls":
+        return cls(None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.ca_pem is not None
+
+    @property
+    def scheme(self) -> str:
+        return "amqps" if self.enabled else "amqp"
+
+    def context(self) -> ssl.SSLContext:
+        """A client context that trusts the mesh CA alone and checks the broker's name."""
+        if self.ca_pem is None:
+            raise BrokerError("plain AMQP has no TLS context")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify + check_hostname on
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_verify_locations(cadata=self.ca_pem)
+        except (ssl.SSLError, ValueError) as exc:
+            raise BrokerError(f"the mesh CA certificate cannot be used for TLS: {exc}") from None
+        return context
 
 
 @attrs.frozen
@@ -101,7 +148,7 @@ class FleetNames:
         return Permissions(".*", ".*", ".*")
 
     def node_permissions(self, node: str) -> Permissions:
-        return Permissions(NOTHING, f"^{re.escape(REPORTS)}$",
+        return Permissions(NOTHING, f"^({re.escape(REPORTS)}|{re.escape(LOGS)})$",
                            f"^{re.escape(self.node_queue(node))}$")
 
     def enrol_permissions(self, token_id: str) -> Permissions:
@@ -120,10 +167,12 @@ class BrokerAddress:
 
     @classmethod
     def parse(cls, text: str) -> "BrokerAddress":
-        """`host`, `host:port`, `[v6]:port` or `amqp://host:port[/…]`."""
+        """`host`, `host:port`, `[v6]:port` or `amqp[s]://host:port[/…]` (port: 5671)."""
         value = text.strip()
-        if value.startswith("amqp://"):
-            value = value[len("amqp://"):].split("/", 1)[0].rsplit("@", 1)[-1]
+        for scheme in ("amqps://", "amqp://"):
+            if value.startswith(scheme):
+                value = value[len(scheme):].split("/", 1)[0].rsplit("@", 1)[-1]
+                break
         if value.startswith("["):
             host, _, rest = value[1:].partition("]")
             port = rest.lstrip(":")
@@ -140,11 +189,17 @@ class BrokerAddress:
 
 
 def parameters(address: BrokerAddress, vhost: str, user: str, password: str, *,
-               heartbeat: int = 30, timeout: float = 10.0) -> pika.ConnectionParameters:
+               tls: BrokerTls, heartbeat: int = 30,
+               timeout: float = 10.0) -> pika.ConnectionParameters:
+    """How to log in as `user`; over TLS verified against the mesh CA unless `tls` is plain
+    (the handshake, with the check of the broker's certificate and name, comes before the
+    login that carries the password)."""
     import pika  # the extra's: see the module's invariants
 
+    ssl_options = pika.SSLOptions(tls.context(), server_hostname=address.host) \
+        if tls.enabled else None
     return pika.ConnectionParameters(
-        host=address.host, port=address.port, virtual_host=vhost,
+        host=address.host, port=address.port, virtual_host=vhost, ssl_options=ssl_options,
         credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
         heartbeat=heartbeat, blocked_connection_timeout=60, socket_timeout=timeout,
         stack_timeout=timeout * 2, connection_attempts=1, client_properties={
@@ -164,7 +219,43 @@ def connect(params: pika.ConnectionParameters) -> pika.BlockingConnection:
         raise BrokerError(f"the broker refused access to vhost {params.virtual_host}: "
                           f"{exc}") from None
     except (pika.exceptions.AMQPError, OSError) as exc:
+        untrusted = _certificate_refusal(exc)
+        if untrusted is not None:
+            raise BrokerTrustError(
+                f"{params.host}:{params.port}: the broker's TLS certificate is not the mesh "
+                f"CA's for {params.host} ({untrusted}): refused before any password was "
+                f"sent") from None
+        if params.ssl_options is not None and _is_tls_failure(exc):
+            raise BrokerError(f"{params.host}:{params.port}: no TLS handshake with the broker "
+                              f"({describe(exc)}); does it listen with TLS (amqps) there?"
+                              ) from None
         raise BrokerError(f"{params.host}:{params.port}: {describe(exc)}") from None
+
+
+def _causes(exc: BaseException) -> Iterable[BaseException]:
+    """`exc` and what pika wrapped in it (see describe)."""
+    current: Optional[BaseException] = exc
+    for _ in range(5):
+        if current is None:
+            return
+        yield current
+        inner = getattr(current, "exception", None)
+        if not isinstance(inner, BaseException):
+            inner = current.args[0] if current.args else None
+        current = inner if isinstance(inner, BaseException) else current.__cause__
+
+
+def _certificate_refusal(exc: BaseException) -> Optional[str]:
+    """Why the broker's certificate was not believed, if that is what `exc` is."""
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return str(cause.verify_message or cause.reason or cause)
+    return None
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    return any(isinstance(cause, ssl.SSLError) or "SSL" in type(cause).__name__
+               for cause in _causes(exc))
 
 
 def describe(exc: BaseException) -> str:

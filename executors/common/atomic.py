@@ -16,20 +16,24 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 Data = Union[bytes, str]
 PathLike = Union[str, "os.PathLike[str]"]  # a path as callers hold it: text or a Path
 
 
-def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None]) -> None:
-    """Write `data` to a temp file beside `path` with `mode`, fsync it, `place(temp, path)`."""
+def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None],
+            owner: Optional[tuple[int, int]] = None) -> None:
+    """Write `data` to a temp file beside `path` with `mode` (and `owner`, uid and gid, when
+    given), fsync it, `place(temp, path)`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):
         data = data.encode("utf-8")
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
+        if owner is not None:  # before any byte is written: only its owner ever reads it
+            os.fchown(fd, *owner)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -47,12 +51,22 @@ def _staged(path: Path, data: Data, mode: int, place: Callable[[str, Path], None
         os.close(directory)
 
 
-def write_atomic(path: PathLike, data: Data, mode: int = 0o644) -> None:
-    """Replace `path` with `data` (text is written as UTF-8), whole or not at all."""
-    _staged(Path(path), data, mode, lambda temp, target: os.replace(temp, target))
+def write_atomic(path: PathLike, data: Data, mode: int = 0o644,
+                 owner: Optional[tuple[int, int]] = None) -> None:
+    """Replace `path` with `data` (text is written as UTF-8), whole or not at all; `owner`
+    (uid, gid) is who owns it (the writer when None)."""
+    _staged(Path(path), data, mode, lambda temp, target: os.replace(temp, target), owner)
 
 
 def write_exclusive(path: PathLike, data: Data, mode: int = 0o600) -> None:
     """Create `path` holding `data`, whole or not at all; FileExistsError when it exists (the
     file there is left as it is)."""
     _staged(Path(path), data, mode, lambda temp, target: os.link(temp, target))
+
+
+def open_new_for_streaming(path: PathLike, mode: int = 0o600) -> int:
+    """A descriptor open for writing on a new file `path` (FileExistsError when anything is
+    there, a symlink included): for a file streamed in pieces into a staging directory that is
+    renamed into place whole only once every file in it is verified (the state-move arrival),
+    so no reader ever sees it half-written."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)

@@ -9,6 +9,8 @@ Invariants:
 FORMAT = "mesh-message/1"
 DECLARATION = "declaration"
 ENROLMENT_ANSWER = "enrolment-answer"
-SIGNED_KINDS = (DECLARATION, ENROLMENT_ANSWER)
+LOGS_REQUEST = "logs-request"  # `mesh logs DIR INSTANCE`: a node's agent reads its containers
+SIGNED_KINDS = (DECLARATION, ENROLMENT_ANSWER, LOGS_REQUEST)
 REPORT_FORMAT = "mesh-report/1"
 ENROLMENT_REQUEST_FORMAT = "mesh-enrolment-request/1"
+LOGS_ANSWER_FORMAT = "mesh-logs/1"

@@ -2,7 +2,8 @@
 
 Invariants:
 - One schema per document that crosses the wire: the signed envelope, the body of a
-  declaration message, a node's report, an enrolment request, the body of an enrolment answer.
+  declaration message, a node's report, an enrolment request, the body of an enrolment answer,
+  the body of a logs request and a node's logs answer.
 - They describe what executors/control and executors/node write; tests validate real messages
   against them, so a field added on one side without its schema fails a test.
 """
@@ -146,6 +147,47 @@ ENROLMENT_ANSWER = {
     },
 }
 
+LOGS_REQUEST = {
+    "$schema": DRAFT,
+    "title": "logs request body",
+    "description": "`mesh logs DIR INSTANCE`: the control node asks the agent of the "
+    "instance's node for its containers' output, signed like a declaration (kind "
+    "`logs-request`) and sent to the node's queue. The agent answers on the `logs` exchange "
+    "with `request` as routing key, never after `expires`.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mesh", "node", "instance", "request", "expires"],
+    "properties": {
+        "mesh": {"type": "string"}, "node": {"type": "string"},
+        "instance": {"type": "string"}, "container": _NULLABLE_STRING,
+        "since": {"type": ["number", "null"], "description": "Unix time"},
+        "tail": _NULLABLE_INT, "timestamps": {"type": "boolean"},
+        "request": {"type": "string", "description": "random id: the answer's routing key"},
+        "expires": {"type": "string", "description": "ISO 8601 UTC time"},
+    },
+}
+
+LOGS_ANSWER = {
+    "$schema": DRAFT,
+    "title": "logs answer",
+    "description": "A node's answer to a logs request, published with its own account on the "
+    "`logs` exchange: the lines (every value of a credential sealed to the node replaced by "
+    "its ${secret:<id>} token), or why there are none.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "node", "request", "instance"],
+    "properties": {
+        "format": {"const": messages.LOGS_ANSWER_FORMAT},
+        "node": {"type": "string"}, "request": {"type": "string"},
+        "instance": {"type": "string"},
+        "lines": {"type": "array", "items": {"type": "string"}},
+        "truncated": {"type": "boolean", "description": "only the newest lines fit its bound"},
+        "scrubbed": {"type": "integer", "description": "lines a secret value was taken out of"},
+        "error": {"type": "string"},
+    },
+}
+
 SCHEMAS = {"message-envelope": ENVELOPE, "declaration-message": DECLARATION_BODY,
            "report": REPORT, "enrolment-request": ENROLMENT_REQUEST,
-           "enrolment-answer": ENROLMENT_ANSWER}
+           "enrolment-answer": ENROLMENT_ANSWER, "logs-request": LOGS_REQUEST,
+           "logs-answer": LOGS_ANSWER}

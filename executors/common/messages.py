@@ -44,12 +44,15 @@ from executors.common.message_formats import (  # part of this module's API (__a
     ENROLMENT_ANSWER,
     ENROLMENT_REQUEST_FORMAT,
     FORMAT,
+    LOGS_ANSWER_FORMAT,
+    LOGS_REQUEST,
     REPORT_FORMAT,
     SIGNED_KINDS,
 )
 
 __all__ = [
     "DECLARATION", "ENROLMENT_ANSWER", "ENROLMENT_REQUEST_FORMAT", "FORMAT", "REPORT_FORMAT",
+    "LOGS_REQUEST", "LOGS_ANSWER_FORMAT",
     "SIGNED_KINDS", "CLOCK_SKEW", "Document", "Envelope", "MessageRefused", "canonical",
     "fingerprint", "certificate_fingerprint", "load_certificate", "sign", "open_signed",
     "check_signer", "delivery_subject", "plain", "open_plain",

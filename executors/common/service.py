@@ -1,6 +1,8 @@
-"""How the mesh's long-running processes (the node agent, the control loop) are installed as
-services that come back after a crash or a reboot: the one place `mesh join` and `mesh init`
-ask.
+"""How the mesh's long-running host processes (the node agent; a control loop run on a host,
+such as a restored control node without Docker) are installed as services that come back
+after a crash or a reboot: the one place `mesh join` (and `mesh init`, for its own agent;
+`mesh control restore --node`, for the control loop) asks. The control loop `mesh init` starts is not one of them: it is the control instance's
+container, which the Docker Engine's restart policy brings back.
 
 Invariants:
 - Where systemd runs (`/run/systemd/system` exists), a unit `mesh-<name>.service` is written

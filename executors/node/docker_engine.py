@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import attrs
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
+from docker.types import LogConfig
 
 from resolver import MeshError
 
@@ -56,11 +57,16 @@ class ContainerSpec:
     # files a bind mount needs before the container starts: created empty when absent, never
     # overwritten (the registry's htpasswd, which its provisioner fills)
     placeholders: tuple[str, ...] = ()
+    # (driver, its options): the output the runtime keeps, rotated (the declaration's logs)
+    log_config: Optional[tuple[str, tuple[tuple[str, str], ...]]] = None
 
 
-def connect(base_url: Optional[str] = None, timeout: int = 120) -> docker.APIClient:
-    return docker.APIClient(base_url=base_url or ENGINE_SOCKET,
-                            version=API_VERSION, timeout=timeout)
+def connect(base_url: Optional[str] = None, timeout: Optional[int] = 120) -> docker.APIClient:
+    """A client of the Engine at `base_url` (the local socket by default); `timeout` None:
+    reads wait as long as the Engine takes (following a container's output)."""
+    # the SDK hands `timeout` to requests, where None means no read timeout; its stub says int
+    return docker.APIClient(base_url=base_url or ENGINE_SOCKET, version=API_VERSION,
+                            timeout=timeout)  # type: ignore[arg-type]
 
 
 def managed_rows(api: docker.APIClient, mesh: str) -> list[Mapping[str, object]]:
@@ -99,6 +105,8 @@ def _create_container(api: docker.APIClient, spec: ContainerSpec) -> str:
         port_bindings={port: (ip, host_port) for port, ip, host_port in spec.ports},
         binds={source: {"bind": target, "mode": mode} for source, target, mode in spec.binds},
         restart_policy={"Name": spec.restart} if spec.restart != "no" else None,
+        log_config=(LogConfig(type=spec.log_config[0], config=dict(spec.log_config[1]))
+                    if spec.log_config is not None else None),
     )
     ports: Sequence[Any] = [(int(port.split("/")[0]), port.split("/")[1])
                             for port, _, _ in spec.ports]

@@ -215,15 +215,16 @@ class Provisioner(GrantProvisioner, Protocol):
 @runtime_checkable
 class FileProvisioner(GrantProvisioner, Protocol):
     """A file-backed provisioner: makes grants of one kind true in a file on the provider's
-    node, which the provider's containers read (the mesh registry's htpasswd; a tool's token
-    file would be one too).
+    node, which the provider's containers read (the mesh registry's htpasswd, a tool server's
+    tokens file).
 
     Its pure half is a plan module as a service's is: parse the file's text (and what the
     shell observed about it, e.g. whether a stored hash matches) → diff → after, where a
     second diff against `after` is empty. Lines the mesh does not manage are kept byte for
     byte; an entry another mesh or provider marks is refused and left alone. The file is
     written whole (temp, fsync, rename; 0600) only when it changes, and the containers that
-    read it are restarted then.
+    read it only when they start are restarted then (a server that reads it again when it
+    changes, as the tool servers do, is not).
     """
 
     def grant_subject(self, grant: GrantDecl) -> str:
@@ -243,6 +244,33 @@ class FileProvisioner(GrantProvisioner, Protocol):
         none). Restart `provider`'s running containers through `files.engine` when the file
         changed. With `dry_run`, record the plan as planned; write nothing, restart nothing.
         """
+        ...
+
+
+@runtime_checkable
+class BindingChecker(Protocol):
+    """What checks the bindings of one grant kind for `mesh verify`: every service-backed
+    Provisioner is one, and a FileProvisioner may be (a tool server's tokens: its consumers
+    are checked against the running server, the file is only how the server learns them)."""
+
+    kind: str
+
+    def check_binding(self, binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
+        """As Provisioner.check_binding: `password` is the binding's credential (a token)."""
+        ...
+
+
+@runtime_checkable
+class ProtocolProbe(Protocol):
+    """What checks the bindings of one provision that grants nothing (no credential) for `mesh
+    verify`, by speaking its protocol: a `metrics` entry answers Prometheus exposition
+    (provisioners/metrics_probe.py). Run from the consumer's network namespace after the TCP
+    connection opened; read-only towards the provider."""
+
+    provision: str
+
+    def check_binding(self, binding: BindingDecl, timeout: float) -> BindingCheck:
+        """ok, unreachable (why not) or missing-resource (what it answered instead)."""
         ...
 
 

@@ -4,7 +4,8 @@ Invariants:
 - Under the state root (default /var/lib/mesh) there are two namespaces that never meet:
   `<state root>/<instance>/…` for instances' state directories (the resolver's relative state
   paths), and `<state root>/.mesh/` for the executor's own files: env/ and bindings/ (files the
-  mesh writes, 0600), steps/ (run-once markers), dirs.json, applied.json, noop.json,
+  mesh writes, 0600), secrets/ (containers' secret files, 0400 owned by the container's
+  user, one directory per container, mounted read-only), steps/ (run-once markers), dirs.json, applied.json, noop.json,
   answered.json (which containers an apply saw answer their health check), firewall.digest
   and the apply lock. An instance name never starts with a dot, and a declared
   state or accessed path inside `.mesh/` is refused at render, so neither can reach the other.
@@ -102,6 +103,12 @@ class NodePaths:
     @property
     def bindings_dir(self) -> Path:
         return self.root / "bindings"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Containers' secret files: `<name>/<file>`, each directory mounted read-only at the
+        container's /run/secrets (apply/secret_files.py)."""
+        return self.root / "secrets"
 
     @property
     def steps_dir(self) -> Path:

@@ -7,8 +7,9 @@ Invariants:
 - The broker password and the enrolment secret are kept only sealed to the node's own key
   (`password-sealed`); the file is written whole (temp, fsync, rename) with mode 0600.
 - The mesh CA is pinned by `ca-fingerprint` (from the enrolment token); `ca-certificate` is
-  the CA's certificate the enrolment answer carried, accepted only when its key has that
-  fingerprint.
+  the CA's certificate the token carried (the answer's must be the same CA), accepted only
+  when its key has that fingerprint. Every connection to the broker is TLS verified against
+  it (`broker.tls`, default true); `false` only when the token said the broker is plain.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 
 from resolver import Fault, InputError
 
+from executors.common.amqp import BrokerError, BrokerTls
 from executors.common.atomic import write_atomic
 
 from executors.node.node_paths import DEFAULT_STATE_ROOT
@@ -66,6 +68,17 @@ class AgentConfig:
     ca_certificate: Optional[str] = None
     login: Optional[BrokerLogin] = None
     enrolment: Optional[PendingEnrolment] = None
+    broker_tls: bool = True
+
+    def tls(self) -> BrokerTls:
+        """How this node secures its broker connections: TLS against the pinned CA unless the
+        configuration says plain. BrokerError when TLS is asked for and no CA is kept."""
+        if not self.broker_tls:
+            return BrokerTls.plain()
+        if not self.ca_certificate:
+            raise BrokerError(f"{self.path}: broker.tls is true but no ca-certificate is kept "
+                              f"to verify the broker with: enrol again with a new token")
+        return BrokerTls(self.ca_certificate)
 
     @property
     def enrolled(self) -> bool:
@@ -89,7 +102,7 @@ _TOP: Mapping[str, tuple[str, _Kind, bool]] = {
     "enrolment": ("enrolment", (dict, type(None)), False),
 }
 _BROKER: Mapping[str, tuple[_Kind, bool]] = {"host": (str, True), "port": (int, True), "vhost": (str, True), "user": (str, False),
-           "password-sealed": (str, False)}
+           "password-sealed": (str, False), "tls": (bool, False)}
 _ENROLMENT: Mapping[str, tuple[_Kind, bool]] = {"token": (str, True), "user": (str, True), "secret-sealed": (str, True)}
 
 
@@ -170,11 +183,13 @@ def load_config(path: Union[str, os.PathLike[str]]) -> AgentConfig:
         pending = PendingEnrolment(enrolment["token"], enrolment["user"],
                                    enrolment["secret-sealed"])
     return AgentConfig(path=path, broker_host=broker["host"], broker_port=broker["port"],
-                       vhost=broker["vhost"], login=login, enrolment=pending, **values)
+                       vhost=broker["vhost"], login=login, enrolment=pending,
+                       broker_tls=broker.get("tls", True), **values)
 
 
 def dump_config(config: AgentConfig) -> str:
-    broker = {"host": config.broker_host, "port": config.broker_port, "vhost": config.vhost}
+    broker: dict[str, object] = {"host": config.broker_host, "port": config.broker_port,
+                                 "vhost": config.vhost, "tls": config.broker_tls}
     if config.login is not None:
         broker.update({"user": config.login.user,
                        "password-sealed": config.login.password_sealed})

@@ -6,6 +6,10 @@ Invariants:
   (common/keys.key_fingerprint), for the operator to compare with `mesh enrol list`.
 - The request (node, mesh, token id, public key, address) is sent with the token's one-time
   account; the broker authenticates it with the token's secret and validates its `user_id`.
+- Before the secret leaves, the broker proves itself: the connection is TLS verified against
+  the CA certificate the token carries (whose key has the fingerprint the token pins), and
+  the broker's certificate must name the token's broker address. Another broker's is refused
+  in one line and nothing is sent (common/amqp). Plain only when the token says so.
 - The answer is believed only if the CA certificate it carries has the fingerprint the token
   pinned, is a self-signed CA, and certified the key that signed the answer
   (common/messages.open_signed). Then the configuration gets the CA certificate and the
@@ -80,7 +84,8 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
         path=config_path, mesh=token.mesh, node=token.node, key=key_path,
         ca_fingerprint=token.ca_fingerprint, broker_host=broker.host, broker_port=broker.port,
         vhost=token.vhost, state_root=state_root, docker_host=docker_host, firewall=firewall,
-        drift_minutes=drift_minutes, enrolment=pending)
+        drift_minutes=drift_minutes, enrolment=pending, ca_certificate=token.ca_certificate,
+        broker_tls=token.tls)
     write_config(config)
     say(f"wrote {config_path} (mode 0600)")
     request = {"format": messages.ENROLMENT_REQUEST_FORMAT, "mesh": token.mesh,
@@ -95,7 +100,8 @@ def start(token_text: str, *, config_path: str, key_path: str, address: Optional
                                      user_id=pending.user))
     finally:
         connection.close()
-    say(f"enrolment of {token.node} ({address}) asked of mesh {token.mesh} at {broker}; on the "
+    say(f"enrolment of {token.node} ({address}) asked of mesh {token.mesh} at "
+        f"{token.transport}://{broker}; on the "
         f"control node: `mesh enrol accept DIR {token.node} --fingerprint {fingerprint}`")
     return config
 
@@ -108,7 +114,8 @@ def _pending(config: AgentConfig) -> PendingEnrolment:
 
 def _parameters(config: AgentConfig, secret: str) -> pika.ConnectionParameters:
     return amqp.parameters(amqp.BrokerAddress(config.broker_host, config.broker_port),
-                           config.vhost, _pending(config).user, secret, heartbeat=30)
+                           config.vhost, _pending(config).user, secret, tls=config.tls(),
+                           heartbeat=30)
 
 
 def believe(data: bytes, config: AgentConfig) -> messages.Document:

@@ -2,8 +2,11 @@
 verifies them, applies the newest, reports back.
 
 Invariants:
-- Only this node's queue is read, with this node's account; only reports are published, in
-  this node's name (the broker validates `user_id`).
+- Only this node's queue is read, with this node's account; only reports and answers to logs
+  requests are published, in this node's name (the broker validates `user_id`).
+- A logs request (`mesh logs DIR INSTANCE`) is verified like a declaration and answered apart
+  from them (agent/logs_answer.py, secret values replaced by their tokens); it never applies
+  anything.
 - A declaration is applied only after its envelope verified against the pinned mesh CA
   (common/messages.py) and its body proved to be this node's of this mesh. Anything else (a bad
   signature, another key, another node, truncated, not JSON) is refused: its report says why
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 import socket
 import sys
@@ -50,6 +54,7 @@ from executors.common.amqp import BrokerError, FleetNames
 from executors.common.atomic import write_atomic
 from executors.common.keys import load_private_key, unseal
 from executors.common.report import LivePrinter, Report
+from executors.node.agent import logs_answer
 from executors.node.agent.config import AgentConfig, BrokerLogin
 from executors.node.agent.revoked import KeptRevocations
 from executors.node.apply.options import ApplyOptions
@@ -57,6 +62,7 @@ from executors.node.apply.runner import apply_files, secret_source_from
 from executors.node.verify.check import engine_client, engine_locator, verify_declaration
 from executors.node.apply.outcome import ApplyOutcome, ApplyResult
 from executors.node.node_paths import NodePaths
+from executors.node.state_move.background import Departures
 
 if TYPE_CHECKING:  # pika has no type information: these names are for the reader
     import pika
@@ -174,6 +180,8 @@ class Agent:
         interval = config.drift_minutes * 60
         self.drift_interval = interval if interval > 0 else None
         self.next_drift: Optional[float] = self.clock()  # at start: repair what a reboot lost
+        # the state of instances that moved away, served while the move is declared
+        self.departures = Departures(config.state_root, config.docker_host, self.say)
 
     # -- broker
 
@@ -183,7 +191,7 @@ class Agent:
     def _parameters(self) -> pika.ConnectionParameters:
         address = amqp.BrokerAddress(self.login.host, self.login.port)
         return amqp.parameters(address, self.login.vhost, self.login.user, self._password(),
-                               heartbeat=30)
+                               tls=self.config.tls(), heartbeat=30)
 
     def stop(self, *_args: object) -> None:
         if not self.stopping:
@@ -195,6 +203,7 @@ class Agent:
         self.say(f"mesh {self.config.mesh}, node {self.config.node}, broker "
                  f"{self.login.host}:{self.login.port}, queue "
                  f"{self.names.node_queue(self.config.node)}")
+        self._follow_departures_in_force()
         amqp.serve_reconnecting(
             lambda: amqp.connect(self._parameters()), self._serve,
             close=lambda connection: connection.close(), stopping=lambda: self.stopping,
@@ -203,7 +212,21 @@ class Agent:
             unreachable=lambda attempt, error, delay: (
                 f"broker not reachable (attempt {attempt}): {error}; retrying in {delay:.0f}s"),
             connected=lambda attempt: f"connected to the broker (attempt {attempt})")
+        self.departures.close()
         self.say("stopped")
+
+    def _follow_departures_in_force(self) -> None:
+        """A restarted agent serves again what its declaration in force says leaves."""
+        current = self.files.current_files()
+        if current is None:
+            return
+        try:
+            declaration = resolver.documents.structure(
+                json.loads(current[0].read_text()), Declaration)
+        except (OSError, ValueError, MeshError) as exc:
+            self.say(f"the declaration in force cannot be read ({exc}): no state served")
+            return
+        self.departures.follow(declaration)
 
     def _sleep(self, seconds: float) -> None:
         end = self.clock() + seconds
@@ -223,6 +246,13 @@ class Agent:
         while not self.stopping:
             if self.waiting:
                 batch = self._settle(connection, consume, queue)
+                asked = [d for d in batch if logs_answer.is_logs_request(d.body)]
+                if asked:  # answered apart: a logs request never applies anything
+                    batch = [d for d in batch if not logs_answer.is_logs_request(d.body)]
+                    answers = self._run_serviced(connection, lambda: self.answer_logs(asked))
+                    for delivery, (routing, document) in zip(asked, answers):
+                        self._publish_logs(reports, routing, document)
+                        consume.basic_ack(delivery.tag)
                 outcomes = self._run_serviced(connection, lambda: self.handle(batch))
                 for delivery, report in outcomes:
                     self._publish_report(reports, report)
@@ -287,6 +317,52 @@ class Agent:
                  + (f"serial {report['serial']}" if report.get("serial") is not None
                     else f"{report['trigger']}"))
 
+    def _publish_logs(self, channel: BlockingChannel, routing: Optional[str],
+                      document: ReportBody) -> None:
+        """The answer to a logs request to its asker's queue (`routing`: its id), or, for a
+        refused request, a report saying why."""
+        if routing is None:
+            self._publish_report(channel, document)
+            return
+        try:
+            amqp.publish(channel, amqp.LOGS, routing, messages.plain(document),
+                         amqp.properties(message_id=f"logs/{self.config.node}/{routing}",
+                                         kind="logs", user_id=self.login.user))
+        except BrokerError as error:  # the asker gave up waiting: its queue is gone
+            self.say(f"logs of {document.get('instance')} for request {routing} not "
+                     f"delivered: {error}")
+            return
+        lines = document.get("lines")
+        self.say(f"answered logs request {routing} ({document.get('instance')}: "
+                 + (str(document["error"]) if document.get("error") else
+                    f"{len(lines) if isinstance(lines, list) else 0} lines") + ")")
+
+    def answer_logs(self, asked: list[Delivery]) -> list[tuple[Optional[str], ReportBody]]:
+        """Each logs request verified and answered (logs_answer.py): (its id, the answer), or
+        (None, a report of its refusal)."""
+        answers: list[tuple[Optional[str], ReportBody]] = []
+        for delivery in asked:
+            try:
+                body = messages.open_signed(delivery.body, kind=messages.LOGS_REQUEST,
+                                            ca=self.ca, mesh=self.config.mesh,
+                                            revoked=self.revoked.serials())
+                request = logs_answer.check_request(
+                    body, self.config.mesh, self.config.node,
+                    datetime.datetime.now(datetime.timezone.utc))
+            except messages.MessageRefused as refusal:
+                self.say(f"refused logs request {delivery.message_id or '(no id)'}: "
+                         f"{refusal.reason}")
+                answers.append((None, self._report("message", result="rejected",
+                                                   message_id=delivery.message_id,
+                                                   reason=refusal.reason)))
+                continue
+            answers.append((request, logs_answer.answer(
+                body, request, self.config.node,
+                engine=engine_client(self.config.docker_host),
+                tokens=lambda: logs_answer.secret_tokens(self.files.current_files(),
+                                                         self.config.key, self.config.node))))
+        return answers
+
     def _send_unsent(self, channel: BlockingChannel) -> None:
         while self.unsent:
             self._publish_report(channel, self.unsent[0])
@@ -343,6 +419,7 @@ class Agent:
             if winner is not None and report.file is not None \
                     and report.result == ApplyResult.APPLIED:
                 self._keep_current(report.file, secrets_file)
+                self.departures.follow(winner.declaration)
                 verify = self._run_verify(winner.declaration, secrets_file)
             for label, item in labels.items():
                 if label in superseded:
@@ -368,7 +445,9 @@ class Agent:
                             secrets=str(secrets_file), key=self.config.key,
                             docker_host=self.config.docker_host,
                             stop_timeout=self.config.stop_timeout,
-                            no_firewall=not self.config.firewall)
+                            no_firewall=not self.config.firewall,
+                            # a guarded upgrade's snapshot (node/upgrade.py), as `mesh apply`
+                            backup_password_file=os.environ.get("MESH_BACKUP_PASSWORD_FILE"))
 
     def _keep_current(self, declaration_file: str, secrets_file: Path) -> None:
         current = self.files.current

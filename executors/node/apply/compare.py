@@ -50,6 +50,7 @@ class DesiredFile(NamedTuple):
     path: str
     sha256: str
     mode: int = 0o600
+    owner: Optional[tuple[int, int]] = None  # (uid, gid) it must have; None: as written (root)
 
 
 class DesiredContainer(NamedTuple):
@@ -103,6 +104,7 @@ class FileFacts(NamedTuple):
     path: str
     sha256: str
     mode: int
+    owner: tuple[int, int] = (0, 0)
 
 
 class ContainerFacts(NamedTuple):
@@ -242,6 +244,9 @@ def _file_ops(desired: Desired, observed: Observed, ops: list[Op]) -> None:
             ops.append(Op("write-file", path, "contents changed"))
         elif have.mode != want.mode:
             ops.append(Op("write-file", path, f"mode {_mode(have.mode)} → {_mode(want.mode)}"))
+        elif want.owner is not None and have.owner != want.owner:
+            ops.append(Op("write-file", path, "owner {}:{} → {}:{}".format(*have.owner,
+                                                                          *want.owner)))
     for path in sorted(set(observed.files) - set(declared)):
         ops.append(Op("remove-file", path, "no longer declared"))
 

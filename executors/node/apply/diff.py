@@ -82,7 +82,8 @@ def after(desired: Desired, observed: Observed, ops: Iterable[Op]) -> Observed:
                                      empty, True)
         elif kind == "write-file":
             want_file = want_files[subject]
-            files[subject] = FileFacts(subject, want_file.sha256, want_file.mode)
+            files[subject] = FileFacts(subject, want_file.sha256, want_file.mode,
+                                       want_file.owner or (0, 0))
         elif kind == "remove-file":
             files.pop(subject, None)
         elif kind == "remove-container":

@@ -6,7 +6,8 @@ Invariants:
   files the mesh writes, run-once markers, the applied record and answered.json; the managed
   containers come from one label-filtered list call through the docker SDK.
 - Rendering is the only place secret values exist; an operation writes them only into files
-  of mode 0600 and containers' environments, never into a cause, a label or the report.
+  of mode 0600 (a container's secret files: 0400, owned by its user) and containers'
+  environments, never into a cause, a label or the report.
 - Every write is atomic (temp, fsync, rename), so a SIGKILL at any point leaves either the old
   or the new file, and a re-run converges.
 - A failed operation stops what follows (listed as skipped); the report says why. The applied
@@ -26,6 +27,7 @@ import attrs
 import docker
 
 from resolver import MeshError
+from resolver.rendering import BINDING_FILES_DIR
 
 from executors.common.report import Operation
 from executors.node import docker_engine as engine
@@ -39,6 +41,7 @@ from executors.node.apply.reads import (  # noqa: F401  (read_record: part of th
     read_record,
 )
 from executors.node.apply.render import Rendered
+from executors.node.apply.secret_files import SECRET_DIR_MODE
 from executors.node.node_paths import NodePaths
 from executors.common.atomic import write_atomic, write_exclusive
 from executors.common.report import Report
@@ -46,6 +49,7 @@ from executors.common.report import Report
 # Every file written here is 0600: env files and binding files hold unsealed values, and the
 # records and markers are the executor's own.
 PRIVATE = 0o600
+BINDING_DIR_MODE = 0o700  # the binding files' directories: root's alone (see write_file)
 
 # --------------------------------------------------------------------------- files
 
@@ -125,20 +129,51 @@ class _Executor:
             _write_json(self.paths.files_record, sorted(changed))
 
     def write_file(self, op: Op, operation: Operation) -> str:
+        if self._is_secret_file(op.subject):  # a container's secret file: 0400, its user's
+            want = next(f for f in self.rendered.desired.files if f.path == op.subject)
+            self.paths.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            directory = os.path.dirname(op.subject)
+            os.makedirs(directory, mode=SECRET_DIR_MODE, exist_ok=True)
+            os.chmod(directory, SECRET_DIR_MODE)  # traverse only, whatever umask made it
+            write_atomic(op.subject, self.rendered.contents[op.subject], want.mode, want.owner)
+            owner = want.owner or (0, 0)
+            return f"written ({want.mode:04o}, owner {owner[0]}:{owner[1]})"
         if self.paths.owns(op.subject):  # env and binding files: the executor's own, 0600
             write_atomic(op.subject, self.rendered.contents[op.subject], PRIVATE)
             return "written (0600)"
         want = next(f for f in self.rendered.desired.files if f.path == op.subject)
         self._record_file(op.subject, True)  # recorded first: a crash leaves it removable
         Path(op.subject).parent.mkdir(parents=True, exist_ok=True)
+        self._keep_bindings_private(op.subject)
         write_atomic(op.subject, self.rendered.contents[op.subject], want.mode)
+        if want.owner is not None:  # a TLS key its server reads as its own user (0600)
+            os.chown(op.subject, *want.owner)
+            return f"written ({want.mode:04o}, owner {want.owner[0]}:{want.owner[1]})"
         return f"written ({want.mode:04o})"
+
+    def _keep_bindings_private(self, path: str) -> None:
+        """A binding file's directories (BINDING_FILES_DIR and its instance's) are 0700 root,
+        made so before the file is written: the file is readable by the container's user
+        (0444, or 0400 its own), and by no user of the node."""
+        root = self.paths.on_node(BINDING_FILES_DIR)
+        directory = os.path.dirname(path)
+        if os.path.dirname(directory) == root:
+            for each in (root, directory):
+                os.chmod(each, BINDING_DIR_MODE)
+
+    def _is_secret_file(self, path: str) -> bool:
+        return os.path.dirname(os.path.dirname(path)) == str(self.paths.secrets_dir)
 
     def remove_file(self, op: Op, operation: Operation) -> str:
         try:
             os.unlink(op.subject)
         except FileNotFoundError:
             pass
+        if self._is_secret_file(op.subject):
+            try:  # the container's secret directory, once its last file went
+                os.rmdir(os.path.dirname(op.subject))
+            except OSError:
+                pass
         if not self.paths.owns(op.subject):
             self._record_file(op.subject, False)
             try:  # a directory left empty by it (certs.d/<registry>/): it was made for it
@@ -324,7 +359,13 @@ def _skip(report: Report, ops: Sequence[Op]) -> None:
 def _sweep_temporaries(paths: NodePaths, desired: Desired) -> int:
     """Remove what an interrupted write left behind (temp files may hold secrets)."""
     removed = 0
-    for directory in (paths.env_dir, paths.bindings_dir, paths.steps_dir, paths.root):
+    secret_dirs: list[Path] = []
+    try:  # one directory per container holding secret files
+        secret_dirs = [Path(e.path) for e in os.scandir(paths.secrets_dir) if e.is_dir()]
+    except FileNotFoundError:
+        pass
+    for directory in (paths.env_dir, paths.bindings_dir, paths.steps_dir, paths.root,
+                      *secret_dirs):
         try:
             entries = list(os.scandir(directory))
         except FileNotFoundError:

@@ -1,11 +1,14 @@
 """The no-op check of `mesh apply`: say "nothing to change" without the resolver or the SDK.
 
 Invariants:
-- Standard library only (json, os, hashlib, socket, fcntl; not even http.client, which pulls in
-  ssl and email): importing the resolver (cattrs, ruamel), attrs, pyrsistent or the docker SDK
+- Standard library only (json, os, fcntl, _socket; not even http.client, which pulls in ssl
+  and email): importing the resolver (cattrs, ruamel), attrs, pyrsistent or the docker SDK
   costs far more than the whole check. Its imports stay at the top of this module, and every
-  module it imports (options, compare, reads, outcome, node_paths, marks, applied_record) is
-  standard-library-only too.
+  module it imports (options, compare, reads, sha, outcome, node_paths, marks,
+  applied_record) is standard-library-only too. What a no-op `mesh apply` pays for is mostly
+  importing, so the check imports the cheapest module that does the job: `_socket` (the C
+  module socket.py wraps; socket.py adds selectors, array and enums it does not use) and
+  SHA-256 through sha.py (not hashlib, which loads OpenSSL first).
 - It answers only for byte-identical inputs (declaration file, sealed secrets and key) to the
   last successful full apply, whose record (`<state root>/.mesh/noop.json`) holds what that
   apply rendered (the desired state, reduced to what `diff` compares: config summaries are
@@ -29,12 +32,11 @@ Invariants:
 
 from __future__ import annotations
 
+import _socket
 import errno
 import fcntl
-import hashlib
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -67,6 +69,7 @@ from executors.node.apply.outcome import (
     write_outcome,
 )
 from executors.node.apply.reads import container_facts, observe_files, read_answered
+from executors.node.apply.sha import sha256_file, sha256_hex
 from executors.node.node_paths import NodePaths
 
 if TYPE_CHECKING:  # the full path's types, named only: never imported by the check
@@ -92,11 +95,6 @@ class NoopInputs(TypedDict):
 # --------------------------------------------------------------------------- inputs
 
 
-def _sha256_file(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
-
-
 def noop_inputs(options: ApplyOptions) -> Optional[NoopInputs]:
     """The fingerprint of what a no-op depends on besides the node: the one declaration file's
     bytes and the sealed secrets' and key's bytes (a one-way digest; never a value). None when
@@ -110,13 +108,13 @@ def noop_inputs(options: ApplyOptions) -> Optional[NoopInputs]:
     if (options.secrets is None) != (options.key is None):
         return None  # the full path explains that they go together
     if options.secrets is not None and options.key is not None:
-        digest = hashlib.sha256()
+        framed = []
         for part in (options.secrets, options.key):
             with open(part, "rb") as handle:
                 data = handle.read()
-            digest.update(len(data).to_bytes(8, "big") + data)
-        secrets = digest.hexdigest()
-    return {"declaration_sha256": _sha256_file(declaration), "secrets_sha256": secrets}
+            framed.append(len(data).to_bytes(8, "big") + data)
+        secrets = sha256_hex(b"".join(framed))
+    return {"declaration_sha256": sha256_file(str(declaration)), "secrets_sha256": secrets}
 
 
 def fast_path_disabled(options: ApplyOptions) -> bool:
@@ -137,8 +135,9 @@ def _socket_path(docker_host: Optional[str]) -> str:
 def _get(path: str, target: str) -> tuple[int, bytes]:
     """One HTTP/1.0 GET over a unix socket: (status, body). HTTP/1.0 keeps the answer plain (no
     chunks, the engine closes when done); http.client would import ssl and email, which cost
-    more than the rest of the check."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    more than the rest of the check. `_socket`'s socket has no `with`: closed in `finally`."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         sock.settimeout(ENGINE_TIMEOUT)
         sock.connect(path)
         sock.sendall(f"GET {target} HTTP/1.0\r\nHost: docker\r\n\r\n".encode("ascii"))
@@ -148,6 +147,8 @@ def _get(path: str, target: str) -> tuple[int, bytes]:
             if not chunk:
                 break
             chunks.append(chunk)
+    finally:
+        sock.close()
     head, separator, body = b"".join(chunks).partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     version, _, rest = lines[0].partition(" ")
@@ -199,7 +200,8 @@ def noop_record(declaration: Declaration, desired: Desired, inputs: NoopInputs,
             "dirs": [{"path": d.path, "uid": d.uid, "gid": d.gid, "mode": d.mode}
                      for d in desired.dirs],
             "accesses": [{"path": a.path, "mode": a.mode} for a in desired.accesses],
-            "files": [{"path": f.path, "sha256": f.sha256, "mode": f.mode}
+            "files": [{"path": f.path, "sha256": f.sha256, "mode": f.mode,
+                       **({"owner": list(f.owner)} if f.owner is not None else {})}
                       for f in desired.files],
             "containers": [{"name": c.name, "run_once": c.run_once, "digest": c.digest,
                             "health": c.health} for c in desired.containers]},
@@ -217,7 +219,9 @@ def _desired(record: Mapping[str, object]) -> Desired:
         dirs=tuple(DesiredDir(str(x["path"]), int(x["uid"]), int(x["gid"]), int(x["mode"]))
                    for x in d["dirs"]),
         accesses=tuple(DesiredAccess(str(x["path"]), str(x["mode"])) for x in d["accesses"]),
-        files=tuple(DesiredFile(str(x["path"]), str(x["sha256"]), int(x["mode"]))
+        files=tuple(DesiredFile(str(x["path"]), str(x["sha256"]), int(x["mode"]),
+                                (int(x["owner"][0]), int(x["owner"][1])) if "owner" in x
+                                else None)
                     for x in d["files"]),
         containers=tuple(DesiredContainer(str(x["name"]), bool(x["run_once"]),
                                           str(x["digest"]), {}, bool(x["health"]))

@@ -28,3 +28,4 @@ class ApplyOptions(NamedTuple):
     no_fast: bool = False
     dry_run: bool = False
     json: bool = False
+    backup_password_file: Optional[str] = None  # a guarded upgrade's snapshot (node/upgrade.py)

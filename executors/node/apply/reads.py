@@ -5,18 +5,18 @@ hands over as the Engine's rows.
 Invariants:
 - One owner of observing: the full path (execute.observe, rows from the docker SDK) and the
   no-op check (fast.py, rows over a raw unix socket) both read the node here, so they see the
-  same facts: declared directories, accessed paths, the files the mesh writes (env/ and
-  bindings/ under the executor's own directory, and declared files elsewhere, present now or
+  same facts: declared directories, accessed paths, the files the mesh writes (env/,
+  bindings/ and secrets/ under the executor's own directory, and declared files elsewhere, present now or
   written before), the managed containers, run-once markers, the applied record and
   answered.json (which containers an apply saw answer their health check).
-- Standard library only (json, os, hashlib, stat, pathlib), like compare.py, node_paths.py
-  and applied_record.py it reads with: the no-op check loads nothing heavier.
+- Standard library only (json, os, stat, pathlib; SHA-256 through sha.py, which spares the
+  no-op check OpenSSL), like compare.py, node_paths.py and applied_record.py it reads with:
+  the no-op check loads nothing heavier.
 - Reads only; an unreadable record is taken as absent (the diff then rewrites it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -39,6 +39,7 @@ from executors.node.apply.compare import (
     FileFacts,
     Observed,
 )
+from executors.node.apply.sha import sha256_file
 from executors.node.node_paths import NodePaths
 
 # --------------------------------------------------------------------------- records
@@ -85,11 +86,6 @@ def applied_facts(record: Optional[Mapping[str, object]]) -> Optional[Applied]:
 # --------------------------------------------------------------------------- the filesystem
 
 
-def sha256_file(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
-
-
 def dir_facts(path: str, recorded: bool) -> DirFacts:
     try:
         st = os.lstat(path)
@@ -118,6 +114,23 @@ def file_facts(directory: Path) -> dict[str, FileFacts]:
     return found
 
 
+def secret_file_facts(directory: Path) -> dict[str, FileFacts]:
+    """The containers' secret files (`<directory>/<container>/<file>`), with their owners."""
+    found: dict[str, FileFacts] = {}
+    try:
+        containers = [e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return found
+    for container in containers:
+        for entry in os.scandir(container.path):
+            if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                continue  # temp files of an interrupted write are not the mesh's files
+            st = entry.stat(follow_symlinks=False)
+            found[entry.path] = FileFacts(entry.path, sha256_file(entry.path),
+                                          stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+    return found
+
+
 def markers(paths: NodePaths) -> dict[str, str]:
     """run-once step name → the digest it completed with."""
     found: dict[str, str] = {}
@@ -135,7 +148,8 @@ def observe_files(paths: NodePaths, desired: Desired) -> Observed:
     accesses = {a.path: AccessFacts(a.path, os.path.exists(a.path),
                                     os.access(a.path, os.R_OK), os.access(a.path, os.W_OK))
                 for a in desired.accesses}
-    files = {**file_facts(paths.env_dir), **file_facts(paths.bindings_dir)}
+    files = {**file_facts(paths.env_dir), **file_facts(paths.bindings_dir),
+             **secret_file_facts(paths.secrets_dir)}
     # declared files elsewhere: those declared now, and those written before (to remove them)
     written = set(read_list(paths.files_record))
     for path in written | {f.path for f in desired.files if not paths.owns(f.path)}:
@@ -144,7 +158,8 @@ def observe_files(paths: NodePaths, desired: Desired) -> Observed:
         except FileNotFoundError:
             continue
         if stat.S_ISREG(st.st_mode):
-            files[path] = FileFacts(path, sha256_file(path), stat.S_IMODE(st.st_mode))
+            files[path] = FileFacts(path, sha256_file(path), stat.S_IMODE(st.st_mode),
+                                    (st.st_uid, st.st_gid))
     return Observed(dirs, accesses, files, {}, markers(paths),
                     applied_facts(read_record(paths)))
 

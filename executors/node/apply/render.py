@@ -2,12 +2,13 @@
 
 Invariants:
 - Rendering is the only place secret values exist: they are substituted into env and binding
-  file contents and the containers' environments, never into an Op, a cause, a label or the
-  report; labels carry one-way fingerprints so a cause can name the env key that changed.
-- An env value holding a provider's admin secret in that provider's server container is
-  fingerprinted as written (its token), not by value: the provisioner changes it on the running
-  server, the container reads it only to initialise, so a new generation rewrites the env file
-  and never recreates the server (resolver.rotation.server_held_secrets decides which).
+  file contents, containers' secret files (apply/secret_files.py) and the containers'
+  environments, never into an Op, a cause, a label or the report; labels carry one-way
+  fingerprints so a cause can name the env key or secret file that changed.
+- An env value or secret file holding a provider's admin secret in that provider's server
+  container is fingerprinted as written (its token), not by value: the provisioner changes it
+  on the running server, the container reads it only to initialise, so a new generation
+  rewrites the env file (or the secret file) and never recreates the server (resolver.rotation.server_held_secrets decides which).
 - Anything that cannot be rendered honestly (a secret not issued or not unsealable, a port
   published on every address, a relative state path) is a Refusal, never a guess.
 - Pure apart from reading nothing: the secret source is the only way in for values.
@@ -28,6 +29,7 @@ from pyrsistent import pmap
 
 from resolver import ContainerDecl, Declaration, FileDecl, HealthDecl, MeshError, SecretRef
 from resolver.rendering import declaration_digest, fill_secret_tokens, secret_token, secret_tokens
+from resolver.rendering import TOKEN_KIND, TOKENS_FILE, is_file_mount
 from resolver.rotation import server_held_secrets
 
 from executors.node import docker_engine as engine
@@ -50,6 +52,7 @@ from executors.node.apply.compare import (
     Refusal,
 )
 from executors.node.apply.diff import config_digest, fingerprint
+from executors.node.apply.secret_files import SecretFiles, secret_files
 
 UNBOUND_ADDRESSES = {"", "0.0.0.0", "::", "[::]", "*"}
 
@@ -72,7 +75,7 @@ class _Substituter:
         self.refusals = refusals
 
     def __call__(self, value: str, refs: dict[str, SecretRef], subject: str,
-                 key: str) -> Optional[str]:
+                 key: str, *, multiline: bool = False) -> Optional[str]:
         def replace(credential: str) -> str:
             ref = refs.get(credential)
             if ref is None:
@@ -94,7 +97,7 @@ class _Substituter:
         except _Refused as refused:
             self.refusals.append(Refusal(subject, str(refused)))
             return None
-        if "\n" in text or "\r" in text:
+        if not multiline and ("\n" in text or "\r" in text):
             self.refusals.append(Refusal(subject, f"{key}: a value with a line break cannot "
                                          "go into an env file"))
             return None
@@ -114,7 +117,8 @@ def _safe_name(name: str) -> str:
 
 
 def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
-               substitute: _Substituter, refusals: list[Refusal]
+               substitute: _Substituter, refusals: list[Refusal],
+               secret: SecretFiles = SecretFiles()
                ) -> tuple[DesiredContainer, engine.ContainerSpec, DesiredFile, str]:
     if len(c.name) < 2 or "/" in c.name:
         refusals.append(Refusal(c.name, "a container name needs two characters or more, no '/'"))
@@ -137,10 +141,21 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
                                     f"published on every address ({p.host_ip or 'none given'}); "
                                     "the mesh binds published ports to the node's address only"))
         ports.append((f"{p.container_port}/{p.protocol}", p.host_ip, p.host_port))
-    # TLS and registry-auth directories are files the mesh writes: under the file root
-    binds = tuple((paths.on_node(m.source) if m.kind in ("tls", "auth") else m.source,
+    # TLS and registry-auth directories, the mesh CA, binding files: files the mesh writes,
+    # under the file root
+    binds = tuple((paths.on_node(m.source) if m.kind in ("tls", "auth", "ca", "binding")
+                   else m.source,
                    m.target, "ro" if m.read_only else "rw") for m in c.mounts)
-    placeholders = tuple(os.path.join(paths.on_node(m.source), "htpasswd")
+    binds += secret.binds  # its secret files' directory, read-only (apply/secret_files.py)
+    for m in c.mounts:  # a missing source would be made a directory by the runtime
+        if is_file_mount(m.kind) and not any(f.path == m.source for f in declaration.files):
+            refusals.append(Refusal(c.name, f"mounts {m.source} at {m.target}, a file its "
+                                    "declaration does not hold (the mesh CA before `mesh ca "
+                                    "init` and `mesh plan --issue`?)"))
+    # the accounts file its provisioner keeps there: a tool server's tokens, else htpasswd
+    accounts = TOKENS_FILE if any(p.instance == c.instance and p.kind == TOKEN_KIND
+                                  for p in declaration.providers) else "htpasswd"
+    placeholders = tuple(os.path.join(paths.on_node(m.source), accounts)
                          for m in c.mounts if m.kind == "auth")
     pull_auth = None
     for login in declaration.registry_logins:
@@ -156,9 +171,13 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
                     for key, value in env})
     summary.update({f"port {port}": f"{ip}:{host_port}" for port, ip, host_port in ports})
     summary.update({f"mount {target}": f"{source}:{mode}" for source, target, mode in binds})
+    summary.update(secret.summary)  # a new generation in a secret file recreates it too
     summary.update({f"label {key}": value for key, value in c.labels.items()})
     if c.mac is not None:  # only then: containers without one keep their digest
         summary["mac"] = c.mac
+    # the runtime fixes a container's log options at creation: a changed limit recreates it
+    summary["logs"] = (f"{c.logs.driver} max-size={c.logs.max_size} "
+                       f"max-file={c.logs.max_files}")
     digest = config_digest(summary)
     labels = dict(c.labels)
     labels.update({LABEL_MESH: declaration.mesh, LABEL_INSTANCE: c.instance,
@@ -171,7 +190,9 @@ def _container(c: ContainerDecl, declaration: Declaration, paths: NodePaths,
         name=c.name, image=c.image, command=tuple(c.command) if c.command is not None else None,
         environment=tuple(f"{k}={v}" for k, v in env), labels=tuple(sorted(labels.items())),
         ports=tuple(ports), binds=binds, restart=restart, mac=c.mac, pull_auth=pull_auth,
-        placeholders=placeholders)
+        placeholders=placeholders,
+        log_config=(c.logs.driver, (("max-file", str(c.logs.max_files)),
+                                    ("max-size", c.logs.max_size))))
     env_file = DesiredFile(str(paths.env_dir / f"{_safe_name(c.name)}.env"),
                            hashlib.sha256(env_text.encode()).hexdigest())
     desired = DesiredContainer(c.name, c.run_once, digest, pmap(summary),
@@ -196,8 +217,7 @@ def _declared_file(f: FileDecl, paths: NodePaths, secret_source: Optional[Secret
                                 f"{paths.root}"))
         return None
     text = f.content
-    if f.secret is not None:
-        ref = f.secret
+    for ref in f.refs():  # its secret, and a list binding's other entries' credentials
         if ref.generation is None:
             refusals.append(Refusal(f.path, f"credential {ref.credential} has not been issued "
                                     "yet (`mesh plan --issue`)"))
@@ -217,7 +237,11 @@ def _declared_file(f: FileDecl, paths: NodePaths, secret_source: Optional[Secret
         refusals.append(Refusal(f.path, "refers to a credential it does not declare"))
         return None
     data = text.encode()
-    return DesiredFile(target, hashlib.sha256(data).hexdigest(), mode), data
+    owner: Optional[tuple[int, int]] = None
+    if f.owner is not None:  # uid:gid (validated where the resolver took it from)
+        uid, _, gid = f.owner.partition(":")
+        owner = (int(uid), int(gid or uid))
+    return DesiredFile(target, hashlib.sha256(data).hexdigest(), mode, owner), data
 
 
 def render(declaration: Declaration, paths: NodePaths,
@@ -228,7 +252,8 @@ def render(declaration: Declaration, paths: NodePaths,
     contents: dict[str, bytes] = {}
     specs: dict[str, engine.ContainerSpec] = {}
     health: dict[str, tuple[HealthDecl, str]] = {}
-    containers, files = [], []
+    containers: list[DesiredContainer] = []
+    files: list[DesiredFile] = []
     generations: dict[str, int] = {}
     seen: set[str] = set()
     for c in declaration.containers:
@@ -236,8 +261,12 @@ def render(declaration: Declaration, paths: NodePaths,
             refusals.append(Refusal(c.name, "two containers of this declaration share the name"))
             continue
         seen.add(c.name)
+        secret = secret_files(c, paths, substitute, server_held_secrets(declaration, c),
+                              refusals)
         container, spec, env_file, env_text = _container(c, declaration, paths, substitute,
-                                                         refusals)
+                                                         refusals, secret)
+        files.extend(secret.files)
+        contents.update(secret.contents)
         containers.append(container)
         specs[c.name] = spec
         files.append(env_file)
@@ -267,9 +296,10 @@ def render(declaration: Declaration, paths: NodePaths,
         if rendered_file is not None:
             files.append(rendered_file[0])
             contents[rendered_file[0].path] = rendered_file[1]
-            if f.secret is not None and f.secret.generation is not None:
-                generations[f.secret.credential] = max(f.secret.generation,
-                                                       generations.get(f.secret.credential, 0))
+            for ref in f.refs():
+                if ref.generation is not None:
+                    generations[ref.credential] = max(ref.generation,
+                                                      generations.get(ref.credential, 0))
     dirs = []
     for d in declaration.state_dirs:
         try:

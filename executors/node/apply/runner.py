@@ -2,7 +2,9 @@
 
 The `mesh apply` verb and the node agent call `apply_files`: the declarations are read, the
 sealed values opened with the node key, and the newest declaration applied through the same
-hooks (firewall, admin checks, provisioners) and the same record. Nothing here prints a
+hooks (firewall, admin checks, provisioners) and the same record; a state arrival
+(node/state_move) and a guarded upgrade's snapshot (node/upgrade.py) come before it, a
+rollback's restore after it. Nothing here prints a
 summary; the Report says what happened step by step as it happens, through its printer.
 
 Invariants:
@@ -36,7 +38,7 @@ from executors.node import docker_engine
 from executors.node.apply import fast as apply_fast
 from executors.node.apply import pipeline
 from executors.node.apply.options import ApplyOptions
-from executors.node.apply.outcome import ApplyOutcome
+from executors.node.apply.outcome import ApplyOutcome, ApplyResult
 from executors.node.extensions import Check, Firewall, ProvisionHook, SecretSource
 from executors.node import provisioners
 from executors.node.firewall.executor import apply_firewall
@@ -45,6 +47,8 @@ from executors.node.node_paths import NodePaths, default_file_root
 from executors.node.provisioners.base import ProvisionResult
 from executors.node.provisioners.grants import provision_files
 from executors.node.provisioners.registry import FILE_KINDS
+from executors.node.state_move.arrive import arrive_pending
+from executors.node.upgrade import after_rollbacks, before_upgrades
 
 
 SPOOL_SUFFIXES = (".json", ".yaml", ".yml")
@@ -217,7 +221,8 @@ def file_hooks(declaration: Declaration, paths: NodePaths,
                api: Optional[docker.APIClient]) -> list[ProvisionHook]:
     """The provisioners that keep a file on this node (the mesh registry's htpasswd), bound to
     its file root and Docker Engine; empty when the declaration grants none of their kinds."""
-    if not any(g.kind in FILE_KINDS for g in declaration.grants):
+    if not any(g.kind in FILE_KINDS for g in declaration.grants) and \
+            not any(p.kind in FILE_KINDS for p in declaration.providers):  # tool servers
         return []
 
     def hook(declaration: Declaration, secret_source: Optional[SecretSource], report: Report,
@@ -244,6 +249,18 @@ def apply_files(options: ApplyOptions, report: Report) -> ApplyOutcome:
     file_root = options.file_root or default_file_root()
     provisioners = provisioners + file_hooks(newest, NodePaths(options.state_root, file_root),
                                              api)
+    # a move's state arrives, verified, before anything here changes (node/state_move)
+    if not arrive_pending(newest, NodePaths(options.state_root, file_root), secret_source,
+                          report, options.dry_run):
+        report.say("stopped before changing anything: a state arrival failed; result: failed")
+        return ApplyOutcome(ApplyResult.FAILED, mesh=newest.mesh, node=newest.node,
+                            serial=newest.serial, failed_phase="arrival")
+    # a stateful instance about to run another image is snapshotted first (node/upgrade.py)
+    if newest.upgrades and not before_upgrades(
+            newest, NodePaths(options.state_root, file_root), api,
+            options.backup_password_file, report, options.dry_run):
+        return ApplyOutcome(ApplyResult.FAILED, mesh=newest.mesh, node=newest.node,
+                            serial=newest.serial, failed_phase="snapshot")
     outcome = pipeline.apply_latest(
         declarations, api=api, state_root=options.state_root, secret_source=secret_source,
         dry_run=options.dry_run, report=report,
@@ -251,6 +268,10 @@ def apply_files(options: ApplyOptions, report: Report) -> ApplyOutcome:
         checks=checks, provisioners=provisioners, stop_timeout=options.stop_timeout,
         file_root=file_root,
         noop_inputs=noop_inputs if noop_inputs == _noop_inputs(options) else None)
+    if newest.upgrades and outcome.result == ApplyResult.APPLIED and not options.dry_run \
+            and not after_rollbacks(newest, NodePaths(options.state_root, file_root), api,
+                                    options.backup_password_file, report):
+        outcome = outcome._replace(result=ApplyResult.FAILED, failed_phase="rollback")
     error = outcome.error
     if error is not None and error.engine:
         report.say(f"mesh: the Docker Engine at {options.docker_host or 'the local socket'} did "

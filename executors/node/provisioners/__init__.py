@@ -10,6 +10,9 @@
   the registry's node, the file-backed kind the registry lists in FILE_KINDS, which `mesh
   apply` provisions through `provision_files`, bound to the node's file root) with its pure
   half `htpasswd_plan.py`.
+- `tokens.py` (bearer-token: a tool server's per-consumer tokens, kept as hashes in its tokens
+  file, the same shape and the same pure half as htpasswd; file-backed too) and its binding
+  check, MCP `initialize` and `tools/list` with the consumer's token (`mcp_probe.py`).
 - `grants.py`: `provision_grants`, the family's one driver (the rules every kind shares:
   no provisioner, no secret values, a credential not issued yet), what `mesh apply` runs on a
   provider's node (`provision`, `provision_files`).

@@ -14,7 +14,8 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import ssl
+from typing import Any, Optional, Sequence
 
 import pika
 import requests
@@ -61,7 +62,8 @@ CONNECT_TIMEOUT = 5
 def _api(endpoint: Endpoint, password: str, timeout: float = HTTP_TIMEOUT) -> Api:
     """The management API of `endpoint` as its admin."""
     return Api(f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}", endpoint.user, password,
-               timeout=timeout)
+               timeout=timeout, ca_pem=endpoint.pinned_pem, server_name=endpoint.server_name,
+               pinned=True)
 
 
 def query(api: Api, admin: str, desired: Sequence[DesiredAccount]) -> dict[str, Any]:
@@ -161,14 +163,31 @@ def _in_force(grant: GrantDecl) -> str:
 # --------------------------------------------------------------------------- verify
 
 
+def _tls_of(binding: BindingDecl, host: str) -> Optional[pika.SSLOptions]:
+    """TLS for a binding whose values say amqps (a broker that serves TLS only, such as the
+    catalogue's lavinmq), as the consumer connects: the broker's certificate and name verified
+    against the CA file its values name (`cacertfile`, the mesh CA's)."""
+    if not binding.values.get("url", "").startswith("amqps://"):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify + check_hostname on
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_verify_locations(cafile=binding.values.get("cacertfile", ""))
+    return pika.SSLOptions(context, server_hostname=host)
+
+
 def check_binding(binding: BindingDecl, password: str, timeout: float) -> BindingCheck:
     """Log in as the binding's account to its vhost and declare a reply queue of its own."""
     host, port = binding_address(binding)
     user, vhost = binding.values.get("user", ""), binding.values.get("vhost", "")
     name = credential_name(binding.secret) if binding.secret is not None else "its credential"
     provider = binding.provider
+    try:
+        tls = _tls_of(binding, host)
+    except (OSError, ssl.SSLError) as error:
+        return BindingCheck(UNREACHABLE, f"the mesh CA file its values name cannot be read "
+                            f"({_one_line(error)}): run `mesh apply` on this node")
     parameters = pika.ConnectionParameters(
-        host=host, port=port, virtual_host=vhost,
+        host=host, port=port, virtual_host=vhost, ssl_options=tls,
         credentials=pika.PlainCredentials(user, password, erase_on_connect=True),
         connection_attempts=1, socket_timeout=timeout, stack_timeout=timeout * 2,
         blocked_connection_timeout=timeout)
@@ -184,6 +203,12 @@ def check_binding(binding: BindingDecl, password: str, timeout: float) -> Bindin
                             f"account {user} was accepted but vhost {vhost} on {provider} "
                             f"does not exist or grants it nothing: run `mesh apply` on "
                             f"{provider}'s node")
+    except ssl.SSLCertVerificationError as error:
+        return BindingCheck(UNREACHABLE,
+                            f"{provider}'s TLS certificate at {host}:{port} does not verify "
+                            f"against the mesh CA ({binding.values.get('cacertfile')}): "
+                            f"{_one_line(error)}; refused before the password was sent",
+                            untrusted=True)
     except (exceptions.AMQPError, OSError) as error:
         return BindingCheck(UNREACHABLE, _one_line(error))
     try:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Literal, Opt
 import attrs
 
 from resolver import BindingDecl, Declaration, GrantDecl, MeshError, PublishedPort, SecretRef
+from resolver.certificates import server_certificate_path
 from resolver.rotation import SLOTS
 
 from executors.common.report import Report
@@ -61,6 +62,9 @@ class Endpoint:
     user: str
     database: str = "postgres"  # postgres only: the database the admin connects to
     scheme: str = "http"  # amqp management API only
+    # https: the server's certificate as its declaration gives it (pinned) and the name in it
+    pinned_pem: Optional[str] = attrs.field(default=None, repr=False)
+    server_name: Optional[str] = None
 
 
 GrantStatus = Literal["in-force", "planned", "pending-credential", "not-provisioned", "failed"]
@@ -158,6 +162,9 @@ class BindingCheck:
 
     status: str
     message: str
+    # unreachable because the provider's TLS certificate is not the mesh CA's (it answered:
+    # no firewall or routing advice applies)
+    untrusted: bool = False
 
 
 def idle_slot_of(account: str, logins: Iterable[str]) -> Optional[str]:
@@ -334,7 +341,16 @@ def derive_endpoint(declaration: Declaration, provider: str, kind: str) -> Optio
     wanted = [p for p in ports if p.listen == DEFAULT_ADMIN_LISTEN[kind]] or \
         [p for p in ports if p.container_port == DEFAULT_ADMIN_PORT[kind]] or ports
     chosen = sorted(wanted)[0]
-    return Endpoint(host=_loopback(chosen.host_ip), port=chosen.host_port, user=user)
+    endpoint = Endpoint(host=_loopback(chosen.host_ip), port=chosen.host_port, user=user)
+    served = next((f.content for f in declaration.files
+                   if f.path == server_certificate_path(provider)), None)
+    if kind == AMQP_KIND and served is not None:
+        # a broker serving TLS serves its management API with it too (the catalogue's
+        # lavinmq): reached on loopback, verified against the certificate its declaration
+        # gives it, for the node's address its certificate names
+        endpoint = attrs.evolve(endpoint, scheme="https", pinned_pem=served,
+                                server_name=declaration.address)
+    return endpoint
 
 
 def wait_ready(report: Report, subject: str, probe: Callable[[], Optional[str]], *,

@@ -7,13 +7,16 @@ Invariants:
   for the kinds kept in a file. It groups the declaration's grants by provider instance and
   hands each group to the provisioner of its kind, as the registry lists it (registry.py:
   database+login → PostgreSQL, vhost+account → the AMQP management API, registry+account →
-  the mesh registry's htpasswd file).
+  the mesh registry's htpasswd file, bearer-token → a tool server's tokens file).
 - The rules every kind shares are applied here once, before a provisioner is called:
   - A grant of a kind the registry lists no provisioner for (bucket+key, client+secret today)
     is reported on every run as a notice naming its kind, the login and resource to create by
     hand and the credential generation, and its outcome is `not-provisioned`: never silently
     passed, never counted as in force. It is a warning: the apply's result is not failed by it.
   - Without secret values (no --secrets and --key) every grant of the provider fails, said once.
+  - A provider whose grants are kept in a file (a tool server's tokens) is visited with none
+    left too, so the entries of the grants that went are removed (the tokens of consumers
+    that left stop working), values or not.
   - A grant whose credential is not issued yet (generation None) is skipped and said so
     (base.issued_grants); the provisioner sees only issued grants.
   - A provider whose provisioner raises a ProvisionError, a MeshError or a KeyError (a value
@@ -74,6 +77,9 @@ def _providers(declaration: Declaration,
         groups.setdefault((grant.provider, grant.kind), []).append(grant)
     for provider, kind in kinds.items():  # providers whose last grant went (orphans only)
         groups.setdefault((provider, kind), [])
+    for p in declaration.providers:  # a file's provider whose last grant went: emptied
+        if p.kind in FILE_KINDS:
+            groups.setdefault((p.instance, p.kind), [])
     return dict(sorted(groups.items()))
 
 
@@ -84,6 +90,11 @@ def _failed(report: Report, result: ProvisionResult, provider: str, kind: str,
                   ok=False)
     result.problems.append(f"{provider}: {problem}")
     result.outcomes.extend(GrantOutcome.of(g, "failed", message=problem) for g in grants)
+
+
+def _nothing_sealed(ref: SecretRef, /) -> str:
+    """The secret source of a file's provider with no grant left: it opens nothing."""
+    raise KeyError(ref.credential)
 
 
 def _not_provisioned(report: Report, result: ProvisionResult, provider: str, kind: str,
@@ -140,7 +151,7 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
         if service is None and kept is None:
             _not_provisioned(report, result, provider, kind, grants)
             continue
-        if secret_source is None:
+        if secret_source is None and (grants or kept is None):
             _failed(report, result, provider, kind, grants, NO_VALUES)
             continue
         issued = issued_grants(grants, report, result,
@@ -148,9 +159,10 @@ def provision_grants(declaration: Declaration, secret_source: Optional[SecretSou
         ops_before = len(report.ops)
         try:
             if kept is not None and files is not None:
-                kept.provision_file(declaration, provider, issued, secret_source, report,
-                                    result, files, dry_run=dry_run)
-            elif service is not None:
+                kept.provision_file(declaration, provider, issued,
+                                    secret_source or _nothing_sealed, report, result, files,
+                                    dry_run=dry_run)
+            elif service is not None and secret_source is not None:
                 _on_server(service, declaration, provider, kind, grants, issued, secret_source,
                            report, result, endpoint=endpoints.get(provider),
                            fallback_admin=admin_refs.get(provider), dry_run=dry_run,

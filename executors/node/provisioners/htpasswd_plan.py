@@ -101,7 +101,13 @@ def entries(observed: Observed) -> dict[str, Entry]:
     return {e.user: e for e in observed.lines if isinstance(e, Entry)}
 
 
-def diff(mesh: str, provider: str, desired: Sequence[Desired], observed: Observed) -> list[Step]:
+GONE = "no longer granted (its node or the push account went): the account is removed"
+
+
+def diff(mesh: str, provider: str, desired: Sequence[Desired], observed: Observed,
+         gone: str = GONE) -> list[Step]:
+    """The steps that make `observed` hold exactly `desired` (of this mesh and provider);
+    `gone` says why an entry whose grant went is removed (the file's own wording)."""
     ours = mark(mesh, provider)
     have = entries(observed)
     wanted = {d.user: d for d in desired}
@@ -125,8 +131,7 @@ def diff(mesh: str, provider: str, desired: Sequence[Desired], observed: Observe
         if user not in wanted and entry.mark == ours:
             idle = idle_slot_of(user, logins)
             steps.append(Step("remove", user, f"idle slot {idle} of {user[:-2]}: its retired "
-                              "password goes" if idle else "no longer granted (its node or "
-                              "the push account went): the account is removed"))
+                              "password goes" if idle else gone))
     return steps
 
 

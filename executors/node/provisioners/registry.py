@@ -8,6 +8,12 @@ Invariants:
   (the admin checks and provisioning), `mesh verify` (bindings and admins) and anything else
   ask this registry, and only it, whether a kind has a provisioner; there is no second
   dispatch by module name or by a table of checks.
+- `binding_checker_for` says what checks a kind's bindings for `mesh verify`: its
+  service-backed provisioner, or its file-backed one when that is a BindingChecker (a tool
+  server's tokens).
+- `probe_for` says what checks the bindings of a provision that grants nothing, by its
+  protocol (`PROBES`, provision → module, an extensions.ProtocolProbe: a `metrics` entry must
+  answer Prometheus exposition); a provision it does not list is checked as reachable only.
 - A kind the registry does not list has no provisioner, and the registry says so in one
   wording (`no_provisioner`): its grants are reported on every apply and every verify as not
   provisioned (a warning naming what to create by hand), never skipped silently.
@@ -27,7 +33,7 @@ from typing import Callable, Mapping, Optional, TypeGuard, TypeVar
 
 from resolver import MeshError
 
-from executors.node.extensions import FileProvisioner, Provisioner
+from executors.node.extensions import BindingChecker, FileProvisioner, ProtocolProbe, Provisioner
 
 from executors.node.provisioners.base import AMQP_KIND, POSTGRES_KIND
 
@@ -42,6 +48,12 @@ KNOWN: Mapping[str, str] = {
 # a file root leaves them to it.
 FILE_KINDS: Mapping[str, str] = {
     "registry+account": "executors.node.provisioners.htpasswd",
+    "bearer-token": "executors.node.provisioners.tokens",
+}
+
+# Provisions that grant nothing, checked by their protocol (`mesh verify`); imported on first use.
+PROBES: Mapping[str, str] = {
+    "metrics": "executors.node.provisioners.metrics_probe",
 }
 
 _Variant = TypeVar("_Variant", Provisioner, FileProvisioner)
@@ -122,6 +134,29 @@ def file_provisioner_for(kind: str) -> Optional[FileProvisioner]:
     return REGISTRY.get_file(kind)
 
 
+def binding_checker_for(kind: str) -> Optional[BindingChecker]:
+    """What checks bindings of grant kind `kind` for `mesh verify`: its service-backed
+    provisioner, else its file-backed one when that checks bindings too, else None."""
+    found = REGISTRY.get(kind)
+    if found is not None:
+        return found
+    in_file = REGISTRY.get_file(kind)
+    return in_file if isinstance(in_file, BindingChecker) else None
+
+
 def no_provisioner(kind: str) -> str:
     """How a grant kind without a provisioner is said, wherever it is reported."""
     return f"no provisioner for grant kind {kind}"
+
+
+def probe_for(provision: Optional[str]) -> Optional[ProtocolProbe]:
+    """What checks bindings of `provision` (one that grants nothing) by its protocol, or None
+    when the mesh checks them as reachable only."""
+    if provision is None or provision not in PROBES:
+        return None
+    module = importlib.import_module(PROBES[provision])
+    if not isinstance(module, ProtocolProbe):
+        raise MeshError(f"{PROBES[provision]} lacks a member of the ProtocolProbe protocol")
+    if module.provision != provision:
+        raise MeshError(f"{PROBES[provision]} probes {module.provision}, not {provision}")
+    return module

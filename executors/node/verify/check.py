@@ -18,13 +18,22 @@ Invariants:
   to create; it is a warning, not a failure (as it is for `mesh apply`).
 - Which grant kinds are checked, and how, is the provisioner registry's to say
   (provisioners/registry.py): each kind's provisioner checks its own bindings
-  (`check_binding`) and its providers' admins (`login`), the same registry `mesh apply` uses.
+  (`check_binding`; a file-backed one too when it is a BindingChecker: a tool server's token
+  is checked with MCP `initialize` and `tools/list`, and a stranger's token must be refused)
+  and its providers' admins (`login`), the same registry `mesh apply` uses. A binding of a
+  provision that grants nothing is checked by the registry's probe of its protocol when it has
+  one (`probe_for`: a `metrics` entry must answer Prometheus exposition), else as reachable.
 - One result per provider on this node holding an admin credential: its running server is
   logged into as the admin with the generation in force, then a rotation's pending one; ok
   names the generation accepted, auth-failed names the credential and every generation tried.
 - Read-only towards providers: nothing is created but an exclusive, server-named reply queue
   that the broker removes with the connection.
 - Secret values are used to log in and nowhere else: not in a result, message or exception.
+- A TLS binding is checked the way its consumer connects: its values name the mesh CA's
+  certificate at the path its container sees (CA_CONTAINER_FILE, mounted from the node's
+  CA_HOST_FILE), so the check is given the node's file instead (`on_this_node`) and verifies
+  the provider's certificate and name against it (postgres verify-full, amqps verify_peer); a
+  server whose certificate is not the mesh CA's fails the binding, saying so.
 """
 
 from __future__ import annotations
@@ -34,15 +43,18 @@ import functools
 import os
 import socket
 import threading
+from pathlib import Path
 from typing import Callable, Optional
 
 import attrs
 import docker
 
 from resolver import BindingDecl, Declaration
+from resolver.certificates import CA_CONTAINER_FILE, CA_HOST_FILE
 
 from executors.node import docker_engine
 from executors.node.extensions import SecretSource
+from executors.node.node_paths import default_file_root
 from executors.node.provisioners.admin_login import read_admin, refused_message
 from executors.node.provisioners.base import (
     AUTH_FAILED,
@@ -54,7 +66,8 @@ from executors.node.provisioners.base import (
     credential_name as _credential_name,
     derive_endpoint,
 )
-from executors.node.provisioners.registry import no_provisioner, provisioner_for
+from executors.node.provisioners.registry import (binding_checker_for, no_provisioner,
+                                                  probe_for, provisioner_for)
 from executors.node.verify.result import (  # noqa: F401  (part of this module's API)
     NO_PROVISIONER,
     NOT_PROVISIONED,
@@ -101,9 +114,29 @@ def _unreachable(binding: BindingDecl, why: str, where: str = "") -> Result:
 # --------------------------------------------------------------------------- the whole
 
 
+def node_ca_file(file_root: Optional[str] = None) -> str:
+    """Where this node holds the mesh CA's certificate (under `file_root`, default
+    $MESH_FILE_ROOT or /, as `mesh apply` wrote it)."""
+    return str(Path(file_root or default_file_root()) / CA_HOST_FILE.lstrip("/"))
+
+
+def on_this_node(binding: BindingDecl, ca_file: str) -> BindingDecl:
+    """The binding's values as a check on this node uses them: the mesh CA's certificate at
+    `ca_file`, the node's copy of what the consumer's container mounts at CA_CONTAINER_FILE."""
+    if not any(CA_CONTAINER_FILE in value for value in binding.values.values()):
+        return binding
+    values = binding.values
+    for key, value in binding.values.items():
+        if CA_CONTAINER_FILE in value:
+            values = values.set(key, value.replace(CA_CONTAINER_FILE, ca_file))
+    return attrs.evolve(binding, values=values)
+
+
 def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
-                   timeout: float = 5.0, where: str = "") -> Result:
-    """Check one binding from the calling thread's network namespace (`where` names it)."""
+                   timeout: float = 5.0, where: str = "",
+                   ca_file: Optional[str] = None) -> Result:
+    """Check one binding from the calling thread's network namespace (`where` names it); a
+    TLS binding against the mesh CA at `ca_file` (default: node_ca_file())."""
     secret = binding.secret
     if secret is not None and secret.generation is None:
         return _result(binding, NOT_PROVISIONED,
@@ -113,7 +146,7 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
     why = _tcp(host, port, timeout)
     if why is not None:
         return _unreachable(binding, why, where)
-    provisioner = provisioner_for(binding.kind) if binding.kind != "none" else None
+    provisioner = binding_checker_for(binding.kind) if binding.kind != "none" else None
     if provisioner is None and binding.kind != "none":
         resource = next((binding.values[k] for k in ("client", "bucket", "resource")
                          if k in binding.values), "its resource")
@@ -123,6 +156,12 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
                        f"provisioned by the mesh ({no_provisioner(binding.kind)}): create "
                        f"{resource} on "
                        f"{binding.provider} by hand with {name}; not checked")
+    probe = probe_for(binding.provision) if binding.kind == "none" else None
+    if probe is not None:  # nothing granted: the protocol itself is what is checked
+        probed = probe.check_binding(binding, timeout)
+        if probed.status == UNREACHABLE:
+            return _unreachable(binding, probed.message, where)
+        return _result(binding, probed.status, probed.message)
     if provisioner is None or secret is None:
         return _result(binding, OK, f"reachable at {host}:{port}")
     if secret_source is None:
@@ -135,7 +174,11 @@ def verify_binding(binding: BindingDecl, secret_source: Optional[SecretSource],
         return _result(binding, NOT_PROVISIONED,
                        f"{_credential_name(secret)} is not sealed to this node in the secrets "
                        f"given: run `mesh plan --issue` so the issuer seals it here")
-    checked = provisioner.check_binding(binding, password, timeout)
+    checked = provisioner.check_binding(on_this_node(binding, ca_file or node_ca_file()),
+                                        password, timeout)
+    if checked.status == UNREACHABLE and checked.untrusted:
+        return _result(binding, UNREACHABLE,
+                       f"{checked.message} (from {where or 'this node'})")
     if checked.status == UNREACHABLE:
         return _unreachable(binding, checked.message, where)
     return _result(binding, checked.status, checked.message)
@@ -200,7 +243,8 @@ def _consumer_containers(declaration: Declaration, consumer: str) -> list[str]:
 
 
 def verify_from_containers(binding: BindingDecl, containers: list[str], locate: Locate,
-                           secret_source: Optional[SecretSource], timeout: float) -> Result:
+                           secret_source: Optional[SecretSource], timeout: float,
+                           ca_file: Optional[str] = None) -> Result:
     """The binding checked from inside each of the consumer's containers; the first that
     cannot use it is the result (naming the container and the consumer)."""
     checked: list[str] = []
@@ -218,7 +262,7 @@ def verify_from_containers(binding: BindingDecl, containers: list[str], locate: 
                            f"{binding.provider}: run `mesh apply` on this node")
         try:
             result = in_network_namespace(
-                pid, lambda: verify_binding(binding, secret_source, timeout, where))
+                pid, lambda: verify_binding(binding, secret_source, timeout, where, ca_file))
         except OSError as error:
             return _unreachable(binding, f"cannot enter its network namespace: "
                                 f"{error.strerror or _one_line(error)} (mesh verify needs root "
@@ -281,7 +325,8 @@ def verify_admins(declaration: Declaration, secret_source: Optional[SecretSource
 
 def verify_declaration(declaration: Declaration, secret_source: Optional[SecretSource],
                        timeout: float = 5.0, locate: Optional[Locate] = None,
-                       engine: Optional[EngineClient] = None) -> list[Result]:
+                       engine: Optional[EngineClient] = None,
+                       file_root: Optional[str] = None) -> list[Result]:
     """A result per binding, per provider admin on this node, per registry account of this
     node (with `engine`: the node's Docker Engine logs in, registry.py), then a
     `requires-nothing` result per instance with none of either.
@@ -289,17 +334,15 @@ def verify_declaration(declaration: Declaration, secret_source: Optional[SecretS
     With `locate`, each binding is checked from inside its consumer's containers; without
     it, from the calling thread's network namespace."""
     results = []
-    for binding in declaration.bindings:
-        containers = _consumer_containers(declaration, binding.consumer)
-        if locate is not None and containers:
-            results.append(verify_from_containers(binding, containers, locate, secret_source,
-                                                  timeout))
-            continue
-        result = verify_binding(binding, secret_source, timeout)
-        if locate is not None and result.status == OK:  # nothing else to check it from
-            result = attrs.evolve(result, message=f"{result.message}, from this node: the "
-                                  f"declaration runs no container for {binding.consumer}")
-        results.append(result)
+    for listed in declaration.bindings:
+        if listed.each and not listed.entries:  # an empty list is a state, not a fault
+            results.append(Result(consumer=listed.consumer, requirement=listed.requirement,
+                                  kind=listed.kind, status=OK,
+                                  message=f"takes every {listed.provision} provider in its "
+                                  "scope: none there now (an empty list)"))
+        for binding in listed.each_binding():  # a list: each provider checked on its own
+            results.append(_verify_one(declaration, binding, secret_source, timeout, locate,
+                                       node_ca_file(file_root)))
     results += verify_admins(declaration, secret_source, timeout)
     if engine is not None:
         results += verify_registry_logins(declaration, secret_source, engine)
@@ -308,3 +351,19 @@ def verify_declaration(declaration: Declaration, secret_source: Optional[SecretS
         results.append(Result(consumer=instance, status=REQUIRES_NOTHING,
                               message="requires nothing: no binding to check"))
     return results
+
+
+def _verify_one(declaration: Declaration, binding: BindingDecl,
+                secret_source: Optional[SecretSource], timeout: float,
+                locate: Optional[Locate], ca_file: str) -> Result:
+    """One binding (one provider) checked from inside its consumer's containers, or from here
+    when there is no `locate` or the declaration runs none for it."""
+    containers = _consumer_containers(declaration, binding.consumer)
+    if locate is not None and containers:
+        return verify_from_containers(binding, containers, locate, secret_source, timeout,
+                                      ca_file)
+    result = verify_binding(binding, secret_source, timeout, ca_file=ca_file)
+    if locate is not None and result.status == OK:  # nothing else to check it from
+        result = attrs.evolve(result, message=f"{result.message}, from this node: the "
+                              f"declaration runs no container for {binding.consumer}")
+    return result
