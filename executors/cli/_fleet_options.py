@@ -17,7 +17,8 @@ from typing import Callable
 ENV = {"broker": "MESH_BROKER", "broker_api": "MESH_BROKER_API",
        "broker_admin": "MESH_BROKER_ADMIN",
        "broker_admin_password_file": "MESH_BROKER_ADMIN_PASSWORD_FILE",
-       "broker_for_nodes": "MESH_BROKER_FOR_NODES", "key": "MESH_CONTROL_KEY"}
+       "broker_for_nodes": "MESH_BROKER_FOR_NODES", "key": "MESH_CONTROL_KEY",
+       "broker_plain": "MESH_BROKER_PLAIN"}
 
 
 def add_directory(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +35,8 @@ def add_broker(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--broker", metavar="HOST:PORT", default=os.environ.get(ENV["broker"]),
                        help=f"the broker's AMQP address (${ENV['broker']})")
     group.add_argument("--broker-api", metavar="URL", default=os.environ.get(ENV["broker_api"]),
-                       help=f"its management API, e.g. http://HOST:15672 (${ENV['broker_api']})")
+                       help=f"its management API, e.g. https://HOST:15671 (verified against "
+                       f"the mesh CA; http:// is plain) (${ENV['broker_api']})")
     group.add_argument("--broker-admin", metavar="USER",
                        default=os.environ.get(ENV["broker_admin"]),
                        help=f"its administrator account (${ENV['broker_admin']})")
@@ -46,6 +48,12 @@ def add_broker(parser: argparse.ArgumentParser) -> None:
                        default=os.environ.get(ENV["broker_for_nodes"]),
                        help="the broker's address as the nodes reach it, written into "
                        f"enrolment tokens (default: --broker; ${ENV['broker_for_nodes']})")
+    group.add_argument("--broker-plain", action="store_true",
+                       default=os.environ.get(ENV["broker_plain"], "") not in ("", "0"),
+                       help="the broker speaks plain AMQP (no TLS): every password and "
+                       "declaration crosses the network readable, nodes enrolled with this "
+                       "mesh's tokens too. Default: TLS (amqps) verified against the mesh CA "
+                       f"(${ENV['broker_plain']}=1)")
     group.add_argument("--key", metavar="FILE", default=os.environ.get(ENV["key"]),
                        help="the control node's private key: opens the broker admin's password "
                        f"from the escrow, and values a move re-seals (${ENV['key']})")

@@ -44,7 +44,9 @@ def register(subparsers: Subparsers) -> None:
         "and fingerprint (SHA256:…, the form `mesh enrol list` shows on the control node: "
         "compare them there, then `mesh enrol accept DIR NODE --fingerprint FP`), write the "
         "agent configuration and send the enrolment request (public key, address) over the "
-        "broker with the token; then wait for the control node's answer.")
+        "broker with the token, over TLS once the broker's certificate proved to be the mesh "
+        "CA's (the CA the token carries and pins; refused before the token's secret is sent "
+        "otherwise); then wait for the control node's answer.")
     enrol.add_argument("token", metavar="TOKEN", help="the token `mesh enrol token` printed")
     enrol.add_argument("--config", dest="enrol_config", required=True, metavar="FILE",
                        help="where to write the agent configuration, e.g. /etc/mesh/agent.yaml")

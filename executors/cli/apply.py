@@ -11,6 +11,9 @@ A DECLARATION may be a file (JSON or YAML of resolver.documents.unstructure(decl
 directory of them; of all given, only the newest by serial is applied, the rest are reported
 as superseded. Sealed secrets come from `--secrets FILE` (a ledger holding the values sealed
 to this node) opened with `--key FILE` (the node's private key).
+A stateful instance about to run another image is snapshotted into mesh.yaml's backup target
+first (`--backup-password-file FILE`, node/upgrade.py); without the file, or when the snapshot
+fails, the apply fails before changing anything (exit 1).
 The apply itself is executors/node/apply/runner.py's `apply_files`, the one path every caller
 (this verb, the node agent) takes. A no-op is answered first by apply_fast's check (standard
 library only), which declines to this full path on any doubt; `--no-fast` or
@@ -22,10 +25,9 @@ answered for the `mesh` process itself ends it without the interpreter's teardow
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from typing import Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Optional, Sequence, TextIO
 
 # Only what the no-op check needs is imported at the top (standard library only, like it):
 # the full path's modules (the resolver, attrs, the docker SDK) are imported in `run` when it
@@ -41,8 +43,13 @@ from executors.node.node_paths import (
     default_state_root,
 )
 
+if TYPE_CHECKING:  # named in annotations only: a no-op answered by quick_options never loads it
+    import argparse
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from executors.cli._verb import Subparsers
+
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "apply",
         help="make this node match the newest of its declarations (containers, files, dirs)",
@@ -80,6 +87,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help="grace period when stopping a container to replace it (default 10)")
     parser.add_argument("--no-firewall", action="store_true",
                         help="leave the firewall as it is even if the declaration has an intent")
+    parser.add_argument("--backup-password-file", metavar="FILE",
+                        default=os.environ.get("MESH_BACKUP_PASSWORD_FILE"),
+                        help="the backup repository's password file ($MESH_BACKUP_PASSWORD_FILE): "
+                        "a stateful instance about to run another image is snapshotted into "
+                        "mesh.yaml's backup target first, and the apply fails before changing "
+                        "anything when it cannot be")
     parser.add_argument("--no-fast", action="store_true",
                         help="skip the quick no-op check and always observe and diff in full "
                         "(also MESH_APPLY_NO_FAST=1)")
@@ -96,7 +109,7 @@ def options_from(args: argparse.Namespace) -> ApplyOptions:
         file_root=args.file_root, secrets=args.secrets, key=args.key,
         docker_host=args.docker_host, stop_timeout=args.stop_timeout,
         no_firewall=args.no_firewall, no_fast=args.no_fast, dry_run=args.dry_run,
-        json=args.json)
+        json=args.json, backup_password_file=args.backup_password_file)
 
 
 def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
@@ -144,7 +157,8 @@ def _end_process(code: int, out: TextIO) -> None:
 _FLAGS = {"--dry-run": "dry_run", "--json": "json", "--no-firewall": "no_firewall",
           "--no-fast": "no_fast"}
 _VALUES = {"--state-root": "state_root", "--file-root": "file_root", "--secrets": "secrets",
-           "--key": "key", "--docker-host": "docker_host", "--stop-timeout": "stop_timeout"}
+           "--key": "key", "--docker-host": "docker_host", "--stop-timeout": "stop_timeout",
+           "--backup-password-file": "backup_password_file"}
 
 
 def quick_options(argv: Sequence[str]) -> Optional[ApplyOptions]:
@@ -186,7 +200,9 @@ def quick_options(argv: Sequence[str]) -> Optional[ApplyOptions]:
         key=values.get("key"),
         docker_host=values.get("docker_host", os.environ.get("DOCKER_HOST")),
         stop_timeout=int(stop_timeout), no_firewall="no_firewall" in flags,
-        no_fast="no_fast" in flags, dry_run="dry_run" in flags, json="json" in flags)
+        no_fast="no_fast" in flags, dry_run="dry_run" in flags, json="json" in flags,
+        backup_password_file=values.get("backup_password_file",
+                                        os.environ.get("MESH_BACKUP_PASSWORD_FILE")))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -15,6 +15,7 @@ from typing import Optional, TextIO
 
 from resolver.certificates import tls_credential
 
+from executors.cli import ca_issue_server as issue_server
 from executors.cli._verb import Subparsers
 from executors.control.ca import ca_cert_path, ca_key_path, init_ca
 from executors.control.issuer import renew_in_ledger
@@ -31,11 +32,13 @@ def register(subparsers: Subparsers) -> None:
                           "self-signed certificate at ca.path in mesh.yaml")
     init.add_argument("directory", metavar="DIR", help="the mesh directory holding mesh.yaml")
     init.set_defaults(func=run_init)
+    issue_server.add_parser(sub)
 
     renew_parser = subparsers.add_parser(
         "renew", help="sign NODE's certificates anew now, whatever their renewal windows",
         description="Re-sign NODE's certificate with the mesh CA, and the TLS server "
-        "certificate of every instance on NODE that has one (the mesh's registry) with a new "
+        "certificate of every instance on NODE that has one (the mesh's registry, every "
+        "instance with a `tls` listen) with a new "
         "key sealed to NODE; record them in the ledger (atomically) and show the declaration "
         "that changes because of it.")
     renew_parser.add_argument("directory", metavar="DIR", help="the mesh directory")

@@ -3,17 +3,21 @@
 Exit codes: 0 everything loads and resolves without an error-severity problem (warnings are
 printed and do not fail it); 1 the documents load but the resolver states an error (each
 problem printed as `file:line:col: error [code] message`); 2 a document is malformed (every
-fault printed, by cli.py).
+fault printed, by cli.py). Then every certificate of the mesh expired or inside the CA's
+renewal window at this moment (resolver.certificates.certificates_due; `now` is the only
+thing this verb adds), each with what to run: a reminder, it does not fail the check.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from typing import Iterable, Optional, TextIO
 
 import resolver
 from resolver import Problem
+from resolver.certificates import CertificateKind, DueCertificate, certificates_due
 
 from executors.cli._verb import Subparsers
 from executors.control.loading import load_mesh_dir
@@ -26,7 +30,11 @@ an instance (unknown-module, unknown-node, unknown-provision, no-provider,
 ambiguous-provider, port-conflict, unpinned-artifact, ...), and a default or substrate that
 names no instance (unknown-default). Warnings do not (missing-public-key, an optional
 requirement left unbound, a refused instance held at its last good declaration: held). The
-last line names the codes on each side; OK when no error."""
+last line names the codes on each side; OK when no error. Before it, each certificate
+(a node's, or an instance's TLS server certificate such as the registry's) that is expired or
+inside the CA's renewal window (`ca.renew-before-days` in mesh.yaml) is listed with its node,
+its expiry date and the `mesh renew DIR NODE` that signs it anew; that does not fail the
+check."""
 
 
 def register(subparsers: Subparsers) -> None:
@@ -48,11 +56,27 @@ def _codes(problems: Iterable[Problem]) -> str:
     return ", ".join(sorted({p.code for p in problems}))
 
 
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def due_line(due: DueCertificate, directory: str) -> str:
+    """One line for a certificate expired or inside its renewal window, with what to run."""
+    what = (f"the certificate of node {due.node}" if due.kind is CertificateKind.NODE
+            else f"the TLS server certificate of {due.name} on node {due.node}")
+    when = (f"expired {due.not_after}" if due.expired else
+            f"expires {due.not_after}, inside the {due.renew_before_days}-day renewal window")
+    return f"certificate: {what} (serial {due.serial}) {when}: run `mesh renew {directory} " \
+        f"{due.node}`"
+
+
 def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     directory: str = args.directory
     inputs = load_mesh_dir(directory)  # InputError → every fault printed, exit 2 (cli.py)
     resolution = resolver.resolve_inputs(inputs)
+    for due in certificates_due(inputs.mesh, inputs.ledger, now_iso()):
+        print(due_line(due, directory), file=out)
     errors = [p for p in resolution.problems if p.severity == "error"]
     warnings = [p for p in resolution.problems if p.severity == "warning"]
     for problem in errors + warnings:  # one line each, whatever the documents held

@@ -47,7 +47,10 @@ PROVIDED_BY: dict[str, str] = {
 
 # verb → the extra it needs (verbs that need none are absent)
 VERB_EXTRA: dict[str, str] = {
-    "apply": "node", "verify": "node", "firewall": "node", "node-key": "node",
+    "apply": "node", "verify": "node", "firewall": "node", "node-key": "node", "logs": "node",
+    "backup": "node", "restore": "node", "backups": "node",  # the Engine (restic: Debian)
+    "rollback": "control",  # a ledger transaction (the restore runs in the next apply)
+    "serve-state": "node", "forget-state": "node",  # the Engine, the node key (PyNaCl)
     "plan": "control",  # --issue: sealing and signing
     "graph": "control",  # svg and png through Graphviz
     "pin": "control", "mirror": "control", "build": "control",

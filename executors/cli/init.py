@@ -5,14 +5,25 @@ would type, run as a child `mesh` process so its lines are the verb's own):
 
 1. refuse, before anything is written, a DIR with something in it, a machine without the
    `node` extra (the `control` extra is this module's own import), a catalogue without the
-   substrate's modules, a Docker Engine that does not answer;
+   template's modules, a control module whose build context holds no wheel of this project
+   when this project is no checkout to stage one from, a Docker Engine that does not answer;
 2. this node's key (created once, 0600, its fingerprint printed), DIR/catalogue copied from
-   --catalogue (default: the project's catalogue), DIR/mesh.yaml from the template below;
-3. `mesh ca init`, `mesh pin`, `mesh plan --issue --out DIR/.init`, `mesh apply` of this
-   node's declaration (the substrate runs: store, broker, registry);
-4. the control loop (`mesh control DIR --key KEY`) installed as a service, then this node's
-   own agent joined with an --auto-accept token as `mesh join` does (cli/join.py), its agent a
-   service too (executors/common/service.py);
+   --catalogue (default: the project's catalogue) with this project's wheel staged into the
+   control module's build context (scripts/stage-control-image.sh), DIR/mesh.yaml from the
+   template below, and the --broker options given kept for the control loop in
+   DIR/.control/settings.json (control/control_settings.py; the admin's password sealed);
+3. `mesh ca init`, `mesh pin`, `mesh build DIR --local` (the control image, into this
+   Engine, recorded in the ledger by image ID as `mesh build` records it), `mesh plan --issue
+   --out DIR/.init`, `mesh apply` of this node's declaration: the substrate runs (store,
+   broker, registry) and so does control@NODE, the mesh's one control loop: its container
+   runs `mesh control` on DIR, offered to it as the node's `mesh-dir` facility with this
+   node's key as `control-key` and its Engine as `docker-socket` (what was built locally is
+   pushed from it once the mesh's registry runs), and the Engine's restart policy
+   (unless-stopped) brings it back after a crash or a reboot. The container runs as root, as
+   the operator's `mesh` commands on DIR do (catalogue/control/image/Dockerfile);
+4. this node's own agent joined with an --auto-accept token as `mesh join` does
+   (cli/join.py), the agent a host service (executors/common/service.py: a systemd unit, else
+   `mesh supervise`);
 5. `mesh status` polled until the node applied what was published (--timeout), then a
    `mesh join TOKEN` line printed for each --join NAME[=IP].
 
@@ -43,22 +54,28 @@ from executors.cli.join import CONFIG, KEY, join
 from executors.cli.supervise import MESH
 from executors.common.atomic import write_atomic
 from executors.common.keys import create_node_key, key_fingerprint, public_key_of_file
-from executors.common.service import (RUN_DIR, UNIT_DIR, Service, install,
-                                      passed_environment)
+from executors.common.service import RUN_DIR, UNIT_DIR
 from executors.control import enrolment
+from executors.control.control_settings import (KeptBroker, kept_from_options, settings_path,
+                                                write_kept)
+from executors.control.control_state import ControlState
 from executors.control.delivery_key import ensure_delivery_key
 from executors.control.loading import load_mesh_dir
 from executors.node import docker_engine
 from executors.node.node_paths import DEFAULT_STATE_ROOT, STATE_ROOT_ENV, default_state_root
 
 PROJECT_CATALOGUE = Path(__file__).resolve().parents[2] / "catalogue"
-SUBSTRATE = ("postgres", "lavinmq", "registry")  # the modules the template assigns
+SUBSTRATE = ("postgres", "lavinmq", "registry", "control")  # the modules the template assigns
+STAGE_SCRIPT = PROJECT_CATALOGUE.parent / "scripts" / "stage-control-image.sh"
+CONTROL_CONTEXT = Path("control") / "image"  # the control module's build context
 MESH_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 TEMPLATE = """\
 # Made by `mesh init`: the first node of mesh {mesh}, running the substrate (the store, the
-# broker nodes enrol through, the mesh's registry). Assign your modules under `instances:`;
-# add nodes with `mesh enrol token DIR NAME --auto-accept` and `mesh join TOKEN` on them.
+# broker nodes enrol through, the mesh's registry) and the control plane (control@{node}: the
+# mesh's control loop, on this mesh directory, this node's key and its Docker Engine,
+# offered to it as facilities). Assign your modules under `instances:`; add nodes with
+# `mesh enrol token DIR NAME --auto-accept` and `mesh join TOKEN` on them.
 mesh: {mesh}
 catalogue: catalogue
 
@@ -67,6 +84,7 @@ nodes:
     address: {address}
     control: true
     public-key: "{public}"
+    facilities: ["mesh-dir={directory}", "control-key={key}", "{socket}"]
 
 instances:
   postgres@{node}:
@@ -77,6 +95,9 @@ instances:
     node: {node}
   registry@{node}:
     module: registry
+    node: {node}
+  control@{node}:
+    module: control
     node: {node}
 
 substrate:
@@ -90,11 +111,16 @@ def register(subparsers: Subparsers) -> None:
         "init", help="make this machine the first node and control node of a new mesh",
         description="Make a new mesh in DIR with this machine as its first node and its "
         "control node: the node key, the mesh CA, DIR/mesh.yaml from the documented template "
-        "(store, broker and registry on NODE) with the catalogue copied in, pins, issue, "
-        "apply, then the control loop and this node's agent as services; wait until `mesh "
-        "status` shows NODE converged and print `mesh join TOKEN` for each --join. Refused "
-        "with nothing written: a DIR with something in it, no `node` or `control` extra, no "
-        "Docker Engine.")
+        "(store, broker, registry and the control plane control@NODE on NODE) with the "
+        "catalogue copied in and this project's wheel staged into the control image's "
+        "context; pins, `mesh build DIR --local` (the control image, into this Engine, no "
+        "registry), issue, apply: the control instance's container is the mesh's control "
+        "loop (on DIR and --key, offered as NODE's facilities; the Engine restarts it); then "
+        "this node's agent as a service (systemd, else `mesh supervise`); wait until `mesh "
+        "status` shows NODE converged and print `mesh join TOKEN` for each --join. The "
+        "--broker options given are kept in DIR/.control/settings.json for the control loop. "
+        "Refused with nothing written: a DIR with something in it, no `node` or `control` "
+        "extra, no Docker Engine, no wheel to put in the control image.")
     parser.add_argument("directory", metavar="DIR", help="the new mesh directory (absent or "
                         "empty)")
     parser.add_argument("--node", required=True, metavar="NAME", help="this node's name")
@@ -163,7 +189,7 @@ def preflight(args: argparse.Namespace) -> tuple[Path, str, Path]:
     catalogue = Path(args.catalogue)
     absent = [m for m in SUBSTRATE if not (catalogue / m / "module.yaml").is_file()]
     if not (catalogue / "provisions.yaml").is_file() or absent:
-        raise MeshError(f"{catalogue} is not a catalogue with the substrate's modules (missing: "
+        raise MeshError(f"{catalogue} is not a catalogue with the template's modules (missing: "
                         f"{', '.join(absent) or 'provisions.yaml'}): give --catalogue DIR; "
                         f"nothing was written")
     try:
@@ -176,7 +202,67 @@ def preflight(args: argparse.Namespace) -> tuple[Path, str, Path]:
     if Path(args.config).exists():
         raise MeshError(f"{args.config} exists: this machine is a node of a mesh already "
                         f"(remove it to make a new one); nothing was written")
+    if not _checkout() and not _staged_wheels(catalogue / CONTROL_CONTEXT):
+        raise MeshError(f"{catalogue / CONTROL_CONTEXT}/dist holds no wheel of this project "
+                        f"and this installation is no checkout to make one from: run `sh "
+                        f"scripts/stage-control-image.sh {catalogue / CONTROL_CONTEXT}` in the "
+                        f"project's checkout, or give --catalogue DIR with a staged control "
+                        f"module; nothing was written")
     return directory, mesh, catalogue
+
+
+def _socket(docker_host: Optional[str]) -> str:
+    """The docker-socket facility this node offers the control instance: its Engine's socket
+    (the default path unless --docker-host names another unix socket)."""
+    if docker_host and docker_host.startswith("unix://"):
+        return f"docker-socket={docker_host[len('unix://'):]}"
+    return "docker-socket"
+
+
+def _checkout() -> bool:
+    """Whether this project runs from its checkout (a wheel can be staged from it)."""
+    return STAGE_SCRIPT.is_file() and (PROJECT_CATALOGUE.parent / "pyproject.toml").is_file()
+
+
+def _staged_wheels(context: Path) -> list[Path]:
+    return sorted((context / "dist").glob("*.whl"))
+
+
+def _stage(catalogue: Path, directory: Path, say: Callable[[str], None]) -> None:
+    """This project's wheel into DIR's copy of the control module's build context: staged
+    from this checkout (scripts/stage-control-image.sh), else the source catalogue's."""
+    context = directory / "catalogue" / CONTROL_CONTEXT
+    if _checkout():
+        say(f"sh {STAGE_SCRIPT} {context}")
+        done = subprocess.run(["sh", str(STAGE_SCRIPT), str(context)], capture_output=True,
+                              text=True)
+        for line in (done.stdout + done.stderr).splitlines():
+            if line.strip():
+                say(f"  {line}")
+        if done.returncode != 0:
+            raise MeshError(f"staging this project's wheel failed (exit {done.returncode}; "
+                            f"its lines are above)")
+        return
+    (context / "dist").mkdir(parents=True, exist_ok=True)
+    for wheel in _staged_wheels(catalogue / CONTROL_CONTEXT):
+        shutil.copy2(wheel, context / "dist" / wheel.name)
+        say(f"staged {wheel.name} (from {catalogue / CONTROL_CONTEXT / 'dist'})")
+
+
+def _keep_broker(args: argparse.Namespace, directory: Path, public: str,
+                 say: Callable[[str], None]) -> None:
+    """The --broker options given, kept for the control loop wherever it runs."""
+    kept = kept_from_options(broker=args.broker, api=args.broker_api, admin=args.broker_admin,
+                             admin_password_file=args.broker_admin_password_file,
+                             for_nodes=args.broker_for_nodes, plain=args.broker_plain,
+                             control_public_key=public)
+    if kept == KeptBroker():
+        return
+    path = settings_path(ControlState(directory).root)
+    write_kept(path, kept)
+    say(f"kept the broker options for the control loop in {path}"
+        + (" (the admin's password sealed to this node's key)"
+           if kept.broker_admin_password_sealed else ""))
 
 
 def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
@@ -202,30 +288,32 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
                     ignore=shutil.ignore_patterns("dist", "__pycache__"))
     write_atomic(directory / "mesh.yaml", TEMPLATE.format(mesh=mesh, node=node,
                                                           address=args.address,
-                                                          public=public))
-    say(f"wrote {directory / 'mesh.yaml'} (the substrate on {node}) and copied the catalogue "
-        f"from {catalogue}")
-    broker = _broker_options(args)
+                                                          public=public, directory=directory,
+                                                          key=args.key,
+                                                          socket=_socket(args.docker_host)))
+    say(f"wrote {directory / 'mesh.yaml'} (the substrate and control@{node} on {node}) and "
+        f"copied the catalogue from {catalogue}")
+    docker_host = ["--docker-host", args.docker_host] if args.docker_host else []
     out_dir = directory / ".init"
-    step = ""
+    step = "keeping the broker options"
     try:
+        _keep_broker(args, directory, public, say)
+        step = "staging this project's wheel into the control image's context"
+        _stage(catalogue, directory, say)
         for step, argv in (
                 ("mesh ca init", ["ca", "init", str(directory)]),
                 ("mesh pin", ["pin", str(directory)]),
+                ("mesh build --local", ["build", str(directory), "--local", *docker_host]),
                 ("mesh plan --issue", ["plan", str(directory), "--issue", "--key", args.key,
                                        "--out", str(out_dir)]),
                 ("mesh apply", ["apply", str(out_dir / f"{node}.declaration.json"),
                                 "--secrets", str(directory / "ledger.yaml"), "--key", args.key,
                                 "--state-root", os.path.abspath(args.state_root),
-                                *(["--docker-host", args.docker_host] if args.docker_host
-                                  else []),
+                                *docker_host,
                                 *(["--no-firewall"] if args.no_firewall else [])])):
             _mesh(argv, say)
-        step = "the control loop as a service"
-        install(Service("control", f"mesh control loop of mesh {mesh}",
-                        ("control", str(directory), "--key", args.key, *broker), MESH,
-                        working_directory=str(directory), environment=passed_environment()),
-                say=say, run_dir=Path(args.run_dir), unit_dir=Path(args.unit_dir))
+        say(f"control@{node} runs the control loop on {directory} (its container; the "
+            f"Engine's restart policy brings it back after a crash or a reboot)")
         step = f"{node}'s own agent"
         token = _token(args, directory, node, None)
         join(token, _join_args(args), say)
@@ -235,8 +323,9 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         raise MeshError(f"mesh init stopped at {step}: {error} ({directory} is left as it is "
                         f"for a look; remove it, and the services and key if made, to start "
                         f"again)") from None
-    print(f"mesh {mesh} runs on {node} ({time.monotonic() - began:.0f}s): control loop and "
-          f"agent are services; `mesh status {directory}` shows it", file=out)
+    print(f"mesh {mesh} runs on {node} ({time.monotonic() - began:.0f}s): the control loop is "
+          f"control@{node}'s container, the agent a service; `mesh status {directory}` shows "
+          f"it", file=out)
     for wanted in args.join:
         name, _, address = wanted.partition("=")
         token = _token(args, directory, name, address or None)
@@ -245,17 +334,6 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         print(f"to add a node: `mesh enrol token {directory} NAME --auto-accept [--address IP]` "
               f"here, then `mesh join TOKEN` on it", file=out)
     return 0
-
-
-def _broker_options(args: argparse.Namespace) -> list[str]:
-    """The broker options given, passed on to the control loop's service."""
-    given = []
-    for option in ("broker", "broker_api", "broker_admin", "broker_admin_password_file",
-                   "broker_for_nodes"):
-        value = getattr(args, option)
-        if value:
-            given += [f"--{option.replace('_', '-')}", str(value)]
-    return given
 
 
 def _mesh(argv: list[str], say: Callable[[str], None]) -> None:

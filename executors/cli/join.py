@@ -44,7 +44,9 @@ def register(subparsers: Subparsers) -> None:
         "join", help="make this machine a node of the mesh: key, enrolment, agent service",
         description="Join the mesh TOKEN names (`mesh enrol token` on the control node, or the "
         "line `mesh init` printed): create this node's key (0600, kept if it exists) and print "
-        "its fingerprint, send the enrolment request over the broker, write the agent's "
+        "its fingerprint, send the enrolment request over the broker (TLS, the broker's "
+        "certificate verified against the mesh CA the token carries before its secret is "
+        "sent), write the agent's "
         "configuration, install the agent as a service (a systemd unit where systemd runs, "
         "else `mesh supervise`), and wait until the control node accepted the node (`mesh "
         "enrol accept DIR NODE --fingerprint FP` there, or nothing for an --auto-accept "

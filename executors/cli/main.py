@@ -10,35 +10,39 @@ Only the chosen subcommand's module is imported when the first argument names on
 `mesh apply` must not pay for every other command); `mesh --help`, no command or an unknown
 one build the full parser, so help and usage errors list every command. `mesh apply` with
 plainly spelled options builds no parser at all (cli/apply.py's quick_options reads them;
-anything else goes through the parser). That import by name
-in build_parser is the one deferred import here; what this module imports at its top is the
-standard library and cli/'s own standard-library modules (_verb, extras, terminal).
+anything else goes through the parser), and does not even import argparse: the parser is
+built by cli/_parser.py, imported by name in build_parser like the verbs' modules. Those
+imports by name are the deferred imports here; what this module imports at its top is the
+standard library (not argparse) and cli/'s own standard-library modules (extras, terminal).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, TextIO
 
-from executors.cli._verb import Run, Subparsers
-from executors.cli.extras import extra_for, missing_extra
+from executors.cli.extras import missing_extra
 from executors.cli.terminal import with_printable_output
 
-if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not here
+if TYPE_CHECKING:  # the resolver is imported by the commands that need it, not here; argparse
+    # by cli/_parser.py, when a parser is built
+    import argparse
+
+    from executors.cli._verb import Run
     from resolver import InputError
 
 COMMANDS: list[str] = [
     "check",
     "schema",
-    "plan", "graph",
+    "plan", "graph", "names",
     "pin", "mirror", "stale", "build",
     "firewall",
     "apply",
     "node-key", "ca", "rotate",
-    "verify",
+    "verify", "logs", "backup", "restore", "backups", "rollback",
+    "serve-state", "forget-state",
     "control", "publish", "collect", "status", "enrol", "agent",
     "control backup", "control restore",
     "node",
@@ -49,25 +53,10 @@ ALSO: dict[str, tuple[str, ...]] = {"ca": ("renew",), "rotate": ("applied",)}
 
 
 def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mesh",
-        description="Resolve a mesh of self-hosted nodes from manifests and a ledger, "
-        "and make each node match its declaration.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for name in commands:
-        try:  # imported here, not at the top: only the verb that runs is paid for
-            module = importlib.import_module(f"executors.cli.{_module_name(name)}")
-        except ImportError as error:  # an extra it needs is not installed: say which
-            if missing_extra(name, error) is None:
-                raise
-            for verb in (name, *ALSO.get(name, ())):
-                _unavailable(sub, verb, error)
-            continue
-        register: Callable[[Subparsers], None] = module.register
-        register(sub)
-    return parser
+    """The parser of `commands` (cli/_parser.py builds it, importing each verb's module)."""
+    parsing = importlib.import_module("executors.cli._parser")  # by name: argparse with it
+    built: argparse.ArgumentParser = parsing.build(commands, ALSO, _module_name)
+    return built
 
 
 def _module_name(verb: str) -> str:
@@ -81,20 +70,6 @@ def _joined(argv: Sequence[str]) -> list[str]:
     if len(argv) >= 2 and f"{argv[0]} {argv[1]}" in COMMANDS:
         return [f"{argv[0]} {argv[1]}", *argv[2:]]
     return list(argv)
-
-
-def _unavailable(sub: Subparsers, verb: str, error: ImportError) -> None:
-    """A verb whose module cannot be imported: listed, and running it says what to install."""
-    said = missing_extra(verb, error)
-    parser = sub.add_parser(verb, help=f"(needs the {extra_for(verb, error.name or '')} extra, "
-                            "not installed)", description=said)
-    parser.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-
-    def run(args: argparse.Namespace) -> int:
-        print(said, file=sys.stderr)
-        return 2
-
-    parser.set_defaults(func=run)
 
 
 def print_faults(error: InputError, stream: Optional[TextIO] = None) -> None:

@@ -20,7 +20,7 @@ import sys
 from typing import Optional, Protocol, Sequence, TextIO
 
 import resolver
-from resolver import Resolution
+from resolver import BindingDecl, Resolution
 from resolver.documents import unstructure_full
 from resolver import ContainerChange, DeclarationChange, change_counts
 
@@ -200,12 +200,24 @@ def print_plan(resolution: Resolution, nodes: Sequence[str], out: TextIO) -> Non
         for h in d.held:
             where = f"{h.file}:{h.line}:{h.col}" if h.line else h.file
             w(f"  held {h.instance} at its last good declaration: [{h.code}] {where}")
-    if resolution.bindings:
+    lists = {(b.consumer, b.requirement): b for d in resolution.declarations.values()
+             for b in d.bindings if b.each}  # requirements taking every provider
+    if resolution.bindings or lists:
         w()
         w("bindings:")
+        shown: set[tuple[str, str]] = set()
         for b in resolution.bindings:
-            w(f"  {b.consumer} {b.requirement} -> {b.provider} ({b.chosen_by})  "
-              f"{b.host}:{b.port}" + (f"  login {b.login}" if b.login else ""))
+            if not b.each:
+                w(f"  {b.consumer} {b.requirement} -> {b.provider} ({b.chosen_by})  "
+                  f"{b.host}:{b.port}" + (f"  login {b.login}" if b.login else ""))
+                continue
+            if (b.consumer, b.requirement) not in shown:  # one requirement, its list below
+                shown.add((b.consumer, b.requirement))
+                w(_list_line(lists.get((b.consumer, b.requirement)), b.consumer, b.requirement))
+            w(f"    - {b.provider}  {b.host}:{b.port}" + (f"  login {b.login}" if b.login else ""))
+        for (consumer, requirement), listed in sorted(lists.items()):
+            if (consumer, requirement) not in shown:
+                w(_list_line(listed, consumer, requirement))
     if resolution.changes:
         w()
         w("changes:")
@@ -228,6 +240,14 @@ def print_plan(resolution: Resolution, nodes: Sequence[str], out: TextIO) -> Non
     w()
     w(f"{len(errors)} refusal{'s' if len(errors) != 1 else ''}, "
       f"{len(resolution.bindings)} bindings, {len(requests)} to issue")
+
+
+def _list_line(listed: Optional[BindingDecl], consumer: str, requirement: str) -> str:
+    """The head line of a requirement that takes every provider: its provision and count."""
+    count = len(listed.entries) if listed is not None else 0
+    what = listed.provision if listed is not None else "?"
+    return (f"  {consumer} {requirement} -> every {what} provider ({count})"
+            + ("" if count else ": none in scope (an empty list)"))
 
 
 def change_line(c: DeclarationChange) -> str:

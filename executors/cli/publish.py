@@ -1,6 +1,8 @@
 """`mesh publish DIR [--node N]`: one publishing step of the control plane, for scripts.
 
-Resolves (issuing what can be issued), writes, records and publishes every node whose
+First pushes the local builds (`mesh build --local`) into the mesh's registry when it serves
+(control/self_hosting.py, through $DOCKER_HOST's Engine; kept, with a line why, when it does
+not). Resolves (issuing what can be issued), writes, records and publishes every node whose
 declaration changed since it was last published; `--node N` (repeatable) publishes N's current
 declaration even when unchanged (a republish) and no other. Exit 0 once the broker confirmed
 every message, 1 if it did not, 2 for bad input.
@@ -22,7 +24,9 @@ def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "publish",
         help="publish each changed declaration over the broker (one step of `mesh control`)",
-        description="Resolve the mesh in DIR, issue what can be issued, write and record the "
+        description="Push the local builds (mesh build --local) into the mesh's registry when it "
+        "serves (the Engine at $DOCKER_HOST; --key opens the push account). "
+        "Resolve the mesh in DIR, issue what can be issued, write and record the "
         "declarations that changed since last published and publish them, signed, each to its "
         "node's queue, confirmed by the broker. --node N publishes N's current declaration "
         "(changed or not) and nothing else.")

@@ -1,15 +1,23 @@
 """`mesh status DIR [--json]`: per node what was published and applied, per rotation what it
-waits for; read from the ledger and the control state, without asking the broker."""
+waits for, and each certificate expired or inside its renewal window (as `mesh check` lists
+them: resolver.certificates.certificates_due at this moment); read from the ledger and the
+control state, without asking the broker."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from typing import Optional, TextIO
 
+from resolver.certificates import certificates_due
+
 from executors.cli import _fleet_options
+from executors.cli._backup_status import backup_status, status_lines
 from executors.cli._verb import Subparsers
+from executors.cli.check import due_line, now_iso
 from executors.control.control_state import ControlState
 from executors.control.loading import load_mesh_dir
 from executors.control.status import status
@@ -21,10 +29,17 @@ def register(subparsers: Subparsers) -> None:
         "rotations in progress",
         description="Show, per node, the serial last published and the serial in force by its "
         "last report, when it last reported and the result, drift repaired, `mesh verify` "
-        "results; and each rotation in progress with the nodes it still waits for. Read from "
+        "results; each rotation in progress with the nodes it still waits for; and each "
+        "certificate expired or inside the CA's renewal window, with what to run. Read from "
         "the ledger and the control plane's state (the broker is not asked).")
     _fleet_options.add_directory(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument("--backup-password-file", metavar="FILE",
+                        default=os.environ.get("MESH_BACKUP_PASSWORD_FILE"),
+                        help="the backup repository's password file: with it, the backup "
+                        "target is read and every instance whose last backup is older than "
+                        "its schedule (mesh.yaml `backups: every:`) is shown overdue "
+                        "($MESH_BACKUP_PASSWORD_FILE)")
     parser.set_defaults(func=run)
 
 
@@ -35,6 +50,11 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     as_json: bool = args.json
     inputs = load_mesh_dir(directory)
     document = status(inputs.mesh_dir, ControlState(inputs.mesh_dir, state_dir))
+    due = certificates_due(inputs.mesh, inputs.ledger, now_iso())
+    document["certificates_due"] = [
+        {"kind": d.kind.value, "name": d.name, "node": d.node, "serial": d.serial,
+         "not_after": d.not_after, "expired": d.expired} for d in due]
+    document["backups"] = backup_status(inputs.mesh, args.backup_password_file)
     if as_json:
         json.dump(document, out, indent=2, sort_keys=True)
         out.write("\n")
@@ -68,4 +88,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
                   f"{', '.join(r['waiting_for']) or 'nothing'}", file=out)
     else:
         print("no rotation in progress", file=out)
+    for d in due:
+        print(due_line(d, directory), file=out)
+    for line in status_lines(document["backups"], int(time.time())):
+        print(line, file=out)
     return 0

@@ -25,6 +25,7 @@ from typing import Optional, TextIO
 
 from executors.cli._verb import Subparsers
 from executors.node.apply.runner import load_declaration, secret_source_from
+from executors.node.node_paths import FILE_ROOT_ENV, default_file_root
 from executors.node.verify.check import engine_client, engine_locator, verify_declaration
 
 
@@ -34,7 +35,9 @@ def register(subparsers: Subparsers) -> None:
         help="check, from inside each consumer's containers, that every binding really works",
         description="For each binding of the declaration: from inside the network namespace "
         "of each of the consumer's running containers, connect to the announced host and "
-        "port, log in with the consumer's current credential and check its database or vhost. "
+        "port, log in with the consumer's current credential and check its database or vhost "
+        "(a tool server: MCP initialize and tools/list with the consumer's token, and a token "
+        "that is no one's refused). "
         "One result per binding: ok, unreachable (naming the consumer and its container), "
         "auth-failed, missing-resource, not-yet-provisioned, or not-provisioned (a grant kind "
         "the mesh has no provisioner for: a warning). For each provider on this node with an "
@@ -44,6 +47,9 @@ def register(subparsers: Subparsers) -> None:
         "so. For each registry account the declaration gives this node (its pull account on the "
         "mesh's registry), the node's Docker Engine logs in to the registry with it: ok, "
         "auth-failed or unreachable (TLS, firewall, registry down), said like a binding. "
+        "A TLS binding (postgres verify-full, amqps) is checked as its consumer connects: the "
+        "provider's certificate verified against the mesh CA the node holds at "
+        "/etc/mesh/ca/ca.crt (under --file-root); a certificate from another CA fails it. "
         "Run as root on the consumer's node.",
     )
     parser.add_argument("declaration", help="the node's declaration (YAML or JSON)")
@@ -56,6 +62,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
                         help="Docker Engine running the consumers' containers (default: "
                         "$DOCKER_HOST or the local socket)")
+    parser.add_argument("--file-root", default=default_file_root(), metavar="DIR",
+                        help=f"where `mesh apply` wrote the declaration's files, the mesh CA's "
+                        f"certificate among them (default: ${FILE_ROOT_ENV} or /)")
     parser.set_defaults(func=run)
 
 
@@ -65,7 +74,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     secret_source = secret_source_from(args.secrets, args.key, declaration.node)
     engine = engine_client(args.docker_host)
     results = verify_declaration(declaration, secret_source, timeout=args.timeout,
-                                 locate=engine_locator(args.docker_host, engine), engine=engine)
+                                 locate=engine_locator(args.docker_host, engine), engine=engine,
+                                 file_root=args.file_root)
     ok = all(r.ok for r in results)
     if args.json:
         json.dump({"mesh": declaration.mesh, "node": declaration.node, "ok": ok,

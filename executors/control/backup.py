@@ -16,7 +16,9 @@ Invariants:
 - Nothing is written until everything was checked: a wrong passphrase, an altered or
   truncated archive, a file that is not an archive, a target that exists are refused first.
   The archive is written with write_atomic (0600). A restore unpacks into a temp directory
-  beside the target and renames it into place; the key file is created exclusively.
+  beside the target, lets the caller's edit change the staged copy (control_move: this machine
+  the control node; an edit's refusal is a refusal with nothing written) and renames it into
+  place; the key file is created exclusively.
 - A tar member is taken only when it is a regular file or a directory with a relative name
   under `mesh/`, `state/` or `key/` and no `..`; modes and mtimes are kept, owners are not.
 """
@@ -33,7 +35,7 @@ import struct
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import attrs
 import nacl.exceptions
@@ -88,6 +90,12 @@ class Restored:
     key: Optional[Path]
     catalogue_outside: Optional[str]
     catalogue_missing: bool
+    changes: tuple[str, ...] = ()  # what `edit` said it changed
+
+
+#: An edit of the restored mesh directory before it is put in place: (the staged directory,
+#: the control node's key from the archive or --key, when there is one) → the lines it said.
+Edit = Callable[[Path, Optional[bytes]], Sequence[str]]
 
 
 def _inside(path: Path, directory: Path) -> bool:
@@ -246,9 +254,10 @@ def _members(archive: tarfile.TarFile, archive_file: Path) -> list[tarfile.TarIn
 
 
 def restore(archive_file: PathLike, directory: PathLike, passphrase: bytes,
-            key_file: Optional[PathLike]) -> Restored:
+            key_file: Optional[PathLike], edit: Optional[Edit] = None) -> Restored:
     """Unpack the archive into `directory` (which must not exist, or be empty) and the control
-    node's key into `key_file`; nothing is written when anything is wrong."""
+    node's key into `key_file`, the staged directory changed by `edit` first; nothing is
+    written when anything is wrong (an error `edit` raises included)."""
     source, target = Path(archive_file), Path(directory)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise BackupError(f"{target}: exists and is not empty; restore into a new directory "
@@ -272,6 +281,7 @@ def restore(archive_file: PathLike, directory: PathLike, passphrase: bytes,
                           "with --key FILE (or MESH_CONTROL_KEY); nothing was written")
     key_member = archive.extractfile(KEY) if has_key else None
     key_data = key_member.read() if key_member is not None else b""
+    control_key = key_data if has_key else _read_key(key_path)
     if key_path is not None and has_key and (key_path.exists() or key_path.is_symlink()):
         try:
             same = key_path.read_bytes() == key_data
@@ -303,6 +313,7 @@ def restore(archive_file: PathLike, directory: PathLike, passphrase: bytes,
                                   f"both; use another copy of the archive")
             (staging / STATE).rename(state)
         files = sum(1 for m in members if m.isreg() and m.name.split("/")[0] in (MESH, STATE))
+        changes = tuple(edit(mesh_root, control_key)) if edit is not None else ()
         for path in (mesh_root, *(p for p in mesh_root.rglob("*") if p.is_file())):
             _fsync(path)
         if key_path is not None:
@@ -325,7 +336,17 @@ def restore(archive_file: PathLike, directory: PathLike, passphrase: bytes,
     outside = catalogue_outside if isinstance(catalogue_outside, str) else None
     return Restored(str(manifest.get("mesh", "")), target, files + (1 if has_key else 0),
                     Path(key_file) if has_key and key_file is not None else None, outside,
-                    outside is not None and not (target / outside).is_dir())
+                    outside is not None and not (target / outside).is_dir(), changes)
+
+
+def _read_key(path: Optional[Path]) -> Optional[bytes]:
+    """The key kept at `path` when the archive holds none (a backup made --without-key)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _fsync(path: Path) -> None:

@@ -9,6 +9,13 @@ Invariants:
   account its container names (RABBITMQ_DEFAULT_USER, else `admin`), whose password is opened
   from the control node's escrow with the control node's key (`--key`): the control node
   issued it, so it could read it already (README: trust model).
+- The mesh's AMQP traffic is TLS verified against the mesh CA (its certificate beside its key,
+  `ca.path`): the control plane's own connection and what enrolment tokens tell nodes. Plain
+  AMQP only when asked for in so many words (`--broker-plain`); a mesh without its CA yet is
+  told to make it (`mesh ca init DIR`) or to ask for plain.
+- An https management API (the admin's password crosses to it) is verified against the mesh CA
+  too, whatever the AMQP side is; the substrate broker's is https when its module marks the
+  `management` listen `tls`.
 - The admin password is read from a file or unsealed in memory; it is never printed.
 - Whatever is missing is one MeshError saying what to give.
 """
@@ -23,8 +30,9 @@ import attrs
 import resolver
 from resolver import Inputs, MeshError
 
-from executors.common.amqp import BrokerAddress
+from executors.common.amqp import BrokerAddress, BrokerTls
 from executors.common.keys import UnsealError, load_private_key, unseal
+from executors.control.ca import ca_cert_path
 
 MANAGEMENT_LISTEN = "management"
 DEFAULT_ADMIN = "admin"
@@ -37,6 +45,9 @@ class BrokerSettings:
     admin: str
     admin_password: str = attrs.field(repr=False)
     for_nodes: BrokerAddress  # what enrolment tokens tell nodes
+    tls: BrokerTls = BrokerTls.plain()  # settings_from always says which
+    # the mesh CA's certificate an https `api` is verified against (None: http)
+    api_ca_pem: Optional[str] = attrs.field(default=None, repr=False)
 
 
 class _Derived(TypedDict):
@@ -50,8 +61,12 @@ class _Derived(TypedDict):
 
 def settings_from(inputs: Inputs, *, broker: Optional[str] = None, api: Optional[str] = None,
                   admin: Optional[str] = None, admin_password_file: Optional[str] = None,
-                  for_nodes: Optional[str] = None, key: Optional[str] = None) -> BrokerSettings:
-    """The settings given (None: not given), the rest derived from the mesh."""
+                  for_nodes: Optional[str] = None, key: Optional[str] = None,
+                  plain: bool = False, admin_password: Optional[str] = None
+                  ) -> BrokerSettings:
+    """The settings given (None: not given), the rest derived from the mesh; TLS against the
+    mesh CA unless `plain`. `admin_password` (kept by control/control_settings.py, opened)
+    serves when no password file is given."""
     derived: list[_Derived] = []  # the mesh is resolved once, and only when asked
 
     def from_mesh() -> _Derived:
@@ -68,7 +83,7 @@ def settings_from(inputs: Inputs, *, broker: Optional[str] = None, api: Optional
             if not broker:
                 raise
             raise MeshError(f"--broker-api is needed with --broker (the management API, e.g. "
-                            f"http://{amqp.host}:15672): the mesh does not say it ({error})"
+                            f"https://{amqp.host}:15671): the mesh does not say it ({error})"
                             ) from None
     else:
         api_from_mesh = False
@@ -79,10 +94,44 @@ def settings_from(inputs: Inputs, *, broker: Optional[str] = None, api: Optional
         except (OSError, UnicodeDecodeError) as exc:
             raise MeshError(f"{admin_password_file}: cannot read the broker admin's password: "
                             f"{exc}") from None
+    elif admin_password is not None:
+        password = admin_password
     else:
         password = _admin_password(from_mesh()["credential"], inputs, key)
     nodes_see = BrokerAddress.parse(for_nodes) if for_nodes else amqp
-    return BrokerSettings(amqp, api.rstrip("/"), admin, password, nodes_see)
+    tls = BrokerTls.plain() if plain else mesh_ca_tls(inputs)
+    return BrokerSettings(amqp, api.rstrip("/"), admin, password, nodes_see, tls,
+                          _api_ca(inputs, api, tls))
+
+
+def _api_ca(inputs: Inputs, api: str, tls: BrokerTls) -> Optional[str]:
+    """The mesh CA's certificate an https management API is verified against (None: http)."""
+    if not api.lower().startswith("https://"):
+        return None
+    if tls.ca_pem is not None:
+        return tls.ca_pem
+    path = ca_cert_path(inputs.mesh_dir, inputs.mesh)
+    try:
+        return path.read_text(encoding="ascii")
+    except FileNotFoundError:
+        raise MeshError(f"{path}: no mesh CA certificate; the broker's management API {api} is "
+                        f"https, verified against it: `mesh ca init {inputs.mesh_dir}` first"
+                        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MeshError(f"{path}: cannot read the mesh CA certificate: {exc}") from None
+
+
+def mesh_ca_tls(inputs: Inputs) -> BrokerTls:
+    """TLS verified against the mesh CA's certificate (public: read wherever it lies)."""
+    path = ca_cert_path(inputs.mesh_dir, inputs.mesh)
+    try:
+        return BrokerTls(path.read_text(encoding="ascii"))
+    except FileNotFoundError:
+        raise MeshError(f"{path}: no mesh CA certificate; the broker is reached over TLS "
+                        f"verified against it: `mesh ca init {inputs.mesh_dir}` first (or "
+                        f"--broker-plain for a broker that speaks plain AMQP)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MeshError(f"{path}: cannot read the mesh CA certificate: {exc}") from None
 
 
 def _from_mesh(inputs: Inputs) -> _Derived:
@@ -102,6 +151,9 @@ def _from_mesh(inputs: Inputs) -> _Derived:
         raise MeshError(f"the substrate broker {broker} provides no amqp on {node} (yet): give "
                         f"--broker and --broker-api")
     admin_user, management = DEFAULT_ADMIN, None
+    listen = inputs.catalogue.modules[mesh.instances[broker].module].listens.get(
+        MANAGEMENT_LISTEN)
+    scheme = "https" if listen is not None and listen.tls else "http"
     for container in declaration.containers:
         if container.instance != broker:
             continue
@@ -115,7 +167,8 @@ def _from_mesh(inputs: Inputs) -> _Derived:
     address = mesh.nodes[node].address
     host = f"[{address}]" if ":" in address else address
     credential = provider.admin.credential if provider.admin is not None else None
-    return {"amqp": BrokerAddress(address, provider.port), "api": f"http://{host}:{management}",
+    return {"amqp": BrokerAddress(address, provider.port),
+            "api": f"{scheme}://{host}:{management}",
             "admin": admin_user, "credential": credential}
 
 

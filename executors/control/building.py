@@ -19,6 +19,8 @@ Invariants:
   the builds before it. The record is a frozen value (its bases a pmap), as the ledger's types
   say.
 - Every step is said through `say` as it happens (pulls, each build output line, the push).
+- push_local_builds is the one push of a local build into the mesh's registry: `mesh build`
+  calls it, and so does every publish of the control plane (control/self_hosting.py).
 """
 
 from __future__ import annotations

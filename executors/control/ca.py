@@ -182,10 +182,12 @@ def sign_node(ca: MeshCa, mesh: Mesh, node: str,
 
 
 def sign_server(ca: MeshCa, mesh: Mesh, instance: str, node: str,
-                now: Optional[datetime.datetime] = None) -> tuple[Certificate, str]:
+                now: Optional[datetime.datetime] = None, *,
+                client: bool = False) -> tuple[Certificate, str]:
     """A TLS server certificate for `instance` on `node` (CN=instance, SAN=the node's address,
-    serverAuth) with a fresh ECDSA P-256 key: (certificate, the key's PEM). The key is a secret:
-    the caller seals it and forgets it."""
+    serverAuth, and clientAuth with `client`: a node's transfer certificate, both ends of a
+    state transfer) with a fresh ECDSA P-256 key: (certificate, the key's PEM). The key is a
+    secret: the caller seals it and forgets it."""
     described = mesh.nodes.get(node)
     if described is None:
         raise CaError(f"node {node} is not in mesh.yaml")
@@ -194,13 +196,48 @@ def sign_server(ca: MeshCa, mesh: Mesh, instance: str, node: str,
     not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
     serial, certificate = _leaf(
         ca, instance, key.public_key(), described.address, now, not_after, signs=True,
-        agrees=False, purposes=[ExtendedKeyUsageOID.SERVER_AUTH])
+        agrees=False, purposes=[ExtendedKeyUsageOID.SERVER_AUTH]
+        + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else []))
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption()).decode("ascii")
     return Certificate(
         serial=format(serial, "x"), not_before=iso(now), not_after=iso(not_after),
         pem=certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
         address=described.address), key_pem
+
+
+def sign_name(ca: MeshCa, mesh: Mesh, name: str,
+              now: Optional[datetime.datetime] = None) -> tuple[Certificate, str]:
+    """A TLS server certificate for web name `name` (CN and DNS SubjectAltName the name,
+    serverAuth) with a fresh ECDSA P-256 key, as sign_server makes an instance's: (certificate,
+    the key's PEM); the certificate's `address` is the name."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = now or utc_now()
+    not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
+    serial, certificate = _leaf(ca, name, key.public_key(), name, now, not_after, signs=True,
+                                agrees=False, purposes=[ExtendedKeyUsageOID.SERVER_AUTH])
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode("ascii")
+    return Certificate(
+        serial=format(serial, "x"), not_before=iso(now), not_after=iso(not_after),
+        pem=certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+        address=name), key_pem
+
+
+def sign_external_server(ca: MeshCa, mesh: Mesh, name: str, address: str,
+                         now: Optional[datetime.datetime] = None) -> tuple[str, str]:
+    """(certificate PEM, key PEM) for a TLS server the mesh does not run (a broker of the
+    operator's: `mesh ca issue-server`): CN=name, SAN=address, serverAuth, a fresh ECDSA P-256
+    key, ca.validity-days. Not recorded in the ledger; the key is the caller's to keep."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = now or utc_now()
+    not_after = now + datetime.timedelta(days=mesh.ca.validity_days)
+    _serial, certificate = _leaf(ca, name, key.public_key(), address, now, not_after,
+                                 signs=True, agrees=False,
+                                 purposes=[ExtendedKeyUsageOID.SERVER_AUTH])
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode("ascii")
+    return certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"), key_pem
 
 
 def ca_pem(ca: MeshCa) -> str:

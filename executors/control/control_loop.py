@@ -11,6 +11,12 @@ Invariants:
   old generation, which changes the provider's, which is published. A node removed since
   the broker was last reconciled (`mesh node remove`) loses its account and queue in that
   same cycle, as on a new connection.
+- The self-hosting transition (control/self_hosting.py) runs before declarations are written:
+  while the ledger holds local builds (`mesh build --local`) and the mesh's registry serves,
+  they are pushed into it and recorded at its digest, so that publish names the registry.
+  Kept local (the registry not up yet), they are retried every housekeeping round until
+  pushed (the ledger then changes, so the next cycle publishes); the reason is said once per
+  change, not at every retry.
 - Everything it knows is on disk (the ledger, the state directory) and in the broker's durable
   queues, so a restarted loop picks up where the last one stopped: a digest written but not
   published is published, a report not acknowledged is delivered again (recording it twice
@@ -36,7 +42,7 @@ from resolver import InputError, Inputs, MeshError, Resolution
 from executors.common import amqp, messages
 from executors.common.amqp import BrokerError
 from executors.common.keys import load_private_key
-from executors.control import enrolment, inbox, publish, revocations
+from executors.control import enrolment, inbox, publish, revocations, self_hosting
 from executors.control.applied import resolve_current
 from executors.control.broker_settings import BrokerSettings
 from executors.control.control_state import ControlState
@@ -73,6 +79,7 @@ class Control:
     key_file: Optional[str] = None
     issue: bool = True
     interval: float = 5.0
+    docker_host: Optional[str] = None  # the Engine local builds are pushed from (self_hosting)
     fleet: Fleet = attrs.field(init=False)
     mesh: str = attrs.field(init=False)
     _control_key: Optional[PrivateKey] = attrs.field(init=False, default=None)
@@ -83,6 +90,11 @@ class Control:
     _deleted: set[str] = attrs.field(init=False, factory=set)
     # the removed nodes whose accounts and queues the broker was last made to drop
     _removed: frozenset[str] = attrs.field(init=False, factory=frozenset)
+    # whether the ledger holds local builds not pushed yet (None: not looked at yet)
+    _local_builds: Optional[bool] = attrs.field(init=False, default=None)
+    # why they were last kept, and which (said once while it stays so)
+    _kept_said: Optional[tuple[self_hosting.Why, tuple[str, ...]]] = attrs.field(
+        init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         inputs = load_mesh_dir(self.mesh_dir)
@@ -145,16 +157,41 @@ class Control:
 
     def prepare(self, *, force: Iterable[str] = (),
                 only: Optional[Iterable[str]] = None) -> Prepared:
+        if self._local_builds is not False:  # before declarations are written
+            self.self_host()
         notes: list[str] = []
         prepared = publish.prepare(self.mesh_dir, self.state, now=now_iso(), issue=self.issue,
                                    control_key=self._control_key, force=force, only=only,
                                    notes=notes)
         self._resolved = (prepared.fingerprint, (prepared.inputs, prepared.resolution))
+        self._local_builds = any(record.local for record in prepared.ledger.builds.values())
         for note in notes:
             self.say(note)
         for problem in prepared.problems:
             self.say(f"refusal (its instances are held or not declared): {problem}")
         return prepared
+
+    def self_host(self) -> Optional[self_hosting.SelfHosting]:
+        """Push the local builds into the mesh's registry when it serves (self_hosting); why
+        they are kept is said once, not again while it stays the same (the registry still not
+        answering, however its error reads). None when the mesh does not load (the publish
+        says why) or the step failed (said)."""
+        lines: list[str] = []
+        try:
+            done = self_hosting.push_when_served(self.mesh_dir, self.key_file,
+                                                 docker_host=self.docker_host, say=lines.append)
+        except InputError:
+            return None
+        except MeshError as error:
+            self.say(f"self-hosting: {error}; tried again at the next publish")
+            return None
+        said = None if done.why is None else (done.why, done.kept)
+        if said is None or said != self._kept_said:
+            for line in lines:
+                self.say(line)
+        self._kept_said = said
+        self._local_builds = bool(done.kept)
+        return done
 
     def send(self, channel: BlockingChannel,
              prepared: Prepared) -> list[Published]:
@@ -310,6 +347,8 @@ class Control:
                 except FleetError as error:
                     self.say(f"enrolment housekeeping: {error}")
                 self.accept_automatic(channel)  # a request taken before a restart, too
+                if self._local_builds:  # kept local last time: the registry may serve now
+                    self.self_host()  # pushed: the ledger changed, the next cycle publishes
 
 
 def _ack_all(channel: BlockingChannel, tags: Sequence[int]) -> None:

@@ -37,6 +37,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from cryptography.hazmat.primitives.serialization import Encoding
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
@@ -110,7 +111,9 @@ def make_token(mesh_dir: PathLike, fleet: Fleet, channel: BlockingChannel, key: 
     return enrol_token.encode(enrol_token.EnrolToken(
         mesh=fleet.names.mesh, node=node, broker=str(fleet.settings.for_nodes),
         vhost=fleet.names.vhost, token_id=token_id, secret=secret,
-        ca_fingerprint=messages.certificate_fingerprint(key.ca_certificate), expires=expires))
+        ca_fingerprint=messages.certificate_fingerprint(key.ca_certificate), expires=expires,
+        ca_certificate=key.ca_certificate.public_bytes(Encoding.PEM).decode("ascii"),
+        transport=fleet.settings.tls.scheme))
 
 
 def request_for(state: ControlState, node: str) -> Document:
@@ -135,16 +138,41 @@ def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: Optional[str
     node's, which the broker's floor admits. Nothing is written when nothing changes."""
     path = Path(mesh_dir) / MESH_FILE
     text = path.read_text(encoding="utf-8")
+    yaml = round_trip_yaml()
+    document = yaml.load(text)
+    said = put_node(document, node, public_key, address, str(path))
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    new_text = buffer.getvalue()
+    if new_text == text:
+        return said
+    documents.load_mesh(new_text, str(path))  # InputError (located) rather than a bad write
+    write_atomic(path, new_text, mode=path.stat().st_mode & 0o777)
+    return said
+
+
+def round_trip_yaml() -> YAML:
+    """The ruamel round trip every edit of mesh.yaml goes through (quotes kept, no folding)."""
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 4096  # a key is one token: never folded onto a line of its own
-    document = yaml.load(text)
+    return yaml
+
+
+def put_node(document: object, node: str, public_key: Optional[str], address: Optional[str],
+             where: str) -> list[str]:
+    """The one place a node's entry is added to (or its address and key written into) a
+    round-trip-loaded mesh.yaml `document`, in place; the lines said about it. A new entry
+    takes its siblings' flow style. `address` None keeps the node's address (a new node
+    needs one)."""
     said = []
     nodes = document.get("nodes") if isinstance(document, dict) else None
     if not isinstance(nodes, dict):
-        raise EnrolmentError(f"{path}: has no `nodes:` mapping to add {node} to")
+        raise EnrolmentError(f"{where}: has no `nodes:` mapping to add {node} to")
     entry = nodes.get(node)
     if entry is None:
+        if address is None:
+            raise EnrolmentError(f"{where}: no node {node} to add without its address")
         entry = CommentedMap()
         siblings = [v for v in nodes.values() if isinstance(v, CommentedMap)]
         if siblings and siblings[-1].fa.flow_style():
@@ -153,11 +181,11 @@ def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: Optional[str
         if public_key is not None:
             entry["public-key"] = public_key
         nodes[node] = entry
-        said.append(f"added node {node} ({address}) to {path}")
+        said.append(f"added node {node} ({address}) to {where}")
     else:
         if not isinstance(entry, dict):
-            raise EnrolmentError(f"{path}: nodes.{node} is not a mapping")
-        if entry.get("address") != address:
+            raise EnrolmentError(f"{where}: nodes.{node} is not a mapping")
+        if address is not None and entry.get("address") != address:
             if entry.get("address"):
                 said.append(f"{node}'s address {entry.get('address')} → {address} (what the "
                             f"node said)")
@@ -169,14 +197,7 @@ def write_node_into_mesh(mesh_dir: PathLike, node: str, public_key: Optional[str
                             f"cannot be opened by it; rotate them (`mesh rotate DIR "
                             f"--consumer …`)")
             entry["public-key"] = public_key
-            said.append(f"wrote {node}'s public key into {path}")
-    buffer = io.StringIO()
-    yaml.dump(document, buffer)
-    new_text = buffer.getvalue()
-    if new_text == text:
-        return said
-    documents.load_mesh(new_text, str(path))  # InputError (located) rather than a bad write
-    write_atomic(path, new_text, mode=path.stat().st_mode & 0o777)
+            said.append(f"wrote {node}'s public key into {where}")
     return said
 
 

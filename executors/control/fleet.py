@@ -74,7 +74,8 @@ class Fleet:
 
     def ensure_accounts(self, extra: Sequence[WantedAccount] = (),
                         drop: Iterable[str] = ()) -> None:
-        api = Api(self.settings.api, self.settings.admin, self.settings.admin_password)
+        api = Api(self.settings.api, self.settings.admin, self.settings.admin_password,
+                  ca_pem=self.settings.api_ca_pem)
         try:
             # the control state is read after each look at the broker (fleet_broker.ensure): an
             # account `mesh enrol` made for a token it recorded first is then always wanted
@@ -84,7 +85,8 @@ class Fleet:
 
     def parameters(self, heartbeat: int = 30) -> ConnectionParameters:
         return amqp.parameters(self.settings.amqp, self.names.vhost, self.names.control_user,
-                               self.state.control_password(), heartbeat=heartbeat)
+                               self.state.control_password(), tls=self.settings.tls,
+                               heartbeat=heartbeat)
 
     def connect(self, *, deadline: Optional[float] = None,
                 stop: Callable[[], bool] = lambda: False) -> BlockingConnection:

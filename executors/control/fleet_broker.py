@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import attrs
+import requests
 
 from executors.common.amqp import FleetNames, Permissions
 from executors.common.broker_api import (
@@ -230,6 +231,10 @@ def _plan(api: Api, names: FleetNames,
           want: Callable[[], Sequence[WantedAccount]]) -> FleetPlan:
     try:
         observed = observe(api, names)
+    except requests.exceptions.SSLError:
+        raise FleetError(f"the broker's management API at {api.base}: its TLS certificate is "
+                         f"not the mesh CA's for that address; refused before the admin's "
+                         f"password was sent") from None
     except (ApiError, OSError) as error:
         raise FleetError(f"the broker's management API: {error}") from None
     except Exception as error:  # requests' connection errors

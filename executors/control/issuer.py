@@ -16,7 +16,10 @@ Invariants:
   control node's private key (`mesh plan --issue --key`). No holder is ever told an escrowed
   value, and a node's apply opens only what is sealed to that node. Without the escrow (a
   mesh with no control node key, or values issued before it existed) a move needs the
-  control node to hold the value itself, or a rotation; the refusal says which.
+  control node to hold the value itself, or a rotation; the refusal says which. The escrow
+  is keyed by the control node's name when the value was sealed; every box in it is tried
+  with the key given, so a control node moved to another node (`mesh control restore
+  --node`: same key, new name) still opens what was escrowed before.
 """
 
 from __future__ import annotations
@@ -50,9 +53,11 @@ from resolver.rotation import (
     reseal,
 )
 
-from resolver.certificates import TLS_REQUEST, is_tls_credential, tls_credential, tls_reason
+from resolver.certificates import (TLS_REQUEST, is_name_key, is_tls_credential,
+                                  is_transfer_key, name_key, name_of_key, name_reason,
+                                  tls_credential, tls_reason, transfer_key)
 
-from .ca import CaError, MeshCa, ca_pem, iso, load_ca, sign_node, sign_server, utc_now
+from .ca import CaError, MeshCa, ca_pem, iso, load_ca, sign_name, sign_node, sign_server, utc_now
 from .ledger_transaction import Transacted, transact
 from .loading import PathLike
 from executors.common.keys import UnsealError, sealed_to_each, unseal
@@ -129,6 +134,16 @@ def _resealing(ledger: Ledger, request: Request) -> Optional[Credential]:
     return None if set(request.holders) == set(newest.sealed) else credential
 
 
+def _unseal_any(key: PrivateKey, boxes: Sequence[str]) -> str:
+    """The first of `boxes` that `key` opens; UnsealError when none does."""
+    for box in boxes[:-1]:
+        try:
+            return unseal(key, box)
+        except UnsealError:
+            continue
+    return unseal(key, boxes[-1])
+
+
 def open_for_reseal(mesh: Mesh, ledger: Ledger, requests: Iterable[Request],
                     control_key: Optional[PrivateKey]) -> dict[tuple[str, int], str]:
     """(credential id, generation) → value, for every generation a changed holder set needs
@@ -146,8 +161,13 @@ def open_for_reseal(mesh: Mesh, ledger: Ledger, requests: Iterable[Request],
         for generation in _generations(credential):
             if set(request.holders) <= set(generation.sealed):
                 continue  # only nodes dropped: nothing to open
-            box = (generation.escrow.get(control) or generation.sealed.get(control)
-                   if control else None)
+            # the escrow is keyed by the control node's name when it was sealed: a control
+            # node moved (`mesh control restore --node`) keeps the key, not the name
+            boxes = [box for box in (generation.escrow.get(control) if control else None,
+                                     generation.sealed.get(control) if control else None,
+                                     *(b for n, b in sorted(generation.escrow.items())
+                                       if n != control)) if box]
+            box = boxes[0] if boxes else None
             where = f"{request.id} generation {generation.generation}"
             if box is None:
                 refused.append(f"{where}: sealed neither to the control node"
@@ -161,7 +181,8 @@ def open_for_reseal(mesh: Mesh, ledger: Ledger, requests: Iterable[Request],
                                f"({control}'s private key)")
             else:
                 try:
-                    values[(request.id, generation.generation)] = unseal(control_key, box)
+                    values[(request.id, generation.generation)] = _unseal_any(control_key,
+                                                                             boxes)
                 except UnsealError:
                     refused.append(f"{where}: the key given with --key does not open its "
                                    f"escrow: it is not {control}'s key")
@@ -268,17 +289,54 @@ def _issue_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, request: Request, moment:
     """A server certificate and a fresh key for an instance, the key sealed to its node (and
     the escrow) as the next generation of `tls/<instance>`; nothing when the rule keeps the
     one recorded (issuing twice signs nothing twice)."""
+    if is_name_key(request.id):
+        return _issue_name(ledger, mesh, ca, request, moment, notes)
     instance, (node,) = request.id, tuple(request.holders)
     if tls_reason(mesh, ledger, instance, node, moment) is None:
         return ledger
     return _sign_tls(ledger, mesh, ca, instance, node, request.reason, notes)
 
 
+def _issue_name(ledger: Ledger, mesh: Mesh, ca: MeshCa, request: Request, moment: str,
+                notes: list[str]) -> Ledger:
+    """A web name's certificate (SAN the name) and a fresh key sealed to the nodes of the
+    ingresses serving it, as the next generation of `tls/name:<name>`; nothing when the rule
+    keeps the one recorded."""
+    name, holders = name_of_key(request.id), sorted(request.holders)
+    if name_reason(mesh, ledger, name, holders, moment) is None:
+        return ledger
+    return _sign_name(ledger, mesh, ca, name, holders, request.reason, notes)
+
+
+def _sign_name(ledger: Ledger, mesh: Mesh, ca: MeshCa, name: str, holders: list[str],
+               reason: str, notes: list[str]) -> Ledger:
+    """Web name `name`'s certificate signed now with a fresh key, sealed to `holders` (the
+    nodes of its ingresses) as the next generation of `tls/name:<name>`."""
+    key_id = name_key(name)
+    certificate, key_pem = sign_name(ca, mesh, name)
+    cred_id = tls_credential(key_id)
+    previous = ledger.credentials.get(cred_id) or Credential()
+    number = next_generation_number(previous)
+    generation = Generation(generation=number, sealed=_sealed(mesh, holders, key_pem),
+                            escrow=_escrow(mesh, key_pem))
+    del key_pem
+    retired = previous.retired.extend(g.generation for g in _generations(previous))
+    notes.append(f"signed the certificate of {name} ({reason}), valid until "
+                 f"{certificate.not_after}; its key is {cred_id} generation {number}, sealed "
+                 f"to {', '.join(holders)}")
+    return attrs.evolve(ledger, tls=ledger.tls.set(key_id, certificate),
+                        credentials=ledger.credentials.set(
+                            cred_id, Credential(active=generation, retired=retired)))
+
+
 def _sign_tls(ledger: Ledger, mesh: Mesh, ca: MeshCa, instance: str, node: str, reason: str,
               notes: list[str]) -> Ledger:
     """`instance`'s server certificate signed now with a fresh key, sealed to `node` as the
-    next generation of `tls/<instance>` (the generations before it retired)."""
-    certificate, key_pem = sign_server(ca, mesh, instance, node)
+    next generation of `tls/<instance>` (the generations before it retired). A node's
+    transfer certificate (`transfer:<node>`) is the same with clientAuth too: the node is
+    the server of its departures and the client of its arrivals."""
+    certificate, key_pem = sign_server(ca, mesh, instance, node,
+                                       client=is_transfer_key(instance))
     cred_id = tls_credential(instance)
     previous = ledger.credentials.get(cred_id) or Credential()
     number = next_generation_number(previous)
@@ -356,8 +414,13 @@ def rotate(ledger: Ledger, credential_ids: Iterable[str], mesh: Mesh, *,
 def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str,
           notes: Optional[list[str]] = None) -> Ledger:
     """An explicit renewal, whatever the windows: `node`'s certificate signed anew, and the
-    server certificate of every instance on `node` that has one (the registry's), each with a
-    fresh key sealed to `node` as the next generation of its `tls/<instance>`."""
+    server certificate of every instance on `node` that has one (the registry's, and every TLS
+    server's: resolver/_tls.py), each with a
+    fresh key sealed to `node` as the next generation of its `tls/<instance>`, and the
+    certificate of every web name an ingress on `node` serves (its key sealed to the same
+    ingress nodes as before: resolver/_names; none with mesh.yaml's `acme`), and `node`'s
+    transfer certificate when the
+    ledger holds one (resolver/_tls: `transfer:<node>`)."""
     if node not in mesh.nodes:
         raise IssueError(f"no node {node} in mesh.yaml; nodes: {', '.join(sorted(mesh.nodes))}")
     notes = notes if notes is not None else []
@@ -368,6 +431,15 @@ def renew(ledger: Ledger, mesh: Mesh, ca: MeshCa, node: str,
         if described is not None and described.node == node:
             ledger = _sign_tls(ledger, mesh, ca, instance, node, "renewed by mesh renew",
                                notes)
+        elif instance == transfer_key(node):  # `node`'s transfer certificate (a move's)
+            ledger = _sign_tls(ledger, mesh, ca, instance, node, "renewed by mesh renew",
+                               notes)
+        elif is_name_key(instance) and mesh.acme is None:  # a web name whose ingress runs
+            # on `node` (with acme the ingress gets the names' certificates itself)
+            key = ledger.credentials.get(tls_credential(instance))
+            if key is not None and key.active is not None and node in key.active.sealed:
+                ledger = _sign_name(ledger, mesh, ca, name_of_key(instance),
+                                    sorted(key.active.sealed), "renewed by mesh renew", notes)
     return ledger
 
 
