@@ -1,17 +1,21 @@
-"""The control module's process: `mesh control` on the mesh directory in the state volume, and
-the module's HTTP contract on MESH_API_PORT (8080): `/healthz` and `/ca`.
+"""The control module's process: `mesh control` on the mesh directory (the control node's,
+mounted as a facility), and the module's HTTP contract on MESH_API_PORT (8080): `/healthz`
+and `/ca`.
 
 Invariants:
 - The control plane is the real one: `python3 -m executors.cli control MESH_DIR` (this
   project, installed from its wheel), run as a child process whose stderr lines are this
-  container's log. MESH_DIR defaults to `$MESH_DATA_DIR/mesh` (mesh.yaml, catalogue, ledger,
-  the CA under its `ca.path`, the control state in `.control/`), so everything it keeps lives
-  in the module's state volume.
-- The broker's AMQP address is the one the module's binding gives (MESH_BROKER_URL: only its
-  host and port; the control plane speaks as its own account `mesh.<mesh>.control`, which it
-  keeps with the broker's administrator). The management API and the administrator come from
-  the mesh (its substrate broker, the admin's password opened from the escrow with the
-  control node's key, MESH_CONTROL_KEY, default `$MESH_DATA_DIR/node.key`) unless
+  container's log: the mesh's one control loop. MESH_DIR is the control node's mesh directory
+  as the module mounts it (the node's `mesh-dir` facility: mesh.yaml, catalogue, ledger, the
+  CA under its `ca.path`, the control state in `.control/`); unset, `$MESH_DATA_DIR/mesh` in
+  the module's state volume.
+- The broker settings `mesh init` kept in the control state (`.control/settings.json`,
+  read by `mesh control` itself) come first; without them the broker's AMQP address is the one
+  the module's binding gives (MESH_BROKER_URL: only its host and port; the control plane
+  speaks as its own account `mesh.<mesh>.control`, which it keeps with the broker's
+  administrator). The management API and the administrator come from the mesh (its substrate
+  broker, the admin's password opened from the escrow with the control node's key,
+  MESH_CONTROL_KEY: the `control-key` facility, else `$MESH_DATA_DIR/node.key`) unless
   MESH_BROKER_API, MESH_BROKER_ADMIN and MESH_BROKER_ADMIN_PASSWORD_FILE name them.
 - `/healthz` answers 200 only while `mesh control` runs; otherwise 503 with why (its exit code
   and last lines). A control plane that exits is started again with capped backoff, never
@@ -25,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -54,11 +59,20 @@ def broker_address(url: str) -> str:
     return f"{host}:{parts.port or 5672}"
 
 
+def kept_broker() -> bool:
+    """Whether the control state keeps a broker address (`mesh init` was given one)."""
+    try:
+        kept = json.loads((MESH_DIR / ".control" / "settings.json").read_text())
+    except (OSError, ValueError):
+        return False  # none kept (or unreadable: `mesh control` itself says so)
+    return isinstance(kept, dict) and bool(kept.get("broker"))
+
+
 def control_environment() -> dict:
     env = dict(os.environ)
     url = env.pop("MESH_BROKER_URL", "")
     env.pop("MESH_STORE_URL", None)  # the child needs neither binding's password
-    if url and not env.get("MESH_BROKER"):
+    if url and not env.get("MESH_BROKER") and not kept_broker():
         env["MESH_BROKER"] = broker_address(url)
     key = DATA_DIR / "node.key"
     if not env.get("MESH_CONTROL_KEY") and key.exists():
