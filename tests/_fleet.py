@@ -10,7 +10,11 @@ the node printed, found in the list); `start_agent(node)` runs
 services' Docker Engine with the firewall left alone (the host's ruleset is never touched:
 tests/test_fleet_netns.py runs nodes in namespaces with the firewall on), each with its own
 state root. The broker is the RabbitMQ of scripts/services.sh unless a test passes another
-(`PrivateRabbit`). Everything printed is kept, to check no secret was printed.
+(`PrivateRabbit`); that one speaks plain AMQP, so a fleet on it is told `--broker-plain`. The
+way an operator runs it is TLS: `tls_rabbit()` gives the fleet a private RabbitMQ serving AMQP
+and its management API over TLS with a certificate from the fleet's own mesh CA, and
+`SharedTlsBroker` keeps one such broker for a test file, each fleet's certificate swapped in.
+Everything printed is kept, to check no secret was printed.
 """
 
 from __future__ import annotations
@@ -37,8 +41,42 @@ REPO = Path(__file__).resolve().parent.parent
 class Broker:
     """How tests reach a broker: AMQP address, management API and its admin."""
 
-    def __init__(self, amqp: str, api: str, admin: str, password_file: str):
+    def __init__(self, amqp: str, api: str, admin: str, password_file: str,
+                 plain: bool = True, verify=True):
+        """`plain`: the broker speaks plain AMQP and the verbs are told so (`--broker-plain`);
+        False: TLS with a certificate from the test mesh's CA (tests/test_fleet_tls.py).
+        `verify`: what the test's own management API requests verify an https API against."""
         self.amqp, self.api, self.admin, self.password_file = amqp, api, admin, password_file
+        self.plain = plain
+        self.verify = verify
+
+    @classmethod
+    def private(cls, rabbit, amqp: Optional[str] = None) -> "Broker":
+        """A PrivateRabbit as the fleet's broker (TLS when it serves TLS); `amqp`: the address
+        the control plane and the nodes dial, when not loopback."""
+        return cls(amqp or rabbit.amqp, rabbit.api, "admin", str(rabbit.password_file),
+                   plain=not rabbit.tls, verify=rabbit.verify)
+
+    def tls(self):
+        """How the test's own AMQP connections are secured (executors/common/amqp.BrokerTls):
+        verified against the CA the broker's certificate is from."""
+        from executors.common import amqp
+
+        if self.plain:
+            return amqp.BrokerTls.plain()
+        return amqp.BrokerTls(Path(self.verify).read_text())
+
+    def connection_parameters(self, vhost: str, user: str, password: str):
+        """pika parameters for an account of the mesh, over TLS when the broker speaks it."""
+        import pika
+
+        host, port = self.amqp.rsplit(":", 1)
+        ssl_options = None
+        if not self.plain:
+            ssl_options = pika.SSLOptions(self.tls().context(), host)
+        return pika.ConnectionParameters(host, int(port), vhost,
+                                         pika.PlainCredentials(user, password),
+                                         ssl_options=ssl_options)
 
     @classmethod
     def services(cls) -> "Broker":
@@ -55,34 +93,59 @@ class Broker:
     def options(self, for_nodes: Optional[str] = None) -> list[str]:
         return ["--broker", self.amqp, "--broker-api", self.api, "--broker-admin", self.admin,
                 "--broker-admin-password-file", self.password_file] + (
-            ["--broker-for-nodes", for_nodes] if for_nodes else [])
+            ["--broker-for-nodes", for_nodes] if for_nodes else []) + (
+            ["--broker-plain"] if self.plain else [])
 
     def remove_mesh(self, mesh: str) -> None:
         """The mesh's vhost, its accounts and their marks."""
-        auth = (self.admin, self.password)
+        # verify per request: a session's own is replaced by $REQUESTS_CA_BUNDLE
+        session, tls = requests.Session(), {"verify": self.verify, "timeout": 10}
+        session.auth = (self.admin, self.password)
         vhost, prefix = f"mesh.{mesh}", f"mesh.{mesh}."
         try:
-            requests.delete(f"{self.api}/api/vhosts/{quote(vhost, safe='')}", auth=auth,
-                            timeout=10)
-            for user in requests.get(f"{self.api}/api/users", auth=auth, timeout=10).json():
+            session.delete(f"{self.api}/api/vhosts/{quote(vhost, safe='')}", **tls)
+            for user in session.get(f"{self.api}/api/users", **tls).json():
                 if user["name"].startswith(prefix):
-                    requests.delete(f"{self.api}/api/users/{quote(user['name'], safe='')}",
-                                    auth=auth, timeout=10)
-            for parameter in requests.get(f"{self.api}/api/global-parameters", auth=auth,
-                                          timeout=10).json():
+                    session.delete(f"{self.api}/api/users/{quote(user['name'], safe='')}",
+                                   **tls)
+            for parameter in session.get(f"{self.api}/api/global-parameters", **tls).json():
                 name = parameter["name"]
                 if name.startswith("mesh-mark:") and (name.endswith(":" + vhost)
                                                       or prefix in name):
-                    requests.delete(f"{self.api}/api/global-parameters/{quote(name, safe='')}",
-                                    auth=auth, timeout=10)
+                    session.delete(f"{self.api}/api/global-parameters/{quote(name, safe='')}",
+                                   **tls)
         except requests.RequestException:
             pass  # the broker is gone (a private one already stopped)
 
     def queue(self, mesh: str, queue: str) -> dict:
         auth = (self.admin, self.password)
         reply = requests.get(f"{self.api}/api/queues/{quote(f'mesh.{mesh}', safe='')}/"
-                             f"{quote(queue, safe='')}", auth=auth, timeout=10)
+                             f"{quote(queue, safe='')}", auth=auth, timeout=10,
+                             verify=self.verify)
         return reply.json() if reply.status_code == 200 else {}
+
+
+class SharedTlsBroker:
+    """One private TLS RabbitMQ for a test file's fleets (a module-scoped fixture): started
+    with the first fleet's certificate, each later fleet's swapped in as RabbitMQ rotates a
+    certificate (PrivateRabbit.use_certificate), so each fleet verifies it against its own
+    mesh CA without a broker start per test."""
+
+    def __init__(self):
+        self.rabbit = None
+
+    def serve(self, tls, **options):
+        from _private_rabbit import PrivateRabbit
+
+        if self.rabbit is None:
+            self.rabbit = PrivateRabbit(tls=tls, **options).start()
+        else:
+            self.rabbit.use_certificate(tls)
+        return self.rabbit
+
+    def remove(self) -> None:
+        if self.rabbit is not None:
+            self.rabbit.remove()
 
 
 APP = """\
@@ -190,6 +253,30 @@ class FleetMesh:
     def setup(self) -> None:
         self.mesh("ca", "init", ".")
         self.mesh("pin", ".")
+
+    def tls_rabbit(self, mesh_dir=".", name: str = "broker", shared=None, **options):
+        """A private RabbitMQ (tests/_private_rabbit.py) serving AMQP and its management API
+        over TLS only, with a server certificate the CA of the mesh in `mesh_dir` issued for
+        127.0.0.1, as an operator issues one for a broker the mesh does not run (`mesh ca
+        issue-server`); made this fleet's broker when `mesh_dir` is its own. `shared`: the test
+        file's SharedTlsBroker, started by its first fleet, given each later one's certificate.
+        After setup() (the CA exists)."""
+        import pytest
+        from _private_rabbit import PrivateRabbit, available
+
+        why = available()
+        if why:
+            pytest.skip(f"a TLS broker of the test's own: {why}")
+        out = self.dir.parent / f"{name}-tls"
+        self.mesh("ca", "issue-server", mesh_dir, name, "--address", "127.0.0.1", "--out", out)
+        tls = (out / f"{name}.crt", out / f"{name}.key", out / "ca.crt")
+        if shared is not None:
+            rabbit = shared.serve(tls, **options)
+        else:
+            rabbit = PrivateRabbit(tls=tls, **options).start()
+        if str(mesh_dir) == ".":
+            self.broker = Broker.private(rabbit)
+        return rabbit
 
     def token(self, node: str, *extra) -> str:
         return self.mesh(*self.control_args("enrol", "token", ".", node, *extra)) \

@@ -86,16 +86,18 @@ def remove_stale() -> None:
 
 class Topology:
     """Node namespaces n1..n3 (or n1..n<count>) on one bridged segment, IPv4 and IPv6; n1 is
-    the provider in the tests."""
+    the provider in the tests. `more`: further machines by name → host number on the segment
+    (e.g. {"n0": 100}: a control machine at <subnet>.100), wired the same way."""
 
-    def __init__(self, tag: str = "t", count: int = 3, subnet: str = SUBNET):
+    def __init__(self, tag: str = "t", count: int = 3, subnet: str = SUBNET,
+                 more: Optional[dict[str, int]] = None):
         self.tag = f"{PREFIX}-{os.getpid()}-{tag}"
         self.switch = f"{self.tag}sw"
         self.subnet = subnet
-        numbers = range(1, count + 1)
-        self.nodes = {f"n{i}": f"{self.tag}n{i}" for i in numbers}
-        self.addresses = {f"n{i}": f"{subnet}.{i}" for i in numbers}
-        self.addresses6 = {f"n{i}": f"{SUBNET6}:{i}" for i in numbers}
+        numbers = {f"n{i}": i for i in range(1, count + 1)} | dict(more or {})
+        self.nodes = {name: f"{self.tag}{name}" for name in numbers}
+        self.addresses = {name: f"{subnet}.{i}" for name, i in numbers.items()}
+        self.addresses6 = {name: f"{SUBNET6}:{i}" for name, i in numbers.items()}
         self._processes: list[subprocess.Popen] = []
         self._created: list[str] = []
         self._host_link: Optional[str] = None

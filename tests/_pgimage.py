@@ -3,10 +3,13 @@
 No public registry is reachable, so the image is made by `docker import` of a root filesystem
 holding the Debian server binaries (`/usr/lib/postgresql/15`, `/usr/share/postgresql/15`), the
 shared libraries they load, busybox for a shell, and an entrypoint that behaves like the
-official image's in the one way that matters here: `POSTGRES_USER` / `POSTGRES_PASSWORD` are
-read only when the data directory is empty (initdb); a server started on an initialised data
+official image's in the one way that matters here: `POSTGRES_USER` / `POSTGRES_PASSWORD` (or
+`POSTGRES_PASSWORD_FILE`, read as the postgres user) are read only when the data directory is
+empty (initdb); a server started on an initialised data
 directory keeps whatever password it holds. It listens on every address inside the container
 and asks for SCRAM passwords over TCP; the local socket trusts (as the official image does).
+A command `postgres -c name=value ...` passes its options to the server, as the official
+image's does; Debian's server is built with OpenSSL, so `-c ssl=on` serves TLS.
 
 The image is imported once per PostgreSQL build and kept (`mesh-test/postgres:<fingerprint>`).
 """
@@ -32,16 +35,29 @@ ZONEINFO = Path("/usr/share/zoneinfo")
 BUSYBOX = Path("/bin/busybox")
 UID = 999  # the catalogue's postgres module owns its state as 999:999, like the official image
 REPOSITORY = "mesh-test/postgres"
-TOOLS = ["postgres", "initdb", "pg_ctl", "pg_isready", "psql"]
+TOOLS = ["postgres", "initdb", "pg_ctl", "pg_isready", "psql", "pg_dump", "pg_dumpall"]
 APPLETS = ["sh", "su", "cat", "printf", "echo", "rm", "mkdir", "ls", "id", "env", "sleep",
-           "test", "["]
+           "test", "[", "sha256sum", "cut", "grep"]  # the last three: the catalogue's dump command
 
 ENTRYPOINT = b"""#!/bin/sh
 # like the official image: initialise only an empty data directory, from the environment
 set -e
+# like the official image: a command other than the server's runs as it is (a client of the
+# same image: psql, sleep)
+if [ "$#" -gt 0 ] && [ "$1" != postgres ]; then exec "$@"; fi
 : "${PGDATA:=/var/lib/postgresql/data}"
 : "${POSTGRES_USER:=postgres}"
+if [ -n "$POSTGRES_PASSWORD" ] && [ -n "$POSTGRES_PASSWORD_FILE" ]; then
+    echo "both POSTGRES_PASSWORD and POSTGRES_PASSWORD_FILE are set (but are exclusive)" >&2
+    exit 1
+fi
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    if [ -n "$POSTGRES_PASSWORD_FILE" ]; then
+        # read as the server's user, as the official image's re-executed entrypoint does; the
+        # value stays in this shell, never exported to a process
+        POSTGRES_PASSWORD="$(su postgres -s /bin/sh -c "cat '$POSTGRES_PASSWORD_FILE'")" || {
+            echo "cannot read $POSTGRES_PASSWORD_FILE as postgres" >&2; exit 1; }
+    fi
     if [ -z "$POSTGRES_PASSWORD" ]; then echo "POSTGRES_PASSWORD is not set" >&2; exit 1; fi
     printf '%s' "$POSTGRES_PASSWORD" > /tmp/pwfile
     chown postgres /tmp/pwfile
@@ -53,7 +69,10 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "listen_addresses = '*'" >> "$PGDATA/postgresql.conf"
     echo "initialised $PGDATA for $POSTGRES_USER"
 fi
-exec su postgres -s /bin/sh -c "exec postgres -D '$PGDATA'"
+# like the official image: `postgres -c name=value ...` as the command passes its options on
+# (the catalogue's module turns TLS on this way); the options have no spaces
+if [ "$1" = postgres ]; then shift; fi
+exec su postgres -s /bin/sh -c "exec postgres -D '$PGDATA' $*"
 """
 
 

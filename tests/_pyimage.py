@@ -53,11 +53,12 @@ def _wanted(requirement: str, extras: set[str]) -> bool:
     return any(marker.evaluate({"extra": extra}) for extra in (extras or {""}))
 
 
-def distributions() -> list[metadata.Distribution]:
+def distributions(also: tuple[str, ...] = ()) -> list[metadata.Distribution]:
     """The installed distributions the control extra needs, and pip (never mesh-resolver:
-    the image gets it from the wheel a build installs)."""
+    the image gets it from the wheel a build installs), and those `also` names (e.g. `mcp`,
+    for the catalogue's tool servers) with theirs."""
     found: dict[str, metadata.Distribution] = {}
-    todo = [(name, EXTRAS.get(name, set())) for name in TOP]
+    todo = [(name, EXTRAS.get(name, set())) for name in (*TOP, *also)]
     while todo:
         name, extras = todo.pop()
         key = name.lower().replace("_", "-")
@@ -108,14 +109,14 @@ def _site() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
-def fingerprint() -> str:
+def fingerprint(also: tuple[str, ...] = ()) -> str:
     digest = hashlib.sha256(sys.version.encode() + Path(__file__).read_bytes())
-    for dist in distributions():
+    for dist in distributions(also):
         digest.update(f"{dist.metadata['Name']}=={dist.version}".encode())
     return digest.hexdigest()[:12]
 
 
-def _rootfs() -> bytes:
+def _rootfs(also: tuple[str, ...] = ()) -> bytes:
     buffer = io.BytesIO()
     added: set[str] = set()
     stdlib, site = _stdlib(), _site()
@@ -176,7 +177,7 @@ def _rootfs() -> bytes:
             if path.is_file() and not path.is_symlink():
                 regular(f"{target_lib}/{relative}", path)
                 copied.append(path)
-        for path in _files(distributions()):
+        for path in _files(distributions(also)):
             try:
                 relative = path.relative_to(site)
             except ValueError:
@@ -193,10 +194,11 @@ def _rootfs() -> bytes:
     return buffer.getvalue()
 
 
-def python_image(api) -> str:
-    """`mesh-test/python:<fingerprint>` (imported once, then kept)."""
+def python_image(api, also: tuple[str, ...] = ()) -> str:
+    """`mesh-test/python:<fingerprint>` (imported once, then kept), with the distributions
+    `also` names installed too."""
     if not BUSYBOX.exists():
         pytest.skip("busybox is not installed (run scripts/services.sh)")
-    return kept_image(api, REPOSITORY, fingerprint(), _rootfs,
+    return kept_image(api, REPOSITORY, fingerprint(also), lambda: _rootfs(also),
                       ["ENV PATH=/usr/local/bin:/bin", "ENV PYTHONHOME=/usr/local",
                        "ENV LANG=C.UTF-8", 'CMD ["python3"]'])

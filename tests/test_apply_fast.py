@@ -2,13 +2,15 @@
 
 It must answer exactly as the full path does for a converged node (text, --json, --dry-run),
 and decline to the full path for every kind of drift, which then fixes it, after which the
-check answers again. It must not import the resolver, cattrs, ruamel, attrs or the docker SDK.
+check answers again. It must not import the resolver, cattrs, ruamel, attrs or the docker SDK,
+nor argparse, hashlib (OpenSSL) or socket.py; its SHA-256 is hashlib's.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyrsistent import pmap, pvector
 
 from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, FirewallIntent,
@@ -26,6 +30,7 @@ from resolver import (AccessDecl, BindingDecl, FirewallAllow, FirewallFloor, Fir
 from resolver.rendering import secret_token
 
 from executors.node.apply import fast as apply_fast
+from executors.node.apply import sha
 
 from executors.cli import main as cli
 
@@ -386,13 +391,32 @@ def test_a_firewall_intent_in_force_is_checked_like_the_firewall_executor_does(
 # --------------------------------------------------------------------------- cost
 
 
+# what a plain no-op must not load: the full path's packages, and the standard library's
+# costlier modules the check spares itself (argparse: no parser is built; hashlib: OpenSSL;
+# socket.py: selectors and enums; http.client: ssl and email)
+HEAVY = ("resolver", "cattrs", "ruamel", "attrs", "docker", "requests", "pyrsistent")
+SPARED = ("argparse", "hashlib", "_hashlib", "socket", "selectors", "ssl", "http", "email")
+
+
+def loaded_modules(script: str) -> tuple[set[str], str]:
+    """The modules a fresh interpreter holds after running `script`, and what it said on
+    stderr before (the module names are printed last, one line of JSON)."""
+    done = subprocess.run([sys.executable, "-c", script + "\nimport json, sys\n"
+                           "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"],
+                          capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    *said, names = done.stderr.strip().splitlines()
+    return set(json.loads(names)), "\n".join(said)
+
+
 def test_a_fast_no_op_imports_neither_the_resolver_nor_the_sdk(node):
     script = (
         "import sys; from executors.cli import main as cli\n"
         f"code = cli.main(['apply', {str(node.path)!r}, '--state-root', {str(node.state)!r}, "
         f"'--docker-host', {docker_host()!r}])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('resolver', 'cattrs', 'ruamel', 'attrs', 'docker', 'requests', 'pyrsistent'))\n"
+        f"{HEAVY!r})\n"
         "print(code, heavy, file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -400,6 +424,43 @@ def test_a_fast_no_op_imports_neither_the_resolver_nor_the_sdk(node):
     assert FAST_MARK in done.stderr
     assert done.stderr.strip().endswith("0 []"), done.stderr
     assert "nothing to change" in done.stdout
+
+
+def test_a_fast_no_op_spares_the_standard_library_s_costlier_modules(node):
+    """Beyond what the interpreter itself loaded at start (its site-packages' .pth files may
+    load anything), a no-op answered by the check adds none of SPARED."""
+    started, _ = loaded_modules("")
+    answered, said = loaded_modules(
+        "import sys\nfrom executors.cli import main as cli\n"
+        f"assert cli.main(['apply', {str(node.path)!r}, '--state-root', {str(node.state)!r}, "
+        f"'--docker-host', {docker_host()!r}, '--json']) == 0\n")
+    assert FAST_MARK in said, said
+    added = {m.split(".")[0] for m in answered - started}
+    assert "executors" in added
+    assert added.isdisjoint(SPARED + HEAVY), sorted(added & set(SPARED + HEAVY))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4096))
+def test_the_check_s_sha256_is_hashlib_s(data):
+    """sha.py's digest (CPython's own SHA-256, sparing the check OpenSSL) is hashlib's: the
+    record a full apply writes and the check's reading of the same bytes agree."""
+    assert sha.sha256_hex(data) == hashlib.sha256(data).hexdigest()
+
+
+def test_the_check_s_sha256_of_a_file_and_without_cpython_s_own_hashes(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"\x00mesh\n" * 1000)
+    expected = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sha.sha256_file(str(path)) == expected
+    # a CPython built without `_sha256`/`_sha2` (None in sys.modules: the import fails)
+    script = ("import sys\nsys.modules['_sha256'] = sys.modules['_sha2'] = None\n"
+              "from executors.node.apply import sha\n"
+              f"print(sha.sha256_file({str(path)!r}), 'hashlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [expected, "True"]
 
 
 def test_each_subcommand_help_is_the_same_from_the_lazy_parser():

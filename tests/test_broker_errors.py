@@ -15,7 +15,7 @@ def test_a_refused_connection_says_refused():
         holder.bind(("127.0.0.1", 0))
         port = holder.getsockname()[1]
         params = amqp.parameters(amqp.BrokerAddress("127.0.0.1", port), "/", "u", "p",
-                                 timeout=2)
+                                 tls=amqp.BrokerTls.plain(), timeout=2)
         with pytest.raises(amqp.BrokerError) as caught:
             amqp.connect(params)
     text = str(caught.value)

@@ -127,7 +127,10 @@ def test_exactly_one_module_provides_postgres_database_and_it_is_postgres(module
     assert (provide.listen, provide.admin) == ("postgres", "admin")
     assert postgres.listens["postgres"].port == 5432
     server = postgres.containers[0]
-    assert server.env["POSTGRES_PASSWORD"] == "${self.admin.password}"
+    assert "POSTGRES_PASSWORD" not in server.env  # a file the image reads, never env
+    (password,) = server.secret_files
+    assert (password.env, password.content, password.owner) == \
+        ("POSTGRES_PASSWORD_FILE", "${self.admin.password}", "999:999")
     data = postgres.state["data"]
     assert (data.owner, data.mode) == ("999:999", "0700")
 
@@ -172,7 +175,10 @@ def test_mosquitto_seeds_its_admin_in_a_run_once_container_before_the_broker(mod
     assert seed.run_once and not broker.run_once
     assert seed.artifact == broker.artifact
     assert "mosquitto_ctrl dynsec init" in " ".join(seed.command)
-    assert seed.env["MOSQUITTO_ADMIN_PASSWORD"] == "${self.admin.password}"
+    (password,) = seed.secret_files  # a file, never its environment
+    assert (password.path, password.content) == ("/run/secrets/admin-password",
+                                                 "${self.admin.password}")
+    assert "cat /run/secrets/admin-password" in " ".join(seed.command)
 
 
 def test_the_control_plane_is_built_on_python_and_provides_the_mesh_ca(modules, provisions):
@@ -186,7 +192,7 @@ def test_the_control_plane_is_built_on_python_and_provides_the_mesh_ca(modules, 
     assert [p.provision for p in control.provides] == ["mesh-ca"]
     assert provisions["mesh-ca"].scope == "mesh"
     assert {r.as_: r.provision for r in control.requires} == {
-        "store": "postgres-database", "broker": "amqp"}
+        "store": "postgres-database", "broker": "amqp", "broker-api": "amqp-management"}
 
 
 def test_part_scoped_requirements_and_containers_belong_to_declared_parts(modules):

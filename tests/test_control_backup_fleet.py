@@ -1,11 +1,12 @@
 """The control node lost and restored elsewhere, as an operator does it: a fleet of one
 enrolled node (its agent a `mesh agent` process applying to the real Docker Engine, the
-broker the RabbitMQ of scripts/services.sh) converges; `mesh control backup` writes the
+broker a RabbitMQ of the test's own serving TLS with a certificate from the mesh CA) converges; `mesh control backup` writes the
 archive; the control node's directory and key are destroyed; `mesh control restore` brings
 them back in another directory (another machine's), and a `mesh publish` from there is
 accepted and applied by the same agent process: it was not enrolled again, its account and
 queue are the ones it had, the serial goes on from the ledger, and its report is recorded in
-the restored ledger.
+the restored ledger. The restored control plane verifies the broker against the mesh CA the
+archive brought back.
 """
 
 from __future__ import annotations
@@ -16,16 +17,23 @@ import shutil
 import pytest
 
 from _fleet import APP, FleetMesh
+from _private_rabbit import available
 
 pytestmark = pytest.mark.integration
+
+_why = available()
+if _why:
+    pytest.skip(f"private RabbitMQ: {_why}", allow_module_level=True)
 
 PASSPHRASE = "the fleet's backup passphrase"
 
 
 def test_a_control_node_restored_elsewhere_publishes_and_the_agent_applies_it(tmp_path):
     fleet = FleetMesh(tmp_path / "machine-1", {"app@solo": ("app", "solo")})
+    rabbit = None
     try:
         fleet.setup()
+        rabbit = fleet.tls_rabbit()
         fleet.enrol("solo")
         agent = fleet.start_agent("solo")
         fleet.publish()
@@ -70,3 +78,5 @@ def test_a_control_node_restored_elsewhere_publishes_and_the_agent_applies_it(tm
         assert PASSPHRASE not in printed
     finally:
         fleet.close()
+        if rabbit is not None:
+            rabbit.remove()

@@ -1,13 +1,15 @@
 """The control module's image runs the real control plane: built through the Docker Engine API
 from the module's declared context (catalogue/control/image, this project staged into it as a
 wheel by scripts/stage-control-image.sh) on a python base made from this host's interpreter
-(tests/_pyimage.py: no public registry here), then run as the module runs it: as uid 10001,
-the mesh directory in its state volume, the broker's address from its binding's
-MESH_BROKER_URL. It answers /healthz and /ca, publishes a signed declaration to the broker,
+(tests/_pyimage.py: no public registry here), then run as the image runs it (as root, its
+USER: the mesh directory is shared with the operator's root commands), the mesh directory in
+its state volume, the broker's address from its binding's MESH_BROKER_URL. It answers /healthz and /ca, publishes a signed declaration to the broker,
 which a real `mesh agent` applies, and records the agent's report; no secret reaches its log.
 
-The container shares the host's network: the test broker (scripts/services.sh) listens on
-127.0.0.1 only, management API included, and the binding's URL says exactly that address.
+The container shares the host's network: the test's broker (a private RabbitMQ serving AMQP
+and its management API over TLS only, its certificate from the test mesh's CA) listens on
+127.0.0.1 only, and the binding's URL says exactly that address; the control plane in the
+container verifies both against the mesh CA in the mesh directory.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from _pyimage import python_image
 
 REPO = Path(__file__).resolve().parent.parent
 CONTEXT = REPO / "catalogue" / "control" / "image"
-UID = 10001  # the module's state owner, the image's USER
+UID = 10001  # the module's state owner
 
 
 def _build(api, context: Path, base: str, tag: str) -> None:
@@ -73,10 +75,12 @@ def test_the_control_image_serves_its_contract_and_publishes_for_real(tmp_path):
     assert len(list((context / "dist").glob("*.whl"))) == 1
     tag = f"mesh-test/control:{uuid.uuid4().hex[:10]}"
     fleet = FleetMesh(tmp_path, {"web@solo": ("app", "solo")})
-    container = None
+    container = rabbit = None
     try:
         _build(api, context, base, tag)
         fleet.setup()
+        rabbit = fleet.tls_rabbit()
+        assert fleet.broker.api.startswith("https://") and not fleet.broker.plain
         fleet.enrol("solo")
         secrets_dir = tmp_path / "secrets"
         secrets_dir.mkdir()
@@ -126,7 +130,8 @@ def test_the_control_image_serves_its_contract_and_publishes_for_real(tmp_path):
               lambda: fleet.reports("solo")["last"]["result"] == "applied", logs=logs)
         status = fleet.status()["nodes"][0]
         assert status["serial_published"] == 1 and status["serial_applied"] == 1
-        assert os.stat(fleet.dir / ".control" / "reports.json").st_uid == UID
+        # the image runs as root (Dockerfile): what it writes is root's, like the operator's
+        assert os.stat(fleet.dir / ".control" / "reports.json").st_uid == 0
         # it stops on SIGTERM, and /healthz stops saying ok with it
         api.stop(container, timeout=30)
         assert api.inspect_container(container)["State"]["ExitCode"] == 0, logs()
@@ -139,6 +144,8 @@ def test_the_control_image_serves_its_contract_and_publishes_for_real(tmp_path):
         if container is not None:
             api.remove_container(container, force=True)
         fleet.close()
+        if rabbit is not None:
+            rabbit.remove()
         try:
             api.remove_image(tag, force=True)
         except Exception:  # noqa: BLE001 - never built

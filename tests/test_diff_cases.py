@@ -62,7 +62,8 @@ def _apply_load(case: dict) -> tuple:
         accesses=tuple(sorted(apply_diff.DesiredAccess(x["path"], x["mode"])
                               for x in d.get("accesses", []))),
         files=tuple(sorted(apply_diff.DesiredFile(x["path"], x["sha256"],
-                                                  _mode(x.get("mode", "0600")))
+                                                  _mode(x.get("mode", "0600")),
+                                                  tuple(x["owner"]) if "owner" in x else None)
                            for x in d.get("files", []))),
         containers=tuple(apply_diff.DesiredContainer(x["name"], x.get("run_once", False),
                                                      x["digest"], pmap(x.get("summary", {})))
@@ -79,7 +80,8 @@ def _apply_load(case: dict) -> tuple:
             x["path"], x["exists"], x.get("readable", False), x.get("writable", False))
             for x in o.get("accesses", [])}),
         files=pmap({x["path"]: apply_diff.FileFacts(x["path"], x["sha256"],
-                                                     _mode(x.get("mode", "0600")))
+                                                     _mode(x.get("mode", "0600")),
+                                                     tuple(x.get("owner", (0, 0))))
                     for x in o.get("files", [])}),
         containers=pmap({x["name"]: apply_diff.ContainerFacts(
             x["name"], x["digest"], x.get("running", True), x.get("status", "running"),

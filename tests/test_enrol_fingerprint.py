@@ -3,8 +3,9 @@ unpadded, of the SHA-256 of the raw 32-byte key), printed by `mesh agent enrol` 
 `mesh node-key --show` on the node and by `mesh enrol list` on the control node; `mesh enrol
 accept --fingerprint` refuses a request carrying another key (exit 1, nothing changed); and
 `mesh enrol accept --address` before the node dials puts it into mesh.yaml (comments kept) so
-the broker's floor opens to it. The broker flow runs the documented commands against the
-RabbitMQ of scripts/services.sh."""
+the broker's floor opens to it. The broker flow runs the documented commands against a
+RabbitMQ of the test file's own serving AMQP and its management API over TLS with a
+certificate from each test mesh's CA (`mesh ca issue-server`; tests/_fleet.SharedTlsBroker)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import pytest
 import requests
 from ruamel.yaml import YAML
 
-import _rabbit
+from _fleet import Broker, SharedTlsBroker
+from _private_rabbit import available
 from executors.common.keys import (KeyError_, create_node_key, key_fingerprint,
                                    parse_fingerprint)
 
@@ -112,32 +114,44 @@ instances: {{}}
 """
 
 
+@pytest.fixture(scope="module")
+def shared_broker():
+    why = available()
+    if why:
+        pytest.skip(f"private RabbitMQ: {why}")
+    broker = SharedTlsBroker()
+    try:
+        yield broker
+    finally:
+        broker.remove()
+
+
 @pytest.fixture
-def control(tmp_path):
-    api, admin, _ = _rabbit.rabbit_admin()  # skips when the broker is not running
-    host, port = _rabbit.amqp_address()
-    password_file = _rabbit.service_env().get("MESH_TEST_RABBIT_PASSWORD_FILE",
-                                              "/var/lib/mesh-test/rabbit-admin")
+def control(tmp_path, shared_broker):
     name = f"fp{secrets.token_hex(4)}"
     directory = tmp_path / "mesh"
     (directory / "catalogue").mkdir(parents=True)
     (directory / "catalogue" / "provisions.yaml").write_text("{}\n")
     (directory / "mesh.yaml").write_text(MESH.format(name=name))
     mesh("ca", "init", ".", cwd=directory)
-    broker = ["--broker", f"{host}:{port}", "--broker-api", api, "--broker-admin", admin,
-              "--broker-admin-password-file", password_file]
+    # the broker's certificate from this mesh's CA, as an operator issues one for a broker the
+    # mesh does not run; the verbs verify it (AMQP and the management API) against that CA
+    out = tmp_path / "broker-tls"
+    mesh("ca", "issue-server", ".", "broker", "--address", "127.0.0.1", "--out", out,
+         cwd=directory)
+    rabbit = shared_broker.serve((out / "broker.crt", out / "broker.key", out / "ca.crt"))
+    fleet_broker = Broker.private(rabbit)
+    assert fleet_broker.api.startswith("https://") and not fleet_broker.plain
     try:
-        yield directory, broker, name, (api, admin)
+        yield directory, fleet_broker.options(), name, fleet_broker
     finally:
-        _rabbit.cleanup(f"mesh.{name}")
+        fleet_broker.remove_mesh(name)
 
 
-def _node_account_exists(api_admin, name: str, node: str) -> bool:
-    api, admin = api_admin
-    password = Path(_rabbit.service_env().get("MESH_TEST_RABBIT_PASSWORD_FILE",
-                                              "/var/lib/mesh-test/rabbit-admin")).read_text()
-    reply = requests.get(f"{api}/api/users/mesh.{name}.node.{node}",
-                         auth=(admin, password.strip()), timeout=10)
+def _node_account_exists(fleet_broker, name: str, node: str) -> bool:
+    reply = requests.get(f"{fleet_broker.api}/api/users/mesh.{name}.node.{node}",
+                         auth=(fleet_broker.admin, fleet_broker.password), timeout=10,
+                         verify=fleet_broker.verify)
     return reply.status_code == 200
 
 

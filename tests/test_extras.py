@@ -164,4 +164,4 @@ def test_every_verb_a_command_module_registers_is_known_to_main():
     verbs = set(sub.choices)
     assert verbs == set(COMMANDS) | {v for also in ALSO.values() for v in also}
     assert set(extras.VERB_EXTRA) <= verbs
-    assert verbs - set(extras.VERB_EXTRA) == {"check", "schema", "stale", "supervise"}
+    assert verbs - set(extras.VERB_EXTRA) == {"check", "schema", "stale", "supervise", "names"}

@@ -1,5 +1,6 @@
 """The broker going away: restarted while a declaration is on its way, or not there when the
-agent starts. A RabbitMQ node of the test's own (tests/_private_rabbit.py: the same Debian
+agent starts. A RabbitMQ node of the test's own, serving AMQP over TLS only with a certificate
+from the mesh's CA (tests/_private_rabbit.py: the same Debian
 package as the shared one, which other sessions' tests use and which is never restarted here);
 one enrolled node applying to the real Docker Engine.
 """
@@ -14,8 +15,8 @@ import time
 
 import pytest
 
-from _fleet import APP, Broker, FleetMesh
-from _private_rabbit import PrivateRabbit, available
+from _fleet import APP, FleetMesh
+from _private_rabbit import available
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +27,13 @@ if _why:
 
 @pytest.fixture
 def fleet(tmp_path):
-    rabbit = PrivateRabbit().start()
+    rabbit = None
     fleet = None
     try:
-        fleet = FleetMesh(tmp_path / "fleet", {"app@solo": ("app", "solo")},
-                          broker=Broker(rabbit.amqp, rabbit.api, "admin",
-                                        str(rabbit.password_file)))
-        fleet.rabbit = rabbit
+        fleet = FleetMesh(tmp_path / "fleet", {"app@solo": ("app", "solo")})
         fleet.setup()
+        # over TLS, as the mesh's broker serves it: a certificate from the mesh's CA
+        rabbit = fleet.rabbit = fleet.tls_rabbit()
         fleet.enrol("solo")
         fleet.start_agent("solo")  # takes its enrolment answer, then serves
         yield fleet
@@ -44,7 +44,8 @@ def fleet(tmp_path):
                 if process.poll() is None:
                     os.kill(process.pid, signal.SIGCONT)
             fleet.close()
-        rabbit.remove()
+        if rabbit is not None:
+            rabbit.remove()
 
 
 def greet(fleet, text):

@@ -1,6 +1,7 @@
-"""Faults on the way from the control plane to a node, against the real RabbitMQ of
-scripts/services.sh and the real Docker Engine: nothing lost, nothing applied half, nothing
-applied that did not verify.
+"""Faults on the way from the control plane to a node, against a real RabbitMQ serving AMQP
+over TLS with a certificate from each test mesh's CA (one broker for the file:
+tests/_fleet.SharedTlsBroker) and the real Docker Engine: nothing lost, nothing applied half,
+nothing applied that did not verify.
 
 One node `solo` (enrolled for real, its agent a `mesh agent` process) runs `app@solo`, whose
 one container echoes its environment; each change of the mesh is a change of its GREETING.
@@ -16,12 +17,17 @@ import time
 import pika
 import pytest
 
-from _fleet import APP, FleetMesh
+from _fleet import APP, FleetMesh, SharedTlsBroker
+from _private_rabbit import available
 from executors.common import amqp, messages
 from executors.control.ca import init_ca
 from executors.control.delivery_key import ensure_delivery_key
 
 pytestmark = pytest.mark.integration
+
+_why = available()
+if _why:
+    pytest.skip(f"private RabbitMQ: {_why}", allow_module_level=True)
 
 SLOW = """\
 name: slow
@@ -39,12 +45,22 @@ containers:
 """
 
 
+@pytest.fixture(scope="module")
+def shared_broker():
+    broker = SharedTlsBroker()
+    try:
+        yield broker
+    finally:
+        broker.remove()
+
+
 @pytest.fixture
-def fleet(tmp_path):
+def fleet(tmp_path, shared_broker):
     fleet = FleetMesh(tmp_path, {"app@solo": ("app", "solo")},
                       modules={"app": (APP, None), "slow": (SLOW, None)})
     try:
         fleet.setup()
+        fleet.tls_rabbit(shared=shared_broker)
         fleet.enrol("solo")
         yield fleet
     finally:
@@ -62,10 +78,8 @@ def history(fleet) -> list[dict]:
 def control_channel(fleet):
     """A connection as the control account (the test speaks as the control plane)."""
     password = (fleet.dir / ".control" / "broker-control.secret").read_text().strip()
-    host, port = fleet.broker.amqp.split(":")
-    connection = pika.BlockingConnection(pika.ConnectionParameters(
-        host, int(port), f"mesh.{fleet.name}",
-        pika.PlainCredentials(f"mesh.{fleet.name}.control", password)))
+    connection = pika.BlockingConnection(fleet.broker.connection_parameters(
+        f"mesh.{fleet.name}", f"mesh.{fleet.name}.control", password))
     channel = connection.channel()
     channel.confirm_delivery()
     return connection, channel

@@ -7,7 +7,9 @@ to the broker), its agent a `mesh agent` process in its namespace applying to it
 with its firewall; `mesh control` on the host publishes, records and completes everything
 else. Images come from a registry on each node's loopback (one storage, so one digest),
 pinned by `mesh pin` inside n1. The broker is a RabbitMQ node of the test's own listening on
-the host's address on the segment (the shared one listens on loopback only).
+the host's address on the segment (the shared one listens on loopback only), with TLS only:
+its certificate the mesh's CA issued for that address (`mesh ca issue-server`), verified by
+every agent and by the control plane.
 
 The walk: enrol the three nodes, publish, all converge, each consumer's binding verified from
 inside its container through n1's firewall, which refuses the host (not a mesh node); rotate
@@ -240,10 +242,9 @@ def fleet(tmp_path_factory):
     with _netns.Topology("e", count=3, subnet=subnet) as topology:
         try:
             hub = topology.attach_host()
-            rabbit = PrivateRabbit(listen=("127.0.0.1", hub)).start()
-            broker = Broker(rabbit.amqp, rabbit.api, "admin", str(rabbit.password_file))
             name = f"e2e{os.getpid() % 100000}"
-            fleet = Fleet(topology, tmp, broker, hub, name, rabbit.port)
+            # the broker is made once the mesh's CA exists (below), which issues its certificate
+            fleet = Fleet(topology, tmp, None, hub, name, 0)
             for node in topology.nodes:
                 fleet.dockerd[node] = _netns.NamespacedDockerd(topology, node)
             for dockerd in fleet.dockerd.values():
@@ -263,6 +264,13 @@ def fleet(tmp_path_factory):
             fleet.dockerd["n1"].docker("push", f"{REGISTRY}/mesh-test-e2e/app:{name}")
             write_mesh(fleet, {"postgres@n1": "postgres", "app@n2": "app", "app@n3": "app"})
             fleet.mesh("ca", "init", ".")
+            issued = tmp / "broker-tls"
+            fleet.mesh("ca", "issue-server", ".", "broker", "--address", hub, "--out", issued)
+            # its management API is https with the same certificate: served where it names
+            rabbit = PrivateRabbit(listen=("127.0.0.1", hub), management=hub, tls=(
+                issued / "broker.crt", issued / "broker.key", issued / "ca.crt")).start()
+            fleet.for_nodes = f"{hub}:{rabbit.port}"  # what the control plane dials too
+            fleet.broker = Broker.private(rabbit, fleet.for_nodes)  # TLS, API https
             fleet.mesh("pin", ".", node="n1")
             fleet.start_control()
             yield fleet

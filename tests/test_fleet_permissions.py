@@ -1,5 +1,6 @@
 """A node's broker account may read only its own queue and speak only in its own name: asserted
-against the real RabbitMQ of scripts/services.sh, with accounts made by real enrolment.
+against a real RabbitMQ (a private one serving AMQP over TLS only, its certificate from the
+mesh's CA, as the mesh's broker serves it), with accounts made by real enrolment.
 
 Nodes `a` and `b` are enrolled through `mesh enrol token`, `mesh agent enrol` and `mesh enrol
 accept`; the test then logs in as `a` (its password unsealed with a's own key, as a's agent does)
@@ -15,19 +16,26 @@ import pika.exceptions
 import pytest
 
 from _fleet import FleetMesh
-from executors.common import messages
+from _private_rabbit import available
+from executors.common import amqp, messages
 from executors.common.amqp import FleetNames
 from executors.common.keys import load_private_key, unseal
 from executors.node.agent.config import load_config
 
 pytestmark = pytest.mark.integration
 
+_why = available()
+if _why:
+    pytest.skip(f"private RabbitMQ: {_why}", allow_module_level=True)
+
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     fleet = FleetMesh(tmp_path_factory.mktemp("perm"), {}, nodes=("a", "b"))
+    rabbit = None
     try:
         fleet.setup()
+        rabbit = fleet.tls_rabbit()
         fleet.enrol("a")
         fleet.enrol("b")
         for node in ("a", "b"):  # the agent takes its answer at its first start
@@ -36,15 +44,17 @@ def fleet(tmp_path_factory):
         yield fleet
     finally:
         fleet.close()
+        if rabbit is not None:
+            rabbit.remove()
 
 
 def login(fleet, node):
     config = load_config(fleet.config(node))
     password = unseal(load_private_key(config.key), config.login.password_sealed)
-    host, port = fleet.broker.amqp.split(":")
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, int(port), config.login.vhost,
-        pika.PlainCredentials(config.login.user, password))), config
+    # as a's agent connects: TLS, the broker verified against the CA a's token carried
+    return amqp.connect(amqp.parameters(
+        amqp.BrokerAddress(config.login.host, config.login.port), config.login.vhost,
+        config.login.user, password, tls=config.tls())), config
 
 
 def report(fleet, node, **fields):
@@ -140,5 +150,6 @@ def test_the_node_keeps_only_sealed_values_and_the_answer_was_taken(fleet):
     assert {t["state"] for t in tokens} == {"closed"}, tokens
     users = {u["name"] for u in __import__("requests").get(
         f"{fleet.broker.api}/api/users", auth=(fleet.broker.admin, fleet.broker.password),
+        verify=fleet.broker.verify,
         timeout=10).json()}
     assert not any(".enrol." in u for u in users if u.startswith(f"mesh.{fleet.name}."))

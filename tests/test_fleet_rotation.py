@@ -2,8 +2,8 @@
 killed in the middle of it; a client logging in with what the consumer holds never fails.
 
 PostgreSQL in a container on the real Docker Engine (postgres@solo) and its consumer app1@solo,
-on one enrolled node whose agent is a `mesh agent` process; the broker is the RabbitMQ of
-scripts/services.sh. `mesh rotate` is the only thing the operator types: the provider puts the
+on one enrolled node whose agent is a `mesh agent` process; the broker is a RabbitMQ of the
+test's own serving AMQP over TLS with a certificate from the mesh CA. `mesh rotate` is the only thing the operator types: the provider puts the
 new generation in force on its idle login, reports, the consumer moves, reports, the old
 generation is retired — published, applied and recorded with no manual step. The control
 plane is SIGKILLed right after the provider's report was recorded and started again.
@@ -23,8 +23,13 @@ import pytest
 from _fleet import REPO, FleetMesh
 from _manifests import APP, POSTGRES, PROVISIONS
 from _pgimage import postgres_image
+from _private_rabbit import available
 
 pytestmark = pytest.mark.integration
+
+_why = available()
+if _why:
+    pytest.skip(f"private RabbitMQ: {_why}", allow_module_level=True)
 
 CREDENTIAL = "postgres-database/postgres@solo/app1@solo"
 
@@ -94,9 +99,10 @@ def test_control_completes_a_rotation_by_itself_across_its_own_restart(tmp_path)
         return published["serial_published"] is not None and not published["behind"] \
             and published["last_result"] == "applied"
 
-    client = None
+    client = rabbit = None
     try:
         fleet.setup()
+        rabbit = fleet.tls_rabbit()
         fleet.enrol("solo")
         fleet.start_agent("solo")
         control = start_control()
@@ -145,3 +151,5 @@ def test_control_completes_a_rotation_by_itself_across_its_own_restart(tmp_path)
             except subprocess.TimeoutExpired:
                 control.kill()
         fleet.close()
+        if rabbit is not None:
+            rabbit.remove()

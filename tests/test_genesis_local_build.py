@@ -58,6 +58,11 @@ amqp:
   grant: none
   keys: [host, port, vhost, user, password, url]
   url: "amqp://{user}@{host}:{port}/{vhost}"
+amqp-management:
+  scope: node
+  grant: none
+  keys: [host, port, url]
+  url: "http://{host}:{port}"
 mesh-ca:
   scope: mesh
   grant: none
@@ -131,6 +136,7 @@ def test_a_local_build_is_declared_by_its_image_id_and_never_from_a_registry(tmp
     assert sorted((b.consumer, b.requirement, b.provider, b.chosen_by)
                   for b in resolution.bindings) == [
         ("control@genesis", "broker", "lavinmq@genesis", "co-located"),
+        ("control@genesis", "broker-api", "lavinmq@genesis", "co-located"),
         ("control@genesis", "store", "postgres@genesis", "co-located")]
     (control,) = [c for c in resolution.declarations["genesis"].containers
                   if c.instance == "control@genesis"]
@@ -159,11 +165,16 @@ def write_mesh(directory: Path, name: str, address: str, first_port: int) -> Non
         (catalogue / stub / "module.yaml").write_text(STUB_MODULE.format(
             name=stub, repository=STUB, tag=name, port=port, provision=provision,
             management="\n  management:\n    port: 15672" if stub == "lavinmq" else "",
-            admin="\n    admin: admin\nsecrets: [admin]" if stub == "lavinmq" else ""))
+            admin="\n    admin: admin\n  - provision: amqp-management\n    listen: management"
+                  "\nsecrets: [admin]" if stub == "lavinmq" else ""))
     text = (GENESIS / "mesh.yaml").read_text()
     for old, new in (("mesh: genesis", f"mesh: {name}"),
                      ("catalogue: ../../catalogue", "catalogue: catalogue"),
-                     ("address: 10.44.0.1", f"address: {address}")):
+                     ("address: 10.44.0.1", f"address: {address}"),
+                     # the control loop's mesh directory and key: this test's (mesh init's)
+                     ("mesh-dir=/srv/mesh", f"mesh-dir={directory}"),
+                     ("control-key=/etc/mesh/node.key",
+                      f"control-key={directory.parent / 'genesis.key'}")):
         assert old in text
         text = text.replace(old, new)
     (directory / "mesh.yaml").write_text(
@@ -229,8 +240,8 @@ def test_genesis_builds_its_control_image_locally_and_runs_it_from_the_engine(tm
                       if c["instance"] == "control@genesis"]
         assert control["image"] == record.digest, control
 
-        # the control node's part at genesis: its mesh directory and key in the control
-        # instance's state (what app.py runs `mesh control` on), owned by the image's user
+        # the control instance's state (its home), owned by the module's user; the mesh
+        # directory and key reach it as the node's mesh-dir and control-key facilities
         data = next(m["source"] for m in control["mounts"]
                     if m["target"] == "/var/lib/mesh-control")
         data_dir = Path(data)

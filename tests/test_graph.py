@@ -117,7 +117,7 @@ def test_refused_instances_are_red_with_their_code_and_their_problem_is_a_note()
     problem = next(p for p in resolution.problems if p.code == "ambiguous-provider")
     note = statement(dot, f"problem:{picture.problem_key(problem)}")
     assert "[ambiguous-provider] error" in note and "postgres@b, postgres@c" in note
-    assert "catalogue/umami/module.yaml:14:5" in note
+    assert "catalogue/umami/module.yaml:19:5" in note
     assert 'color="#c00000"' not in statement(dot, "instance:postgres@b")
 
 
@@ -152,12 +152,15 @@ def test_floors_allows_and_exposures_are_on_their_node():
     firewall = statement(dot, "firewall:lab")
     assert "floor 2222/tcp from anywhere (ssh)" in firewall
     assert "floor 9100/tcp from the mesh's nodes (node metrics)" in firewall
-    assert "allow 20006/tcp from 10.44.0.10 (postgres@lab/postgres for umami@home)" in firewall
+    assert "allow 20007/tcp from 10.44.0.10 (postgres@lab/postgres for umami@home)" in firewall
     assert f"expose {port}/tcp from 203.0.113.0/24 (" in firewall, firewall
     assert "for the family" in firewall
     home = statement(dot, "firewall:home")
     assert "floor 20005/tcp from the mesh's nodes (broker (enrolment))" in home
-    assert "expose" not in home
+    # home's own exposures (the ingress and its name server) only, never lab's
+    assert "expose 443/tcp from 192.168.1.0/24 (caddy@home/https exposed" in home
+    assert "expose 53/udp from 192.168.1.0/24 (dnsmasq@home/dns exposed" in home
+    assert "203.0.113.0/24" not in home and "for the family" not in home
 
 
 def issued(inputs, resolution):
@@ -197,6 +200,14 @@ def test_pending_credentials_and_rotations_are_marked_where_they_belong():
     assert dot.count("rotating: generation") == 2
 
 
+def edge_id(b) -> str:
+    """The statement id of binding `b`'s edge: a requirement taking every provider has one
+    edge per provider."""
+    if b.chosen_by == resolver.ChosenBy.EACH:
+        return f"binding:{b.consumer}/{b.requirement}/{b.provider}"
+    return f"binding:{b.consumer}/{b.requirement}"
+
+
 def test_a_focused_picture_shows_one_node_and_what_its_bindings_reach():
     inputs, resolution = load("homelab")
     dot = dot_of(inputs, resolution, nodes=["lab"])
@@ -204,8 +215,7 @@ def test_a_focused_picture_shows_one_node_and_what_its_bindings_reach():
     keycloak = statement(dot, "instance:keycloak@home")
     assert "dashed" in keycloak and "#a0a0a0" in keycloak
     edges = re.findall(r'id="(binding:[^"]+)"', dot)
-    assert sorted(edges) == sorted(f"binding:{b.consumer}/{b.requirement}"
-                                   for b in resolution.bindings
+    assert sorted(edges) == sorted(edge_id(b) for b in resolution.bindings
                                    if "lab" in (b.consumer_node, b.provider_node))
     assert "nodes lab and what their bindings reach" in dot
 
@@ -258,10 +268,13 @@ def test_the_svg_names_every_instance_and_every_binding(graphviz_dot, tmp_path, 
         kind, texts, _ = elements[f"instance:{instance}"]
         assert kind == "node" and texts[0] == instance
     for b in resolution.bindings:
-        kind, texts, titles = elements[f"binding:{b.consumer}/{b.requirement}"]
+        kind, texts, titles = elements[edge_id(b)]
         assert kind == "edge"
         what = b.provision or f"module {b.module}"
-        assert texts[:2] == [f"{b.requirement}: {what}", b.chosen_by]
+        if b.chosen_by == resolver.ChosenBy.EACH:  # one edge per provider, one label for all
+            assert texts[0] == f"{b.requirement}: every {what}"
+        else:
+            assert texts[:2] == [f"{b.requirement}: {what}", b.chosen_by]
         assert titles[0].startswith(f"{b.consumer} {b.requirement} -> {b.provider} "
                                     f"({b.chosen_by}): {b.host}:{b.port}")
     for node in inputs.mesh.nodes.values():

@@ -2,25 +2,38 @@
 machines, each with its own dockerd and the mesh firewall on.
 
 Machine n1: `mesh init DIR --node n1 --address … --join n2=…`: key, CA, mesh.yaml from the
-template (store, broker, registry on n1), pins, issue, apply, the control loop and n1's agent
-as services (no systemd here: `mesh supervise`), converged, a `mesh join` line printed for n2.
+template (store, broker, registry and control@n1 on n1), pins, the control image built into
+n1's Engine (`mesh build --local`, this checkout's wheel staged), issue, apply: control@n1's
+container is the control loop (on DIR, a facility of n1; the broker options init was given
+kept in DIR/.control/settings.json, the admin's password sealed), n1's agent a service (no
+systemd here: `mesh supervise`); converged, a `mesh join` line printed for n2. The control
+container killed: the Engine starts it again and it goes on publishing.
 Machine n2: that line. Then the operator's one step for an app on n2: assign it in mesh.yaml
 (and pin its image); it runs, bound to postgres@n1 across n1's firewall, and its binding
 verifies from inside its container. n2's agent is killed and comes back by itself.
 Then n2 leaves: its instances unassigned, `mesh node remove`; after the control loop's next
 publish the broker refuses n2's login (its agent configuration's credentials). And the control
 node is lost: `mesh control backup`, n1's control loop stopped and its mesh directory deleted,
-`mesh control restore` on machine n3 (a third namespace, no dockerd: it only runs the control
-loop, as a `mesh supervise` service), where a change to mesh.yaml (note@n1) is published and
-applied by n1's agent, which never notices the move.
+`mesh control restore … --node n3 --address …` on machine n3 (a third namespace, no dockerd:
+it only runs the control loop, which restore installs as a `mesh supervise` service; restore
+makes n3 the control node in mesh.yaml and takes control@n1, whose directory is gone, out of
+it: no hand edit), where a change to mesh.yaml (note@n1) is published and applied by n1's
+agent, which never notices the move.
 
 What stands in for what this machine cannot run (no public registry, no LavinMQ image): the
-postgres image is built from the host's PostgreSQL (tests/_pgimage.py); the broker and the
+postgres image is built from the host's PostgreSQL (tests/_pgimage.py); the control module's
+python base is one made from this host's interpreter (tests/_pyimage.py) behind the nodes'
+registry standing in for docker.io (the catalogue's own control module, its python repository
+renamed, given with --catalogue); the broker and the
 registry modules are stubs of the same names (the broker's providing `amqp`; the registry's
 no `artifact-store`, since it serves no registry and every node's pull check against it would
 fail), and the real broker is a
 RabbitMQ of the test's own on the host side of the segment, given to `mesh init` with the
-control verbs' --broker options (as the fleet tests give it to `mesh control`).
+control verbs' --broker options (as the fleet tests give it to `mesh control`). It speaks plain
+AMQP, and `mesh init` is told `--broker-plain`, which it keeps for the control loop: this is the
+suite's one test of the plain path an operator asks for in so many words (a broker of their
+own that the mesh CA cannot have certified before `mesh init` made that CA); every other fleet
+test runs over TLS from the mesh CA (tests/_fleet.py).
 """
 
 from __future__ import annotations
@@ -58,7 +71,10 @@ if _why:
 from _fleet import Broker  # noqa: E402
 from _manifests import APP, POSTGRES  # noqa: E402
 from _pgimage import postgres_image  # noqa: E402
+from _pyimage import python_image  # noqa: E402
 from test_fleet_netns import NOTE, REGISTRY, _registry  # noqa: E402
+
+PYTHON = f"{REGISTRY}/mesh-test-init/python"  # docker.io/library/python, as the nodes see it
 
 from executors.common.service import child_pid, supervisor_pid  # noqa: E402
 
@@ -73,6 +89,16 @@ amqp:
   grant: none
   keys: [host, port, vhost, user, password, url]
   url: "amqp://{user}@{host}:{port}/{vhost}"
+amqp-management:
+  scope: node
+  grant: none
+  keys: [host, port, url]
+  url: "http://{host}:{port}"
+mesh-ca:
+  scope: mesh
+  grant: none
+  keys: [host, port, url]
+  url: "http://{host}:{port}/ca"
 stub-registry:
   description: what the registry stub provides instead of artifact-store (it serves no
     registry, so nodes get no pull account from it, and their verify no check against it)
@@ -85,7 +111,7 @@ artifacts:
 listens:
   main: {{port: 8080}}
 provides:
-  - {{provision: {provision}, listen: main{admin}}}{secrets}
+  - {{provision: {provision}, listen: main{admin}}}{more}{secrets}
 containers:
   - name: server
     artifact: server
@@ -133,11 +159,24 @@ class Machines:
         return all(n["serial_published"] is not None and not n["behind"]
                    and n["last_result"] == "applied" for n in self.status()["nodes"])
 
+    @property
+    def control_container(self) -> str:
+        return f"{self.name}-control-n1-control"
+
+    def control_state(self) -> dict:
+        """n1's control container as its Engine sees it (State: Running, Pid, …)."""
+        done = self.dockerd["n1"].docker("inspect", self.control_container, check=False)
+        return json.loads(done.stdout)[0]["State"] if done.returncode == 0 else {}
+
     def logs(self) -> str:
         parts = []
         for node in sorted(self.topology.nodes):
             for log in sorted(self.home(node).glob("*.log")):
                 parts.append(f"--- {node} {log.name}\n{log.read_text()[-4000:]}")
+        if "n1" in self.dockerd:
+            done = self.dockerd["n1"].docker("logs", "--tail", "60", self.control_container,
+                                             check=False)
+            parts.append(f"--- n1 {self.control_container}\n{done.stdout}{done.stderr}")
         return "\n".join(parts)
 
     def wait(self, condition, what: str, timeout: float = 600) -> None:
@@ -184,15 +223,24 @@ def write_catalogue(machines: Machines) -> Path:
             "mesh-test-e2e", "mesh-test-init"),
         "lavinmq": STUB.format(name="lavinmq", repository=f"{repository}/app",
                                tag=machines.name, provision="amqp", admin=", admin: admin",
+                               more="\n  - {provision: amqp-management, listen: main}",
                                secrets="\nsecrets: [admin]"),
         "registry": STUB.format(name="registry", repository=f"{repository}/app",
                                 tag=machines.name, provision="stub-registry", admin="",
-                                secrets=""),
+                                more="", secrets=""),
     }
     for module, text in texts.items():
         (source / module).mkdir(parents=True)
         (source / module / "module.yaml").write_text(text)
     (source / "provisions.yaml").write_text(PROVISIONS)
+    # the catalogue's own control module, its python base where this test's registry has it
+    shutil.copytree(REPO / "catalogue" / "control", source / "control",
+                    ignore=shutil.ignore_patterns("dist", "__pycache__"))
+    module = source / "control" / "module.yaml"
+    text = module.read_text()
+    assert "repository: docker.io/library/python" in text
+    module.write_text(text.replace("repository: docker.io/library/python",
+                                   f"repository: {PYTHON}"))
     return source
 
 
@@ -229,6 +277,9 @@ def machines_in(tmp: Path) -> Iterator[Machines]:
                 _rootfs(), repository=f"{repository}/app", tag=machines.name,
                 changes=['CMD ["httpd", "-f", "-p", "8080", "-h", "/www"]', "ENV PATH=/bin"])
             machines.dockerd["n1"].docker("push", f"{repository}/app:{machines.name}")
+            # what docker.io would serve as python:3.11-slim, made from this interpreter
+            n1.tag(python_image(n1), PYTHON, "3.11-slim")
+            machines.dockerd["n1"].docker("push", f"{PYTHON}:3.11-slim")
             yield machines
         finally:
             if machines is not None:
@@ -273,9 +324,28 @@ def scenario(machines: Machines) -> tuple[float, float]:
     assert "n1 converged" in init.stderr and "key fingerprint: SHA256:" in init.stderr
     (line,) = [l for l in init.stdout.splitlines() if l.startswith("on n2, as root: mesh join ")]
     token = line.split("mesh join ", 1)[1].strip()
-    assert supervisor_pid("control", machines.home("n1")) is not None
+    assert "mesh build" in init.stderr and "staged" in init.stderr, init.stderr
+    # exactly one control loop: control@n1's container, no host service
+    assert supervisor_pid("control", machines.home("n1")) is None
+    assert machines.control_state().get("Running"), machines.logs()
     assert supervisor_pid("agent", machines.home("n1")) is not None
-    assert re.search(r"catalogue: catalogue\b", (machines.dir / "mesh.yaml").read_text())
+    text = (machines.dir / "mesh.yaml").read_text()
+    assert re.search(r"catalogue: catalogue\b", text)
+    assert f'mesh-dir={machines.dir}' in text and "control@n1:" in text, text
+    kept = json.loads((machines.dir / ".control" / "settings.json").read_text())
+    assert kept["broker"] == machines.broker.amqp and kept["broker_admin_password_sealed"]
+    assert machines.broker.plain and kept["broker_plain"] is True  # asked for, and kept
+    password = Path(machines.broker.password_file).read_text().strip()
+    assert password not in (machines.dir / ".control" / "settings.json").read_text()
+    ledger = (machines.dir / "ledger.yaml").read_text()
+    assert "control/control:" in ledger and "local: true" in ledger, ledger
+
+    # the control loop crashes: the Engine's restart policy starts it again
+    crashed = machines.control_state()["Pid"]
+    os.kill(crashed, signal.SIGKILL)
+    machines.wait(lambda: machines.control_state().get("Running")
+                  and machines.control_state()["Pid"] not in (0, crashed),
+                  "the Engine starts the control container again", 60)
 
     began = time.monotonic()
     joined = machines.mesh("n2", "join", token, "--wait", "120", *machines.node_options("n2"))
@@ -352,10 +422,9 @@ def node_leaves(machines: Machines) -> None:
 
 def control_node_restored_elsewhere(machines: Machines) -> None:
     """`mesh control backup`; n1's control loop stopped and its mesh directory deleted;
-    `mesh control restore` on n3, the control loop a service there; a change to mesh.yaml in
-    the restored directory is published and applied by n1's agent, which never re-enrols."""
-    from executors.common.service import Service, install, stop
-
+    `mesh control restore --node n3` on n3 (n3 the control node in mesh.yaml, control@n1 out,
+    the control loop a service there: exactly the documented commands); a change to mesh.yaml
+    in the restored directory is published and applied by n1's agent, which never re-enrols."""
     passphrase = machines.tmp / "backup.pass"
     passphrase.write_text("the operator's backup passphrase\n")
     archive = machines.tmp / "offsite" / "control.mesh-backup"
@@ -370,31 +439,38 @@ def control_node_restored_elsewhere(machines: Machines) -> None:
     mark = len(agent_log.read_text())
 
     # machine 1's control node is lost: its control loop stops, its mesh directory is gone
-    stop("control", say=lambda line: None, run_dir=machines.home("n1"), systemd=False)
-    assert supervisor_pid("control", machines.home("n1")) is None
+    machines.dockerd["n1"].docker("stop", machines.control_container)
     shutil.rmtree(machines.dir)
 
     # machine 3 becomes the control node
     home = machines.home("n3")
     restored, control_key = home / "mesh", home / "control.key"
-    machines.mesh("n3", "control", "restore", archive, "--dir", restored, "--key",
-                  control_key, "--passphrase-file", passphrase)
+    done = machines.mesh("n3", "control", "restore", archive, "--dir", restored, "--key",
+                         control_key, "--passphrase-file", passphrase, "--node", "n3",
+                         "--address", machines.topology.addresses["n3"], "--run-dir", home)
     assert control_key.read_bytes() == key.read_bytes()
+    for line in ("mesh.yaml: added node n3", "mesh.yaml: nodes.n1: control: true removed",
+                 "mesh.yaml: instances.control@n1 removed", "no systemd here: `mesh supervise`"):
+        assert line in done.stderr, done.stderr
+    assert supervisor_pid("control", home) is not None, done.stderr
+    text = (restored / "mesh.yaml").read_text()
+    assert "\n  control@n1:" not in text and "# Made by `mesh init`" in text, text
     machines.dir, machines.control = restored, "n3"
-    install(Service("control", f"mesh control loop of mesh {machines.name}",
-                    ("control", str(restored), "--key", str(control_key),
-                     *map(str, machines.broker.options(machines.broker.amqp))),
-                    tuple(machines.topology.argv("n3", sys.executable, "-m", "executors.cli")),
-                    working_directory=str(restored), environment={"PYTHONPATH": str(REPO)}),
-            say=lambda line: None, run_dir=home, systemd=False)
 
-    # the operator's change, made in the restored directory: published, applied by n1
+    # the operator's change, made in the restored directory: note@n1 in: published by the
+    # restored control loop, applied by n1 (which drops control@n1's container)
     machines.add_instances("note@n1: {module: note, node: n1}")
-    machines.wait(lambda: f"{machines.name}-note-n1-main" in machines.running("n1")
-                  and machines.converged()
-                  and machines.status()["nodes"][0]["serial_applied"] > serial,
-                  "the restored control node's publish is applied by n1", 300)
-    assert [n["node"] for n in machines.status()["nodes"]] == ["n1"]
+
+    def n1_applied() -> bool:
+        (n1,) = [n for n in machines.status()["nodes"] if n["node"] == "n1"]
+        return (f"{machines.name}-note-n1-main" in machines.running("n1")
+                and n1["last_result"] == "applied" and not n1["behind"]
+                and n1["serial_applied"] > serial)
+
+    machines.wait(n1_applied, "the restored control node's publish is applied by n1", 300)
+    nodes = {n["node"]: n for n in machines.status()["nodes"]}
+    assert sorted(nodes) == ["n1", "n3"] and not nodes["n3"]["enrolled"], nodes
+    assert machines.control_state() == {}, "control@n1's container is removed"
     assert child_pid("agent", machines.home("n1")) == agent, "n1's agent restarted"
     assert "enrol" not in agent_log.read_text()[mark:].lower(), agent_log.read_text()[mark:]
     assert "the operator's backup passphrase" not in machines.logs()

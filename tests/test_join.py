@@ -91,6 +91,21 @@ def test_init_refuses_a_machine_without_a_docker_engine_and_writes_nothing(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_init_refuses_a_catalogue_without_the_control_module_and_writes_nothing(tmp_path):
+    """The template assigns the control plane too: a catalogue without it is refused first."""
+    catalogue = tmp_path / "catalogue"
+    for module in ("postgres", "lavinmq", "registry"):
+        (catalogue / module).mkdir(parents=True)
+        (catalogue / module / "module.yaml").write_text(f"name: {module}\n")
+    (catalogue / "provisions.yaml").write_text("{}\n")
+    run = mesh("init", str(tmp_path / "mesh"), "--node", "anchor", "--address", "10.44.0.1",
+               "--catalogue", str(catalogue), "--key", str(tmp_path / "node.key"),
+               "--config", str(tmp_path / "agent.yaml"), "--run-dir", str(tmp_path / "run"))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.count("\n") == 1 and "(missing: control)" in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalogue"]
+
+
 def test_init_refuses_a_machine_without_the_node_extra(tmp_path):
     """The node extra's psycopg hidden from the interpreter (a site directory that shadows it
     with a module that cannot be found)."""

@@ -1,5 +1,8 @@
 """`mesh join TOKEN` the way an operator runs it: two network namespaces as machines, each with
 its own dockerd and the mesh firewall on; the broker and the control loop on the host side.
+The broker serves AMQP over TLS only, with a certificate the mesh's CA issued for the address
+the machines dial (`mesh ca issue-server`): `mesh join` verifies it against the CA the token
+carries before the token's secret is sent, and every agent and the control loop after it.
 
 The control node makes each token with `mesh enrol token DIR NODE --auto-accept` (n2's also
 with `--address`, which admits n2 into mesh.yaml before it dials) and does nothing else: on
@@ -100,9 +103,8 @@ def fleet(tmp_path_factory):
     with _netns.Topology("j", count=2, subnet=subnet) as topology:
         try:
             hub = topology.attach_host()
-            rabbit = PrivateRabbit(listen=("127.0.0.1", hub)).start()
-            broker = Broker(rabbit.amqp, rabbit.api, "admin", str(rabbit.password_file))
-            fleet = Fleet(topology, tmp, broker, hub, f"jn{os.getpid() % 100000}", rabbit.port)
+            # the broker is made once the mesh's CA exists (below), which issues its certificate
+            fleet = Fleet(topology, tmp, None, hub, f"jn{os.getpid() % 100000}", 0)
             for node in topology.nodes:
                 fleet.dockerd[node] = _netns.NamespacedDockerd(topology, node)
                 fleet.dockerd[node].start(timeout=120)
@@ -120,6 +122,13 @@ def fleet(tmp_path_factory):
             fleet.dockerd["n1"].docker("push", f"{REGISTRY}/mesh-test-join/app:{fleet.name}")
             write_mesh(fleet, {"postgres@n1": "postgres"})
             fleet.mesh("ca", "init", ".")
+            issued = tmp / "broker-tls"
+            fleet.mesh("ca", "issue-server", ".", "broker", "--address", hub, "--out", issued)
+            # its management API is https with the same certificate: served where it names
+            rabbit = PrivateRabbit(listen=("127.0.0.1", hub), management=hub, tls=(
+                issued / "broker.crt", issued / "broker.key", issued / "ca.crt")).start()
+            fleet.for_nodes = f"{hub}:{rabbit.port}"  # what the control loop dials too
+            fleet.broker = Broker.private(rabbit, fleet.for_nodes)  # TLS, API https
             fleet.mesh("pin", ".", node="n1")
             fleet.start_control()
             yield fleet
@@ -143,6 +152,8 @@ def test_join_with_an_auto_accept_token_runs_an_app_and_the_killed_agent_comes_b
     # n1 is in mesh.yaml (no key yet); n2 is admitted by its token, before it dials
     joined = join(fleet, "n1")
     assert "joined: n1 is a node of mesh" in joined.stdout, joined.stdout + joined.stderr
+    assert f"amqps://{fleet.for_nodes}" in joined.stderr, joined.stderr  # TLS, verified
+    assert "tls: true" in (fleet.node_dir("n1") / "agent.yaml").read_text()
     fingerprint = joined.stderr.split("key fingerprint: ", 1)[1].split()[0]
     assert fingerprint.startswith("SHA256:"), joined.stderr
     assert "mesh supervise" in joined.stderr, joined.stderr

@@ -349,7 +349,7 @@ REFERENCES = [
      "env ADMIN_PASSWORD: ${self.root.password}: no secret named 'root'"),
     ("${self.http.port}", "${self.https.port}", "PUBLIC:",
      "env PUBLIC: ${self.https.port}: no listen named 'https'"),
-    ("${self.address}", "${self.hostname}", "PUBLIC:", "env PUBLIC: ${self.hostname} is not a placeholder"),
+    ("${self.address}", "${self.hostnam}", "PUBLIC:", "env PUBLIC: ${self.hostnam} is not a placeholder"),
     ("${self.address}", "${secret:db}", "PUBLIC:", "env PUBLIC: ${secret:db} is not a placeholder"),
     ("$$5", "${db", "PRICE:", "env PRICE: an unclosed ${"),
 ]
@@ -539,7 +539,8 @@ def test_schema_command(tmp_path):
     code, out, _ = run_cli("schema")
     assert code == 0 and out.split() == ["module", "provisions", "mesh", "ledger", "declaration",
                                          "message-envelope", "declaration-message", "report",
-                                         "enrolment-request", "enrolment-answer"]
+                                         "enrolment-request", "enrolment-answer",
+                                         "logs-request", "logs-answer"]
     code, out, _ = run_cli("schema", "mesh")
     assert code == 0 and '"$schema": "https://json-schema.org/draft/2020-12/schema"' in out
     code, _, err = run_cli("schema", "nonsense")

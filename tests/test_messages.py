@@ -139,18 +139,39 @@ def test_the_envelope_matches_its_schema(keys):
 # --------------------------------------------------------------------------- the token
 
 
-def test_a_token_round_trips_and_a_damaged_one_is_one_clear_error():
-    token = enrol_token.EnrolToken(mesh="m", node="n1", broker="10.0.0.9:5672", vhost="mesh.m",
+def test_a_token_round_trips_and_a_damaged_one_is_one_clear_error(keys):
+    ca = keys["m"].ca_certificate
+    token = enrol_token.EnrolToken(mesh="m", node="n1", broker="10.0.0.9:5671", vhost="mesh.m",
                                    token_id="ab12cd34", secret="s3cr3t",
-                                   ca_fingerprint="sha256:" + "0" * 64,
-                                   expires="2026-06-01T00:00:00Z")
+                                   ca_fingerprint=messages.certificate_fingerprint(ca),
+                                   expires="2026-06-01T00:00:00Z", ca_certificate=keys["m"].ca_pem)
     text = enrol_token.encode(token)
     assert enrol_token.decode(text) == token and enrol_token.decode(f"  {text}\n") == token
+    assert token.tls and token.transport == "amqps"
     assert "s3cr3t" not in repr(token)
+    assert len(text) < 1000  # one line to paste: the Ed25519 CA certificate is small
     for damaged in (text[:-5], "hello", text.replace("mesh-enrol:", "mesh-enrol:x"),
                     enrol_token.PREFIX + base64.urlsafe_b64encode(b'{"m": 1}').decode()):
         with pytest.raises(enrol_token.TokenError):
             enrol_token.decode(damaged)
+
+
+def test_a_token_whose_ca_certificate_is_not_the_pinned_ca_is_refused(keys):
+    """The node verifies the broker against the certificate the token carries: it must be the
+    CA the token pins, or the token is refused before anything is written or sent."""
+    import attrs
+
+    token = enrol_token.EnrolToken(
+        mesh="m", node="n1", broker="10.0.0.9:5671", vhost="mesh.m", token_id="ab12cd34",
+        secret="s3cr3t", ca_fingerprint=messages.certificate_fingerprint(
+            keys["m"].ca_certificate), expires="2026-06-01T00:00:00Z",
+        ca_certificate=keys["other"].ca_pem)
+    with pytest.raises(enrol_token.TokenError, match="does not have the fingerprint it pins"):
+        enrol_token.decode(enrol_token.encode(token))
+    plain = attrs.evolve(token, ca_certificate=keys["m"].ca_pem, transport="amqp")
+    assert not enrol_token.decode(enrol_token.encode(plain)).tls
+    with pytest.raises(enrol_token.TokenError, match="transport"):
+        enrol_token.decode(enrol_token.encode(attrs.evolve(plain, transport="http")))
 
 
 # --------------------------------------------------------------------------- what travels

@@ -113,11 +113,65 @@ def test_a_move_with_state_is_refused_until_mesh_yaml_says_what_happens_to_the_d
     assert code == 0, output
     assert "state-left-behind" in output and "/var/lib/mesh/postgres@lab/postgres/data" in output
     assert generations(mesh_dir) == before
+    # no mesh CA yet: the transfer is declared but waits, and the plan says what it waits for
+    (waiting,) = json.loads((out / "home.declaration.json").read_text())["transfers"]
+    assert "transfer certificate of home is not issued" in waiting["waits"], waiting
+    assert "transfer certificate of lab (the state of postgres@lab waits for it)" in output
+    assert not waiting.get("certificate")
+    assert run_cli("ca", "init", mesh_dir)[0] == 0
+    code, output = run_cli("plan", mesh_dir, "--issue", "--out", out, "--key", keys["home"])
+    assert code == 0, output
+    # nothing re-issued; with the CA, TLS keys are new, the two nodes' transfer keys among them
+    after = generations(mesh_dir)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert all(k.startswith("tls/") for k in after if k not in before)
+    assert {"tls/transfer:home", "tls/transfer:lab"} <= set(after)
+    assert not any(k.startswith("tls/transfer:") and k not in ("tls/transfer:home",
+                                                               "tls/transfer:lab")
+                   for k in after), "only the two nodes of the transfer"
+    ledger = load_mesh_dir(mesh_dir).ledger
+    assert sorted(ledger.credentials["tls/transfer:lab"].active.sealed) == ["lab"]
+    assert sorted(ledger.credentials["tls/transfer:home"].active.sealed) == ["home"]
     assert values(mesh_dir, "home", keys["home"])[admin] == admin_value
     home = json.loads((out / "home.declaration.json").read_text())
     assert any(c["instance"] == "postgres@lab" for c in home["containers"])
     lab = json.loads((out / "lab.declaration.json").read_text())
     assert not any(d["instance"] == "postgres@lab" for d in lab.get("state_dirs", []))
+    # the move carries its data: both declarations name the transfer; lab opens its
+    # transfer port to home's address alone, for as long as `state-from` stays
+    (leave,), (arrive,) = lab["transfers"], home["transfers"]
+    assert (leave["role"], arrive["role"]) == ("leave", "arrive")
+    assert {k: v for k, v in leave.items() if k != "role"} == \
+        {k: v for k, v in arrive.items() if k != "role"}
+    assert (leave["source"], leave["target"], leave["port"]) == ("lab", "home", 7470)
+    # each node holds its own transfer certificate, its key as a sealed reference, the CA
+    assert "waits" not in leave, leave
+    for declared, node in ((lab, "lab"), (home, "home")):
+        files = {f["path"]: f for f in declared["files"]}
+        assert files[leave["certificate"]]["content"] == ledger.tls[f"transfer:{node}"].pem
+        key = files[leave["key"]]
+        assert key["content"].startswith("${secret:tls/transfer:" + node)
+        assert key["secret"]["credential"] == f"tls/transfer:{node}"
+        assert leave["ca"] in files
+    # `mesh renew NODE` renews the node's transfer certificate with the rest, its key too
+    code, output = run_cli("renew", mesh_dir, "lab")
+    assert code == 0, output
+    renewed = load_mesh_dir(mesh_dir).ledger
+    assert renewed.tls["transfer:lab"].serial != ledger.tls["transfer:lab"].serial
+    assert renewed.credentials["tls/transfer:lab"].active.generation == 2
+    assert renewed.tls["transfer:home"] == ledger.tls["transfer:home"]
+    assert "/var/lib/mesh/postgres@lab/postgres/data" in [d["path"] for d in arrive["dirs"]]
+    (opening,) = [a for a in lab["firewall"]["allow"] if a["port"] == 7470]
+    assert opening["sources"] == [leave["target_address"]] and opening["published"] is False
+    assert not any(a["port"] == 7470 for a in home["firewall"].get("allow", []))
+    code, output = run_cli("plan", mesh_dir, "--out", out)
+    assert code == 0 and "[stale-state-from]" in output and "carried from lab" in output, output
+    assert json.loads((out / "lab.declaration.json").read_text())["transfers"] == [leave]
+    edit(mesh_dir, "    state-from: lab\n", "")
+    code, output = run_cli("plan", mesh_dir, "--out", out)
+    assert code == 0, output
+    lab = json.loads((out / "lab.declaration.json").read_text())
+    assert "transfers" not in lab and not any(a["port"] == 7470 for a in lab["firewall"]["allow"])
 
 
 def test_state_from_naming_another_node_is_refused_and_fresh_confirms_an_empty_start(tmp_path):

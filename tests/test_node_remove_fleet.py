@@ -1,5 +1,5 @@
-"""A node leaves a running fleet (`mesh node remove`), against the real RabbitMQ of
-scripts/services.sh and real `mesh agent` processes: refused while it runs an instance; once
+"""A node leaves a running fleet (`mesh node remove`), against a real RabbitMQ (a private one
+serving AMQP over TLS only, its certificate from the mesh's CA) and real `mesh agent` processes: refused while it runs an instance; once
 removed, the next `mesh publish` deletes its broker account (its login is refused by the
 broker) and its queue, a report it sent is refused, its key cannot enrol again; and an agent
 refuses a declaration signed by a delivery certificate on the mesh's revocation list."""
@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 
 import pika
-import pika.exceptions
 import pytest
 from cryptography import x509
 
 from _fleet import FleetMesh
+from _private_rabbit import available
 from executors.common import amqp, messages
 from executors.common.amqp import FleetNames
 from executors.common.keys import load_private_key, unseal
@@ -26,13 +26,27 @@ from executors.node.agent.config import load_config
 
 pytestmark = pytest.mark.integration
 
+_why = available()
+if _why:
+    pytest.skip(f"private RabbitMQ: {_why}", allow_module_level=True)
+
+
+def load_ca_pem(fleet) -> str:
+    """The mesh CA's certificate, as the control plane verifies its broker against it."""
+    from executors.control.ca import ca_cert_path
+
+    inputs = load_mesh_dir(fleet.dir)
+    return ca_cert_path(inputs.mesh_dir, inputs.mesh).read_text()
+
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     fleet = FleetMesh(tmp_path_factory.mktemp("leave"), {"app@b": ("app", "b")},
                       nodes=("a", "b"))
+    rabbit = None
     try:
         fleet.setup()
+        rabbit = fleet.tls_rabbit()
         fleet.enrol("a")
         fleet.enrol("b")
         fleet.start_agent("a")
@@ -42,15 +56,17 @@ def fleet(tmp_path_factory):
         yield fleet
     finally:
         fleet.close()
+        if rabbit is not None:
+            rabbit.remove()
 
 
 def login(fleet, node, config_path=None):
     config = load_config(config_path or fleet.config(node))
     password = unseal(load_private_key(config.key), config.login.password_sealed)
-    host, port = fleet.broker.amqp.split(":")
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host, int(port), config.login.vhost,
-        pika.PlainCredentials(config.login.user, password), connection_attempts=1))
+    # as the node's agent connects: TLS, the broker verified against the CA its token carried
+    return amqp.connect(amqp.parameters(
+        amqp.BrokerAddress(config.login.host, config.login.port), config.login.vhost,
+        config.login.user, password, tls=config.tls()))
 
 
 def test_a_node_leaves_its_account_queue_reports_and_key_are_refused(fleet):
@@ -90,7 +106,7 @@ def test_a_node_leaves_its_account_queue_reports_and_key_are_refused(fleet):
     said = published.stdout + published.stderr
     assert f"delete-user {names.node_user('b')}" in said, said
     assert "deleted the queue node.b" in said, said
-    with pytest.raises(pika.exceptions.AMQPConnectionError):
+    with pytest.raises(amqp.BrokerError, match="refused the account"):
         login(fleet, "b")
     assert fleet.broker.queue(fleet.name, "node.b") == {}
     assert fleet.broker.queue(fleet.name, "node.a") != {}
@@ -137,10 +153,9 @@ def test_an_agent_refuses_a_declaration_signed_by_a_revoked_delivery_certificate
     forged = messages.sign(messages.DECLARATION, {"mesh": fleet.name, "node": "a"},
                            old.key, old.certificate_pem)
     names = FleetNames(fleet.name)
-    host, port = fleet.broker.amqp.split(":")
-    connection = pika.BlockingConnection(pika.ConnectionParameters(
-        host, int(port), names.vhost,
-        pika.PlainCredentials(names.control_user, state.control_password())))
+    connection = amqp.connect(amqp.parameters(
+        amqp.BrokerAddress.parse(fleet.broker.amqp), names.vhost, names.control_user,
+        state.control_password(), tls=amqp.BrokerTls(load_ca_pem(fleet))))
     channel = connection.channel()
     channel.confirm_delivery()
     channel.basic_publish(amqp.DECLARATIONS, "a", forged, pika.BasicProperties(

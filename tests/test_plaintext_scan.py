@@ -5,6 +5,11 @@ plan --issue, rotate (one credential, a provider, a consumer), the providers and
 reporting applied, rotate again, renew a certificate, plan --out and plan --json. Then every
 value ever issued is recovered by unsealing with the node keys the test made, and every byte
 written under the temporary directory and every character printed is searched for each one.
+
+On a node, the same scan covers what the container runtime shows: tests/test_secret_files_docker.py
+searches `docker inspect` of every container and `/proc/<pid>/environ` of every process in them
+for every issued value. Here, the declarations say which containers are told a secret through
+their environment at all: only those of modules whose image reads no secret from a file.
 """
 
 from __future__ import annotations
@@ -122,3 +127,43 @@ def test_the_scan_would_find_a_leak(tmp_path):
     (mesh_dir / "debug.log").write_text(f"password={leaked}\n")
     found = [p for p in tmp_path.rglob("*") if p.is_file() and leaked.encode() in p.read_bytes()]
     assert found == [mesh_dir / "debug.log"]
+
+
+# Modules whose image reads a secret from its environment only, with why: every other
+# container of the fixtures is told its secrets as files (docs/schema.md, `secret-files`).
+ENV_ONLY = {
+    "keycloak": "Keycloak reads KC_DB_PASSWORD and KEYCLOAK_ADMIN_PASSWORD from env or a keystore",
+    "umami": "Umami reads DATABASE_URL and APP_SECRET from its environment only",
+    "minio": "MinIO's *_FILE variables are undocumented and name Docker secrets, not paths",
+    "control": "the control plane's own image reads its broker and store URLs from env",
+}
+
+
+@pytest.mark.parametrize("fixture", fixture_dirs(), ids=fixture_id)
+def test_only_modules_whose_image_reads_no_file_are_told_a_secret_in_env(fixture):
+    try:
+        inputs = load_mesh_dir(fixture)
+    except resolver.InputError:  # a fixture of bad input: nothing is declared
+        return
+    resolution = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger,
+                                  sources=inputs.sources)
+    told_in_env, told_as_files = set(), set()
+    for declaration in resolution.declarations.values():
+        for container in declaration.containers:
+            module = inputs.mesh.instances[container.instance].module
+            if any("${secret:" in value for value in container.env.values()):
+                told_in_env.add(module)
+            for secret_file in container.secret_files:
+                assert secret_file.mode == "0400" and secret_file.path.startswith("/run/secrets/")
+                if "${secret:" in secret_file.content:
+                    told_as_files.add(module)
+                # a file's variable names its path, never a value
+                assert not any(v == secret_file.content for v in container.env.values())
+    assert told_in_env <= set(ENV_ONLY), sorted(told_in_env - set(ENV_ONLY))
+    used = {inputs.mesh.instances[c.instance].module  # declared, not refused
+            for declaration in resolution.declarations.values() for c in declaration.containers}
+    readers = {"postgres", "gitea", "grafana", "miniflux", "nextcloud", "wikijs", "vaultwarden",
+               "act-runner", "mosquitto", "lavinmq"}  # their images read secret files
+    assert readers & used <= told_as_files, sorted(readers & used - told_as_files)
+    if fixture_id(fixture) == "homelab":
+        assert len(told_as_files) >= 5, told_as_files  # the check is not vacuous

@@ -316,10 +316,14 @@ def test_a_late_import_without_a_reason_is_found(tmp_path):
 
 # Inside node/, packages by job in floors: a floor imports its own and the floors below only.
 NODE_FLOORS = (
-    ("node_paths", "docker_engine"),  # where things are, the Engine's client
+    ("node_paths", "docker_engine", "logs",  # where things are, the Engine's client, its logs
+     "restic"),  # the backup repository's client
     ("extensions", "firewall"),  # the extension points; the firewall (renders and applies)
-    ("provisioners",),  # grants made true on their providers
-    ("apply", "verify"),  # a node made to match a declaration; bindings checked from it
+    ("provisioners",  # grants made true on their providers
+     "state_move"),  # a moved instance's state served, fetched, verified, let go
+    ("apply", "verify",  # a node made to match a declaration; bindings checked from it
+     "backup",  # an instance's state snapshotted and put back
+     "upgrade"),  # a snapshot before a stateful instance's new image, a rollback's restore
     ("agent",),  # the loop that takes declarations off the broker and applies them
 )
 

@@ -33,7 +33,7 @@ def test_rotating_grafanas_admin_prints_the_step_that_puts_it_in_force(homelab):
     step = re.search(r"by hand, for secret/grafana@lab/admin \((.*?)\): (.*)", output)
     assert step, output
     where, instruction = step.groups()
-    assert where.endswith("catalogue/grafana/module.yaml:24:5"), where  # its rotation entry
+    assert where.endswith("catalogue/grafana/module.yaml:29:5"), where  # its rotation entry
     assert "grafana cli admin reset-admin-password" in instruction
     assert "own secret, active at once" not in output
 

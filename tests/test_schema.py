@@ -43,7 +43,7 @@ def test_schema_is_valid_draft_2020_12(document):
 def test_schema_follows_the_model():
     definition = json_schema("module")["$defs"]["Container"]
     assert set(definition["properties"]) == {"name", "artifact", "command", "env", "mounts",
-                                             "run-once", "part", "health"}
+                                             "run-once", "part", "health", "secret-files"}
     assert definition["required"] == ["name", "artifact"]
     assert json_schema("module")["$defs"]["Require"]["properties"].keys() >= {"as", "provision"}
     for cls in (Module,):
@@ -127,6 +127,16 @@ def test_docs_examples_load():
     assert len(blocks) == len(loaders)
     for block, loader in zip(blocks, loaders):
         loader(block, "docs/schema.md")
+
+
+def test_docs_fragments_are_yaml():
+    """The pieces of a document shown alone (```yaml fragment) are valid YAML at least."""
+    import re
+
+    fragments = re.findall(r"```yaml fragment\n(.*?)```", DOCS.read_text(), re.S)
+    assert fragments
+    for fragment in fragments:
+        parse_yaml(fragment, "docs/schema.md")
 
 
 @pytest.mark.parametrize("document", ["module", "provisions", "mesh", "ledger"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from psycopg import sql
@@ -210,26 +211,46 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
     side provisions from the resolved declaration with the values unsealed by the node's key,
     and verify on the consumer side says ok for every binding.
 
-    The shared test server forces two adaptations, both stated: names get this test's prefix
-    (the server outlives the test) and the mesh's addresses point at the loopback services."""
+    The fixture's broker is the catalogue's lavinmq, which serves TLS only with the certificate
+    the mesh CA issued it: its stand-in is a RabbitMQ of the test's own serving AMQP and its
+    management API over TLS only, with a certificate the fixture copy's CA issues for
+    127.0.0.1 (`mesh ca issue-server`), and the consumer's amqps binding is verified against
+    that CA where `mesh apply` puts it on the node (under the test's file root). The shared
+    PostgreSQL forces two adaptations, both stated: names get this test's prefix (the server
+    outlives the test) and the mesh's addresses point at the loopback services."""
     import attrs
 
     import resolver
     from _meshdir import FIXTURES, prepare, run_cli
+    from _private_rabbit import PrivateRabbit, available
     from executors.node.apply.runner import secret_source_from
+    from executors.node.verify.check import node_ca_file
     from executors.control.loading import load_mesh_dir
 
+    why = available()
+    if why:
+        pytest.skip(f"a TLS broker of the test's own: {why}")
     pg_admin = _pg.require_pg()
-    _, mq_user, mq_admin = _rabbit.rabbit_admin()
     prefix = _pg.unique_prefix()
     mesh_dir, node_keys, _ = prepare(FIXTURES / "anchor", tmp_path)
+    code, output = run_cli("ca", "init", mesh_dir)
+    assert code == 0, output
     code, output = run_cli("plan", "--issue", mesh_dir)
     assert code == 0, output
+    tls_out = tmp_path / "broker-tls"
+    code, output = run_cli("ca", "issue-server", mesh_dir, "broker", "--address", "127.0.0.1",
+                           "--out", tls_out)
+    assert code == 0, output
+    # the node's copy of the mesh CA, where `mesh apply` writes it (the test's file root)
+    file_root = tmp_path / "root"
+    ca_file = Path(node_ca_file(str(file_root)))
+    ca_file.parent.mkdir(parents=True)
+    ca_file.write_text((mesh_dir / "ca" / "mesh-ca.crt").read_text())
     inputs = load_mesh_dir(mesh_dir)
     declaration = resolver.resolve(inputs.catalogue, inputs.mesh, inputs.ledger).declarations[
         "anchor"]
     unsealed = secret_source_from(str(mesh_dir / "ledger.yaml"), str(node_keys["anchor"]), "anchor")
-    test_admins = {PG_ADMIN.credential: pg_admin, MQ_ADMIN.credential: mq_admin}
+    test_admins = {PG_ADMIN.credential: pg_admin}
 
     def secret_source(ref: SecretRef) -> str:  # the servers here have the tests' admins
         return test_admins.get(ref.credential) or unsealed(ref)
@@ -240,10 +261,15 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
     assert sum(g.kind == "database+login" for g in grants) == 9
     assert all(g.credential.generation == 1 for g in grants)
     provider = attrs.evolve(declaration, mesh=f"mesh-{prefix}", grants=pvector(grants))
+    rabbit = PrivateRabbit(tls=(tls_out / "broker.crt", tls_out / "broker.key",
+                                tls_out / "ca.crt")).start()
+    test_admins[MQ_ADMIN.credential] = rabbit.password
     pg_host, pg_port = _pg.pg_address()
-    api_host, api_port = _rabbit.api_address()
-    endpoints = {PG: Endpoint(pg_host, pg_port, _pg.ADMIN), MQ: Endpoint(api_host, api_port,
-                                                                         mq_user)}
+    # the broker's management API over TLS, verified against its certificate (as
+    # derive_endpoint pins the one a TLS broker's declaration gives it)
+    mq_api = Endpoint("127.0.0.1", rabbit.api_port, "admin", scheme="https",
+                      pinned_pem=(tls_out / "broker.crt").read_text(), server_name="127.0.0.1")
+    endpoints = {PG: Endpoint(pg_host, pg_port, _pg.ADMIN), MQ: mq_api}
     try:
         report = Report()
         result = provision_grants(provider, secret_source, report, endpoints=endpoints)
@@ -252,7 +278,7 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
         again = provision_grants(provider, secret_source, Report(), endpoints=endpoints)
         assert again.statements == 0
 
-        amqp_host, amqp_port = _rabbit.amqp_address()
+        amqp_host, amqp_port = "127.0.0.1", rabbit.port
         bindings = []
         for b in declaration.bindings:
             if b.kind not in kinds:
@@ -267,10 +293,13 @@ def test_anchor_fixture_end_to_end_nine_databases_on_one_server(tmp_path):
         # the consumer's side: the fixture's providers (their admins at the fixture's
         # addresses) are not this test's servers
         consumer = attrs.evolve(declaration, bindings=pvector(bindings), providers=pvector())
-        results = verify_declaration(consumer, secret_source, timeout=5)
+        assert [b.values["url"].startswith("amqps://") for b in bindings
+                if b.kind == "vhost+account"] == [True]
+        results = verify_declaration(consumer, secret_source, timeout=5,
+                                     file_root=str(file_root))
         checked = [r for r in results if r.status != "requires-nothing"]
         assert len(checked) == 10
         assert all(r.status == "ok" for r in checked), [r.message for r in checked if not r.ok]
     finally:
         _pg.cleanup(pg_admin, prefix)
-        _rabbit.cleanup(prefix)
+        rabbit.remove()
