@@ -6,10 +6,15 @@ repetition times, in turn, one no-op of: `mesh apply DECLARATION ...` as an oper
 (the installed `mesh` console script, a fresh process: its quick no-op check answers), the
 same with `--no-fast` (the full path: render, one list call, diff), apply_declaration() in
 this process (no interpreter start, no imports) and `docker-compose up -d` (Debian's
-docker-compose). Each CLI run's --json report is checked for zero operations, and the default
-run for having been answered by the quick check. Prints every timing, the best and the median
-of each, and each one's ratio to docker-compose against the target (mesh apply >= 20x faster
-on the median). Needs the Docker Engine (scripts/services.sh), docker-compose and the package
+docker-compose), beside the floor of any Python command: this interpreter starting and
+doing nothing (`python3 -c pass`, with its site-packages' .pth files, as `mesh` starts). Each
+CLI run's --json report is checked for zero operations, and the default run for having been
+answered by the quick check. Prints every timing, the best and the median of each, and each
+one's ratio to docker-compose against the target (mesh apply >= 20x faster on the median).
+The commands run without PYTHONDONTWRITEBYTECODE (which a test environment may set): an
+operator's Python writes each module's bytecode on its first run (a regular install compiles
+it at install time), so the setting-up runs leave it written and no timed run compiles a
+module that changed since the last one. Needs the Docker Engine (scripts/services.sh), docker-compose and the package
 installed (`pip install -e .`: the `mesh` command beside this interpreter); cleans up its
 containers.
 
@@ -44,6 +49,7 @@ from resolver.documents import structure  # noqa: E402
 
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"]
 LABELS = {"mesh": "mesh apply", "full": "mesh apply --no-fast",
+          "start": "python3 -c pass (start only)",
           "library": "apply_declaration (in-process)", "compose": "docker-compose up -d"}
 TARGET = 20.0  # mesh apply (the installed command) at least this many times faster, median
 
@@ -109,6 +115,7 @@ def main() -> int:
     mesh_ports, compose_ports = ports[:n], ports[n:]
     env = {**os.environ}
     env.setdefault("DOCKER_HOST", _docker.docker_host())
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode written as an operator's runs write it
 
     with tempfile.TemporaryDirectory(prefix="bench-apply-") as work:
         work_path = Path(work)
@@ -132,7 +139,8 @@ def main() -> int:
             print(f"  docker-compose up -d (creating {n}): {first:.2f}s")
             decl = structure(json.loads(Path(declaration).read_text()), Declaration)
             commands = {"mesh": mesh_command, "full": full_command}
-            times: dict[str, list[float]] = {key: [] for key in (*commands, "library", "compose")}
+            times: dict[str, list[float]] = {
+                key: [] for key in (*commands, "start", "library", "compose")}
             print(f"  (mesh apply = `{script} apply …`, the installed command, in a fresh "
                   "process, answered by the quick no-op check; --no-fast = the same, full path; "
                   "library = apply_declaration() in this process, i.e. render + one list call "
@@ -148,6 +156,8 @@ def main() -> int:
                                  f"{'answered' if key == 'full' else 'did not answer'}:\n"
                                  f"{done.stderr[-2000:]}")
                     times[key].append(elapsed)
+                elapsed, done = timed([sys.executable, "-c", "pass"], cwd=work_path, env=env)
+                times["start"].append(elapsed)
                 began = time.perf_counter()
                 report = apply_declaration(decl, api=api, state_root=work_path / "state")
                 times["library"].append(time.perf_counter() - began)

@@ -21,8 +21,16 @@ Part 2, one real node: an enrolled `mesh agent` process applying to the real Doc
 (firewall left alone). Time from publish to its report handled, for a change of one
 container's environment (recreated) and for a republish of the same declaration (a no-op).
 
-Needs scripts/services.sh (RabbitMQ, Docker, the registry). Cleans up its vhost, accounts
-and containers.
+Everything speaks TLS, as the mesh does: a RabbitMQ of the benchmark's own
+(tests/_private_rabbit.py) serves AMQP over TLS with a server certificate from the
+benchmark's mesh CA (one CA, copied into each synthetic mesh as its `ca.path`), and both the
+mesh's delivery and the raw limit go over it, verified against that CA. The same broker also
+listens plain on loopback, for the cost of TLS: a login (connect, open a channel, close) timed
+both ways, and per message, the raw publish+consume+reply over TLS against the same over
+plain AMQP.
+
+Needs scripts/services.sh (Docker, the registry; RabbitMQ's package) and root (the private
+broker runs as the rabbitmq user). Cleans up its broker, vhost, accounts and containers.
 
     python3 benchmarks/bench_delivery.py [--sizes 10 100 1000] [--workers 2] [--repetitions 3]
                                          [--real-node-repetitions 5] [--no-real-node]
@@ -54,13 +62,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 # the tests' fleet of real `mesh agent` processes; tests/ is outside mypy's files
-from _fleet import APP, FleetMesh  # type: ignore[import-not-found]  # noqa: E402
+from _fleet import APP, FleetMesh, Broker as FleetBroker  # type: ignore[import-not-found]  # noqa: E402,E501
+from _private_rabbit import PrivateRabbit  # type: ignore[import-not-found]  # noqa: E402
 
 from executors.common import amqp, messages  # noqa: E402
 from executors.common.message_formats import DECLARATION  # noqa: E402
 from executors.control import publish  # noqa: E402
 from executors.control.broker_settings import settings_from  # noqa: E402
-from executors.control.ca import init_ca  # noqa: E402
+from executors.control.ca import (ca_cert_path, ca_key_path, init_ca, load_ca,  # noqa: E402
+                                  sign_external_server)
 from executors.control.control_loop import Control, Delivery  # noqa: E402
 from executors.control.control_state import ControlState  # noqa: E402
 from executors.control.delivery_key import ensure_delivery_key  # noqa: E402
@@ -86,12 +96,20 @@ containers:
 
 @attrs.frozen
 class Broker:
-    """The services' RabbitMQ (scripts/services.sh) and its administrator."""
+    """The benchmark's RabbitMQ: AMQP over TLS (a certificate from the benchmark's CA), the
+    same broker's plain listener on loopback, its management API and administrator."""
 
-    amqp: str  # host:port
-    api: str  # the management API's URL
+    amqp: str  # host:port, TLS
+    plain_amqp: str  # host:port, plain (only to measure what TLS costs)
+    api: str  # the management API's URL (https, the same certificate)
     admin: str
     password_file: str
+    ca_dir: Path  # the benchmark's CA: mesh-ca.key and mesh-ca.crt, copied into each mesh
+
+    @property
+    def verify(self) -> str:
+        """What the benchmark's own management API requests verify it against."""
+        return str(ca_cert_path(self.ca_dir, load_mesh_dir(self.ca_dir).mesh))
 
 
 @attrs.frozen
@@ -107,6 +125,7 @@ class Job:
     ca: str  # the mesh CA's certificate, PEM
     state: str
     reply_size: int
+    tls: bool = True  # verified against `ca`; False: plain AMQP (the cost of TLS)
     nodes: tuple[str, ...] = ()
     mode: Literal["mesh", "raw"] = "mesh"
     index: int = 0
@@ -122,26 +141,44 @@ class Row:
     ours_median: float
     raw: float
     raw_median: float
+    raw_plain: float  # the raw limit over plain AMQP, same broker
+    raw_plain_median: float
     message_bytes: float
 
 
-def service_broker() -> Broker:
-    env: dict[str, str] = {}
-    path = Path("/var/lib/mesh-test/env")
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition("=")
-            env[key] = value
-    env.update({k: v for k, v in os.environ.items() if k.startswith("MESH_TEST_")})
-    amqp = env.get("MESH_TEST_RABBIT_AMQP", "amqp://127.0.0.1:5672")
-    return Broker(amqp=amqp.split("//", 1)[1],
-                  api=env.get("MESH_TEST_RABBIT_API", "http://127.0.0.1:15672"),
-                  admin=env.get("MESH_TEST_RABBIT_USER", "mesh-admin"),
-                  password_file=env.get("MESH_TEST_RABBIT_PASSWORD_FILE",
-                                        "/var/lib/mesh-test/rabbit-admin"))
+def tls_broker(scratch: Path) -> tuple[Broker, PrivateRabbit]:
+    """The benchmark's CA (made once) and a private RabbitMQ serving TLS with a certificate
+    it issued for 127.0.0.1, plus a plain listener on loopback."""
+    ca_dir = scratch / "ca-mesh"
+    (ca_dir / "catalogue").mkdir(parents=True)
+    (ca_dir / "catalogue" / "provisions.yaml").write_text("{}\n")
+    (ca_dir / "mesh.yaml").write_text("mesh: benchca\ncatalogue: catalogue\nnodes: {}\n"
+                                      "instances: {}\n")
+    mesh = load_mesh_dir(ca_dir).mesh
+    ca = init_ca(ca_dir, mesh)
+    certificate, key = sign_external_server(ca, mesh, "broker", "127.0.0.1")
+    tls = scratch / "broker-tls"
+    tls.mkdir()
+    (tls / "server.crt").write_text(certificate)
+    (tls / "server.key").write_text(key)
+    shutil.copy(ca_cert_path(ca_dir, mesh), tls / "ca.crt")
+    rabbit = PrivateRabbit(tls=(tls / "server.crt", tls / "server.key", tls / "ca.crt"),
+                           plain_too=True).start()
+    return Broker(amqp=rabbit.amqp, plain_amqp=f"127.0.0.1:{rabbit.plain_port}",
+                  api=rabbit.api, admin="admin", password_file=str(rabbit.password_file),
+                  ca_dir=ca_dir), rabbit
 
 
-def synthetic_mesh(directory: Path, name: str, nodes: int) -> list[str]:
+def adopt_ca(broker: Broker, directory: Path) -> None:
+    """The benchmark's CA as the mesh's (`ca.path`), so the broker's certificate is its."""
+    source, mesh = load_mesh_dir(broker.ca_dir).mesh, load_mesh_dir(directory).mesh
+    for path in (ca_key_path, ca_cert_path):
+        path(directory, mesh).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path(broker.ca_dir, source), path(directory, mesh))
+    load_ca(directory, mesh)  # it loads as the mesh's
+
+
+def synthetic_mesh(directory: Path, name: str, nodes: int, broker: Broker) -> list[str]:
     names = [f"n{i:04d}" for i in range(nodes)]
     (directory / "catalogue" / "app").mkdir(parents=True)
     (directory / "catalogue" / "provisions.yaml").write_text("{}\n")
@@ -152,7 +189,7 @@ def synthetic_mesh(directory: Path, name: str, nodes: int) -> list[str]:
     (directory / "mesh.yaml").write_text("\n".join(lines) + "\n")
     (directory / "ledger.yaml").write_text(f"version: 1\npins:\n  registry.invalid/bench/app:1: "
                                            f"'{DIGEST}'\n")
-    init_ca(directory, load_mesh_dir(directory).mesh)
+    adopt_ca(broker, directory)
     return names
 
 
@@ -170,32 +207,36 @@ class Impersonator:
     def __init__(self, broker: Broker, vhost: str) -> None:
         self.api, self.vhost = broker.api, vhost
         self.auth = (broker.admin, Path(broker.password_file).read_text().strip())
+        self.verify = broker.verify
         self.user = f"bench-{uuid.uuid4().hex[:8]}"
         self.password = uuid.uuid4().hex
         base = f"{self.api}/api"
         requests.put(f"{base}/users/{self.user}", json={"password": self.password,
                                                          "tags": "impersonator"},
-                     auth=self.auth, timeout=10).raise_for_status()
+                     auth=self.auth, timeout=10, verify=self.verify).raise_for_status()
         requests.put(f"{base}/permissions/{quote(vhost, safe='')}/{self.user}",
                      json={"configure": ".*", "write": ".*", "read": ".*"}, auth=self.auth,
-                     timeout=10).raise_for_status()
+                     timeout=10, verify=self.verify).raise_for_status()
 
     def remove(self) -> None:
-        requests.delete(f"{self.api}/api/users/{self.user}", auth=self.auth, timeout=10)
+        requests.delete(f"{self.api}/api/users/{self.user}", auth=self.auth, timeout=10,
+                        verify=self.verify)
 
 
 def remove_mesh(broker: Broker, mesh: str) -> None:
     auth = (broker.admin, Path(broker.password_file).read_text().strip())
-    api, vhost = broker.api, f"mesh.{mesh}"
-    requests.delete(f"{api}/api/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=30)
-    for user in requests.get(f"{api}/api/users", auth=auth, timeout=10).json():
+    api, vhost, verify = broker.api, f"mesh.{mesh}", broker.verify
+    requests.delete(f"{api}/api/vhosts/{quote(vhost, safe='')}", auth=auth, timeout=30,
+                    verify=verify)
+    for user in requests.get(f"{api}/api/users", auth=auth, timeout=10, verify=verify).json():
         if user["name"].startswith(vhost + "."):
             requests.delete(f"{api}/api/users/{quote(user['name'], safe='')}", auth=auth,
-                            timeout=10)
-    for parameter in requests.get(f"{api}/api/global-parameters", auth=auth, timeout=10).json():
+                            timeout=10, verify=verify)
+    for parameter in requests.get(f"{api}/api/global-parameters", auth=auth, timeout=10,
+                                  verify=verify).json():
         if parameter["name"].startswith("mesh-mark:") and vhost in parameter["name"]:
             requests.delete(f"{api}/api/global-parameters/{quote(parameter['name'], safe='')}",
-                            auth=auth, timeout=10)
+                            auth=auth, timeout=10, verify=verify)
 
 
 # --------------------------------------------------------------------------- workers
@@ -205,8 +246,11 @@ def worker(job: Job, ready: multiprocessing.queues.Queue[int],
            done: multiprocessing.queues.Queue[int]) -> None:
     """Simulated agents for `job.nodes`: verify and report (mode mesh) or answer (raw)."""
     host, port = job.amqp.split(":")
+    tls = amqp.BrokerTls(job.ca) if job.tls else amqp.BrokerTls.plain()
     connection = pika.BlockingConnection(pika.ConnectionParameters(
-        host, int(port), job.vhost, pika.PlainCredentials(job.user, job.password)))
+        host, int(port), job.vhost, pika.PlainCredentials(job.user, job.password),
+        ssl_options=pika.SSLOptions(tls.context(), server_hostname=host) if job.tls
+        else None))
     consume = connection.channel()
     consume.basic_qos(prefetch_count=500)
     replies = connection.channel()
@@ -302,9 +346,15 @@ def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -
         mesh = f"bd{uuid.uuid4().hex[:8]}"
         impersonator = None
         try:
-            nodes = synthetic_mesh(scratch, mesh, size)
+            nodes = synthetic_mesh(scratch, mesh, size, broker)
             control = make_control(scratch, broker)
             connection, channel = control.connect()
+            plain_connection = amqp.connect(amqp.parameters(
+                amqp.BrokerAddress.parse(broker.plain_amqp), control.fleet.names.vhost,
+                control.fleet.names.control_user, control.state.control_password(),
+                tls=amqp.BrokerTls.plain()))
+            plain_channel = plain_connection.channel()
+            plain_channel.confirm_delivery()
             impersonator = Impersonator(broker, control.fleet.names.vhost)
             key = ensure_delivery_key(scratch, load_mesh_dir(scratch).mesh)
             began = time.perf_counter()
@@ -321,6 +371,7 @@ def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -
                        reply_size=1200)
             ours: list[float] = []
             raw: list[float] = []
+            raw_plain: list[float] = []
             for repetition in range(repetitions):
                 processes, done = start_workers("mesh", shards, base)
                 began = time.perf_counter()
@@ -341,14 +392,27 @@ def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -
                 raw.append(time.perf_counter() - began)
                 for process in processes:
                     process.join(60)
+                # the same raw limit over plain AMQP: what TLS costs per message
+                processes, done = start_workers("raw", shards, attrs.evolve(
+                    base, amqp=broker.plain_amqp, tls=False))
+                began = time.perf_counter()
+                for node, data in zip(nodes, raw_data):
+                    amqp.publish(plain_channel, amqp.DECLARATIONS, node, data,
+                                 amqp.properties(message_id=node, kind="raw"))
+                take_reports(control, plain_channel, size, handle=False)
+                raw_plain.append(time.perf_counter() - began)
+                for process in processes:
+                    process.join(60)
             reports = control.state.reports()
             assert len(reports) == size and all(r["last"]["result"] == "applied"
                                                 for r in reports.values())
             rows.append(Row(nodes=size, prepare=prepare_seconds, ours=min(ours),
                             ours_median=statistics.median(ours), raw=min(raw),
-                            raw_median=statistics.median(raw),
+                            raw_median=statistics.median(raw), raw_plain=min(raw_plain),
+                            raw_plain_median=statistics.median(raw_plain),
                             message_bytes=statistics.mean(len(d) for d in raw_data)))
             connection.close()
+            plain_connection.close()
         finally:
             if impersonator is not None:
                 impersonator.remove()
@@ -359,19 +423,58 @@ def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -
               f"{row.ours_median:.3f}s), raw publish+consume+reply {row.raw:.3f}s "
               f"(median {row.raw_median:.3f}s), ratio {row.ours / row.raw:.2f}; "
               f"{1000 * row.ours / size:.2f} ms/node; resolve+write+record before it "
-              f"{row.prepare:.2f}s; message {row.message_bytes:.0f} bytes", flush=True)
+              f"{row.prepare:.2f}s; message {row.message_bytes:.0f} bytes; TLS costs "
+              f"{1e6 * (row.raw - row.raw_plain) / size:.0f} µs/message (raw over plain AMQP "
+              f"{row.raw_plain:.3f}s)", flush=True)
     return rows
+
+
+def login_cost(broker: Broker, logins: int = 20) -> dict[str, float]:
+    """Seconds per login (connect, open a channel, close) over TLS and over plain AMQP, as
+    the control account of a small mesh: what TLS adds at login."""
+    scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-login-"))
+    mesh = f"bd{uuid.uuid4().hex[:8]}"
+    seconds: dict[str, float] = {}
+    try:
+        synthetic_mesh(scratch, mesh, 1, broker)
+        control = make_control(scratch, broker)
+        connection, _channel = control.connect()  # the account and its vhost made
+        connection.close()
+        for label, address, tls in (
+                ("tls", broker.amqp, control.settings.tls),
+                ("plain", broker.plain_amqp, amqp.BrokerTls.plain())):
+            params = amqp.parameters(amqp.BrokerAddress.parse(address),
+                                     control.fleet.names.vhost,
+                                     control.fleet.names.control_user,
+                                     control.state.control_password(), tls=tls)
+            times = []
+            for _ in range(logins):
+                began = time.perf_counter()
+                opened = amqp.connect(params)
+                opened.channel()
+                opened.close()
+                times.append(time.perf_counter() - began)
+            seconds[label] = statistics.median(times)
+    finally:
+        remove_mesh(broker, mesh)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"a login (connect, channel, close), median of {logins}: TLS "
+          f"{1000 * seconds['tls']:.1f} ms, plain {1000 * seconds['plain']:.1f} ms: TLS "
+          f"costs {1000 * (seconds['tls'] - seconds['plain']):.1f} ms per login", flush=True)
+    return seconds
 
 
 # --------------------------------------------------------------------------- one real node
 
 
-def part_two(repetitions: int) -> dict[str, list[float]]:
+def part_two(repetitions: int, broker: Broker) -> dict[str, list[float]]:
     scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-node-"))
-    fleet = FleetMesh(scratch, {"app@solo": ("app", "solo")})
+    fleet = FleetMesh(scratch, {"app@solo": ("app", "solo")}, broker=FleetBroker(
+        broker.amqp, broker.api, broker.admin, broker.password_file, plain=False))
     results: dict[str, list[float]] = {"change": [], "republish": []}
     try:
-        fleet.setup()
+        adopt_ca(broker, fleet.dir)  # instead of `mesh ca init`: the broker's CA
+        fleet.mesh("pin", ".")
         fleet.enrol("solo")
         fleet.start_agent("solo")
         broker = fleet.broker
@@ -420,7 +523,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--real-node-repetitions", type=int, default=5)
     parser.add_argument("--no-real-node", action="store_true")
     args = parser.parse_args(argv)
-    broker = service_broker()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-delivery-broker-"))
+    broker, rabbit = tls_broker(scratch)
+    try:
+        return _run(args, broker)
+    finally:
+        rabbit.remove()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, broker: Broker) -> int:
+    print(f"over TLS (amqps, verified against the mesh CA) to a private RabbitMQ at "
+          f"{broker.amqp}", flush=True)
+    logins = login_cost(broker)
     print(f"simulated agents: {args.workers} worker processes; {args.repetitions} repetitions "
           "each, best shown", flush=True)
     rows = part_one(args.sizes, args.workers, args.repetitions, broker)
@@ -432,8 +547,9 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{1000 * first.raw / first.nodes:.2f} → "
               f"{1000 * last.raw / last.nodes:.2f})")
     if not args.no_real_node:
-        part_two(args.real_node_repetitions)
-    print(json.dumps({"simulated": [attrs.asdict(row) for row in rows]}, indent=None))
+        part_two(args.real_node_repetitions, broker)
+    print(json.dumps({"login_seconds": logins, "simulated": [attrs.asdict(row) for row in rows]},
+                     indent=None))
     return 0
 
 

@@ -4,12 +4,15 @@ Two network namespaces as machines, each with its own dockerd and the mesh firew
 setup of tests/test_init_netns.py, which this runs: the same walk, asserted the same way).
 Prints, per repetition and as medians:
 - `mesh init` on machine 1 until `mesh status` shows it converged (key, CA, mesh.yaml, pins,
-  issue, apply of the substrate, the control loop and the agent as services, enrolment);
+  this project's wheel staged and the control image built into machine 1's Engine, issue,
+  apply of the substrate and of control@n1, whose container is the control loop, the agent
+  as a service, enrolment);
 - `mesh join` on machine 2 until the first app assigned to it runs there (its image pinned,
   published, applied by the joined agent).
 The substrate's broker and registry are stubs there and the broker a RabbitMQ on the host
-side (no LavinMQ image, no public registry here): what is timed is the mesh's own work, not
-pulling upstream images. Needs root and scripts/services.sh (docker.io, docker-registry,
+side (no LavinMQ image, no public registry here), and the control image's python base one
+made from this host's interpreter: what is timed is the mesh's own work, not pulling upstream
+images. Needs root and scripts/services.sh (docker.io, docker-registry,
 busybox-static, rabbitmq-server).
 
     python3 benchmarks/bench_genesis.py [--repetitions 1]

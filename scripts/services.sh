@@ -49,7 +49,8 @@ APT_MAX_AGE_MIN=360
 
 PACKAGES=(docker.io docker-compose nftables libnftables1 python3-nftables iproute2
           postgresql rabbitmq-server docker-registry busybox-static procps psmisc
-          curl ca-certificates graphviz fonts-dejavu-core)
+          curl ca-certificates graphviz fonts-dejavu-core tcpdump
+          restic)  # mesh backup / restore / backups (tests/test_backup_docker.py)
 
 T0=$SECONDS
 log()  { printf '[services +%3ss] %s\n' "$((SECONDS - T0))" "$*"; }
