@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +28,8 @@ try:
     from . import _netns
 except ImportError:
     import _netns
+
+from _machines import UPSTREAM, machines, mesh_host, mesh_in  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,6 @@ if available():
     pytest.skip(f"metrics test image: {available()}", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parent.parent
-UPSTREAM = "127.0.0.1:5000"  # on each node's loopback, one storage behind both
 IMAGE = f"{UPSTREAM}/mesh-test-metrics/prometheus"
 PROVISIONS = (REPO / "catalogue" / "provisions.yaml").read_text()
 ALL_UP_WITHIN = 90  # seconds: a scrape every 15 s, after the server is ready
@@ -60,37 +59,6 @@ def catalogue_module(name: str) -> str:
     module["artifacts"] = {built: {"repository": IMAGE, "tag": "1"}}
     return yaml.safe_dump(module, sort_keys=False)
 
-
-def mesh_host(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "executors.cli", *args], cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
-                            text=True, timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode in (0, 1), f"mesh {' '.join(args)}:\n{output}"
-    return output
-
-
-def mesh_in(topology, node: str, *args: str) -> str:
-    result = topology.mesh(node, *args)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"mesh {' '.join(args)} in {node}:\n{output}"
-    return output
-
-
-def upstream_registry(topology, node: str, storage: Path, log: Path) -> None:
-    config = storage.parent / f"upstream-{node}.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {storage}\nhttp:\n  addr: {UPSTREAM}\n")
-    with open(log, "ab") as out:
-        process = subprocess.Popen(topology.argv(node, shutil.which("docker-registry"), "serve",
-                                                 str(config)),
-                                   stdout=out, stderr=subprocess.STDOUT)
-    topology._processes.append(process)
-    code = "import socket; socket.create_connection(('127.0.0.1', 5000), 1)"
-    deadline = time.monotonic() + 20
-    while topology.python(node, code, check=False).returncode != 0:
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
 
 
 def write_mesh(directory: Path, topology, keys: dict, exporters: dict[str, str]) -> None:
@@ -116,18 +84,8 @@ def test_prometheus_scrapes_every_metrics_provider_as_they_come_and_go():
             _netns.Topology("m", count=2,
                             subnet=f"10.83.{20 + os.getpid() % 200}") as topology:
         tmp = Path(scratch)
-        daemons = {node: _netns.NamespacedDockerd(topology, node) for node in ("n1", "n2")}
-        try:
-            for daemon in daemons.values():
-                daemon.start(timeout=120)
-            storage = tmp / "upstream"
-            storage.mkdir()
-            for node in daemons:
-                upstream_registry(topology, node, storage, tmp / f"upstream-{node}.log")
+        with machines(topology, tmp, ("n1", "n2")) as daemons:
             _walk(topology, daemons, tmp)
-        finally:
-            for daemon in daemons.values():
-                daemon.stop()
 
 
 def _walk(topology, daemons: dict, tmp: Path) -> None:

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,9 @@ try:
 except ImportError:
     import _netns
 
+from _machines import UPSTREAM, upstream_registry  # noqa: E402
+from _machines import mesh_in as mesh  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 _why = _netns.have_tools()
@@ -48,7 +50,6 @@ if _why:
     pytest.skip(f"two-namespace registry test: {_why}", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parent.parent
-UPSTREAM = "127.0.0.1:5000"  # on each node's loopback, one storage behind both
 
 PROVISIONS = """\
 artifact-store:
@@ -148,36 +149,12 @@ class TrustingDockerd(_netns.NamespacedDockerd):
             self.topology.argv = original
 
 
-def mesh(topology, node: str, *args: str) -> str:
-    result = topology.mesh(node, *args)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"mesh {' '.join(args)} in {node}:\n{output}"
-    return output
-
-
 def mesh_host(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run([sys.executable, "-m", "executors.cli", *args], cwd=str(REPO),
                             env=env, capture_output=True, text=True)
     assert not check or result.returncode in (0, 1), result.stdout + result.stderr
     return result
-
-
-def upstream_registry(topology, node: str, storage: Path, log: Path) -> subprocess.Popen:
-    config = storage.parent / "upstream.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {storage}\nhttp:\n  addr: {UPSTREAM}\n")
-    with open(log, "ab") as out:
-        process = subprocess.Popen(topology.argv(node, shutil.which("docker-registry"), "serve",
-                                                 str(config)),
-                                   stdout=out, stderr=subprocess.STDOUT)
-    topology._processes.append(process)
-    code = "import socket; socket.create_connection(('127.0.0.1', 5000), 1)"
-    deadline = time.monotonic() + 20
-    while topology.python(node, code, check=False).returncode != 0:
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-    return process
 
 
 @contextlib.contextmanager

@@ -33,6 +33,8 @@ try:
 except ImportError:
     import _netns
 
+from _machines import UPSTREAM, machines, mesh_host  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 _why = _netns.have_tools()
@@ -51,7 +53,6 @@ if not available():
                 allow_module_level=True)
 
 REPO = Path(__file__).resolve().parent.parent
-UPSTREAM = "127.0.0.1:5000"
 IMAGE = f"{UPSTREAM}/mesh-test-move/postgres"
 STATE = "/var/lib/mesh"  # resolver.rendering.STATE_ROOT: each node's own, by mount namespace
 PROVISIONS = (REPO / "catalogue" / "provisions.yaml").read_text()
@@ -150,49 +151,15 @@ class OwnMountDockerd(_netns.NamespacedDockerd):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def mesh_host(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "executors.cli", *args], cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
-                            text=True, timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode in (0, 1), f"mesh {' '.join(args)}:\n{output}"
-    return output
-
-
-def upstream_registry(topology, node: str, storage: Path, log: Path) -> None:
-    config = storage.parent / f"upstream-{node}.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {storage}\nhttp:\n  addr: {UPSTREAM}\n")
-    with open(log, "ab") as out:
-        process = subprocess.Popen(topology.argv(node, shutil.which("docker-registry"), "serve",
-                                                 str(config)),
-                                   stdout=out, stderr=subprocess.STDOUT)
-    topology._processes.append(process)
-    code = "import socket; socket.create_connection(('127.0.0.1', 5000), 1)"
-    deadline = time.monotonic() + 20
-    while topology.python(node, code, check=False).returncode != 0:
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-
 
 def test_a_move_carries_postgres_state_and_survives_a_killed_copy():
     with tempfile.TemporaryDirectory(prefix="mesh-move-") as scratch, \
             _netns.Topology("mv", count=2,
                             subnet=f"10.83.{20 + os.getpid() % 200}") as topology:
         tmp = Path(scratch)
-        daemons = {node: OwnMountDockerd(topology, node, tmp / f"{node}-var")
-                   for node in ("n1", "n2")}
-        try:
-            for daemon in daemons.values():
-                daemon.start()
-            storage = tmp / "upstream"
-            storage.mkdir()
-            for node in daemons:
-                upstream_registry(topology, node, storage, tmp / f"upstream-{node}.log")
+        with machines(topology, tmp, ("n1", "n2"),
+                      dockerd=lambda topology, node: OwnMountDockerd(topology, node, tmp / f"{node}-var")) as daemons:
             _walk(topology, daemons, tmp)
-        finally:
-            for daemon in daemons.values():
-                daemon.stop()
 
 
 def _walk(topology, daemons: dict, tmp: Path) -> None:

@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +40,8 @@ try:
     from . import _netns
 except ImportError:
     import _netns
+
+from _machines import UPSTREAM, machines, mesh_host, mesh_in  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,6 @@ if _why:
 from _pyimage import python_image  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-UPSTREAM = "127.0.0.1:5000"  # on each node's loopback, one storage behind both
 IMAGE = f"{UPSTREAM}/mesh-test-tools/mcp"
 FILES_TOOLS = ["list_files", "read_file"]
 NOTES_TOOLS = ["add_note", "list_notes", "read_note"]
@@ -100,55 +100,14 @@ def write_mesh(directory: Path, topology, keys: dict, instances: dict) -> None:
         f"nodes:\n{nodes}instances:\n{listed}")
 
 
-def mesh_host(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "executors.cli", *args], cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
-                            text=True, timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode in (0, 1), f"mesh {' '.join(args)}:\n{output}"
-    return output
-
-
-def mesh_in(topology, node: str, *args: str, codes: tuple = (0,)) -> str:
-    result = topology.mesh(node, *args)
-    output = result.stdout + result.stderr
-    assert result.returncode in codes, f"mesh {' '.join(args)} in {node}:\n{output}"
-    return output
-
-
-def upstream_registry(topology, node: str, storage: Path, log: Path) -> None:
-    config = storage.parent / f"upstream-{node}.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {storage}\nhttp:\n  addr: {UPSTREAM}\n")
-    with open(log, "ab") as out:
-        process = subprocess.Popen(topology.argv(node, shutil.which("docker-registry"), "serve",
-                                                 str(config)),
-                                   stdout=out, stderr=subprocess.STDOUT)
-    topology._processes.append(process)
-    code = "import socket; socket.create_connection(('127.0.0.1', 5000), 1)"
-    deadline = time.monotonic() + 20
-    while topology.python(node, code, check=False).returncode != 0:
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-
 
 def test_an_assistant_lists_the_tools_of_every_tool_server_with_its_own_tokens():
     with tempfile.TemporaryDirectory(prefix="mesh-tools-") as scratch, \
             _netns.Topology("t", count=2,
                             subnet=f"10.83.{20 + os.getpid() % 200}") as topology:
         tmp = Path(scratch)
-        daemons = {node: _netns.NamespacedDockerd(topology, node) for node in ("n1", "n2")}
-        try:
-            for daemon in daemons.values():
-                daemon.start(timeout=120)
-            storage = tmp / "upstream"
-            storage.mkdir()
-            for node in daemons:
-                upstream_registry(topology, node, storage, tmp / f"upstream-{node}.log")
+        with machines(topology, tmp, ("n1", "n2")) as daemons:
             _walk(topology, daemons, tmp)
-        finally:
-            for daemon in daemons.values():
-                daemon.stop()
 
 
 def _build_image(daemon) -> None:

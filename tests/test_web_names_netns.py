@@ -31,6 +31,8 @@ try:
 except ImportError:
     import _netns
 
+from _machines import UPSTREAM, machines, mesh_host, mesh_in  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 _why = _netns.have_tools()
@@ -47,7 +49,6 @@ if _namesimage.unavailable():
     pytest.skip(f"web names image: {_namesimage.unavailable()}", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parent.parent
-UPSTREAM = "127.0.0.1:5000"  # on each node's loopback, one storage behind both
 IMAGE = f"{UPSTREAM}/mesh-test-names/all"
 DOMAIN = "home.arpa"
 ARTIFACT = f'{{repository: {IMAGE}, tag: "1"'
@@ -79,37 +80,6 @@ def catalogue_module(name: str, artifact: str, tls: bool) -> str:
     assert built in text, f"catalogue/{name}/module.yaml changed its artifact"
     return text.replace(built, f"  {artifact}: {ARTIFACT}" + (", tls: true}\n" if tls else "}\n"))
 
-
-def mesh_host(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "executors.cli", *args], cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
-                            text=True, timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode in (0, 1), f"mesh {' '.join(args)}:\n{output}"
-    return output
-
-
-def mesh_in(topology, node: str, *args: str) -> str:
-    result = topology.mesh(node, *args)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"mesh {' '.join(args)} in {node}:\n{output}"
-    return output
-
-
-def upstream_registry(topology, node: str, storage: Path, log: Path) -> None:
-    config = storage.parent / f"upstream-{node}.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {storage}\nhttp:\n  addr: {UPSTREAM}\n")
-    with open(log, "ab") as out:
-        process = subprocess.Popen(topology.argv(node, shutil.which("docker-registry"), "serve",
-                                                 str(config)),
-                                   stdout=out, stderr=subprocess.STDOUT)
-    topology._processes.append(process)
-    code = "import socket; socket.create_connection(('127.0.0.1', 5000), 1)"
-    deadline = time.monotonic() + 20
-    while topology.python(node, code, check=False).returncode != 0:
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
 
 
 def write_mesh(directory: Path, topology, keys: dict, app1_node: str) -> None:
@@ -237,19 +207,8 @@ def test_a_client_reaches_each_app_by_name_over_https_and_the_name_survives_a_mo
             _netns.Topology("w", count=4,
                             subnet=f"10.83.{20 + os.getpid() % 200}") as topology:
         tmp = Path(scratch)
-        daemons = {node: _netns.NamespacedDockerd(topology, node)
-                   for node in ("n1", "n2", "n3")}
-        try:
-            for daemon in daemons.values():
-                daemon.start(timeout=120)
-            storage = tmp / "upstream"
-            storage.mkdir()
-            for node in daemons:
-                upstream_registry(topology, node, storage, tmp / f"upstream-{node}.log")
+        with machines(topology, tmp, ("n1", "n2", "n3")) as daemons:
             _walk(topology, daemons, tmp)
-        finally:
-            for daemon in daemons.values():
-                daemon.stop()
 
 
 def _walk(topology, daemons: dict, tmp: Path) -> None:
