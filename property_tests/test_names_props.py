@@ -137,10 +137,13 @@ def test_a_move_keeps_the_name_its_url_and_its_certificate(mesh, targets):
         {i: u for i, u in urls(before).items() if i in named}
     assert all(urls(after)[i] == f"https://{mesh.instances[i].name}.{DOMAIN}"
                for i in named if i in urls(after))
-    # an unnamed web app is told where it answers directly: its (new) node's address
-    address = {n: node.address for n, node in mesh.nodes.items()}
-    assert all(url.startswith(f"http://{address[moved[i].node]}:")
-               for i, url in urls(after).items() if i not in named), urls(after)
+    # an unnamed web app is told where it answers directly: its (new) node's address and the
+    # host port its web listen is published on there
+    published = {c.instance: f"http://{p.host_ip}:{p.host_port}"
+                 for d in after.declarations.values() for c in d.containers
+                 for p in c.ports if p.listen == "http"}
+    assert all(url == published[i] for i, url in urls(after).items() if i not in named), \
+        (urls(after), published)
 
 
 @st.composite
