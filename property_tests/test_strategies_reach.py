@@ -181,6 +181,10 @@ REACHED_BY_THEIR_OWN_PROPERTY = {
                              "is_stale_once_nothing_crosses"),
     "stale-upgrade": ("test_upgrade_props", "test_a_confirmation_names_a_known_step_and_is_"
                       "stale_once_nothing_crosses"),
+    # a stateful instance on its backup target's node: property_tests/test_backup_target_props.py
+    "backup-target": ("test_backup_target_props",
+                      "test_each_stateful_instance_elsewhere_has_its_own_login_and_one_on_the_"
+                      "store_node_is_refused"),
     "no-mesh-ca": ("test_binding_mount_props",
                    "test_a_ca_mount_without_a_mesh_ca_is_stated_and_blocks_nothing"),
 }

@@ -11,7 +11,9 @@ Invariants:
   verify with; resolver/_tls.py), each once, and the state transfers it takes part in with
   the source node's opening for each and its transfer certificate's files (resolver/_moves.py),
   and the upgrade guards of its
-  stateful instances (resolver/_upgrades.py). Nothing else is in it.
+  stateful instances (resolver/_upgrades.py), and their backup duties with the backup
+  store's logins, openings and the mesh CA file restic verifies it with
+  (resolver/_backup_target.py). Nothing else is in it.
 - A held instance's grants and allows on a provider's node are placed only while that
   provider is declared on that node (live or held there): a provider that moved or went takes
   its grants with it.
@@ -20,11 +22,13 @@ Invariants:
   whose instances did not change gets the same digest as before.
 - Serials come from the record of what was written (resolver/_records.py): the same serial
   for the same digest, one more otherwise.
+- A digest is taken from a previous run (assemble_reusing) only for contents equal to the
+  ones it was computed over.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -46,9 +50,11 @@ from ._declaration import (
 )
 from ._digest import declaration_digest
 from ._firewall import merge_openings
+from ._frozen import FrozenMap
 from ._model import Mesh
 from ._moves import transfer_allows, transfer_certificates, transfers
 from ._upgrades import guards
+from ._backup_target import backup_plan, guard_repository
 from ._records import next_serial
 from ._registry_access import MeshRegistry, registry_accounts
 from ._tls import trust_file
@@ -68,8 +74,12 @@ def registry_pullers(mesh: Mesh, store: str, store_node: str,
             if name != store_node and node.address != own]
 
 
+Digests = Mapping[str, tuple[Declaration, str]]
+"""Node → a declaration's contents (serial 0, no digest) and its digest."""
+
+
 def assemble(r: "Context", floor_refusals: "FloorRefusals",
-             live: dict[str, InstanceRendering],
+             live: Mapping[str, InstanceRendering],
              held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
              mesh_registry: Optional[MeshRegistry]
              ) -> tuple[PMap[str, Declaration], list[Request]]:
@@ -77,7 +87,21 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
     certificates of the nodes of state transfers), from the live
     renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
     serves (its pullers, trust file, accounts); `floor_refusals` the floors not applied."""
+    declarations, requests, _ = assemble_reusing(r, floor_refusals, live, held, mesh_registry)
+    return declarations, requests
+
+
+def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
+                     live: Mapping[str, InstanceRendering],
+                     held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
+                     mesh_registry: Optional[MeshRegistry], kept: Optional[Digests] = None,
+                     ) -> tuple[PMap[str, Declaration], list[Request], Digests]:
+    """assemble, with the digests a previous run computed (`kept`): a node whose declaration's
+    contents equal the kept contents (the same renderings compare by identity) takes the kept
+    digest instead of encoding it again; the contents and digest of every node are returned
+    for the next run (none when `kept` is None)."""
     mesh = r.mesh
+    digested: dict[str, tuple[Declaration, str]] = {}
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
     where = {name: rendering.node for name, rendering in renderings.items()}
     by_node: dict[str, list[str]] = {}
@@ -105,6 +129,7 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
     moving = transfers(r, live)  # moves that carry their state (resolver/_moves.py)
     transfer_files, transfer_requests = transfer_certificates(r, moving)
     guarded = guards(r, live)  # snapshots before a new image (resolver/_upgrades.py)
+    backed = backup_plan(r, live)  # backups into the backup target (resolver/_backup_target)
     for node_name in sorted(mesh.nodes):
         node = mesh.nodes[node_name]
         names = by_node.get(node_name, [])
@@ -130,6 +155,7 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
                 grants.extend(rendering.grants.get(node_name, ()))
                 allow.extend((consumer, a) for a in rendering.allows.get(node_name, ()))
                 local.extend((consumer, a) for a in rendering.locals.get(node_name, ()))
+        allow.extend(backed.allows.get(node_name, ()))  # the backup store's, to its users
         if registry is not None and store is not None and store_node == node_name \
                 and store in here:
             allow.extend(registry_pullers(mesh, store, node_name, int(registry.rsplit(":", 1)[1])))
@@ -160,6 +186,10 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
                       *transfer_files.get(node_name, ())})
         if accounts and store_node == node_name and store in here:
             grants.extend(accounts)  # the registry's accounts, kept by its htpasswd provisioner
+        grants.extend(backed.grants.get(node_name, ()))  # backup store logins (its htpasswd)
+        backup_ca = backed.ca_files.get(node_name)
+        if backup_ca is not None and backup_ca not in files:
+            files.append(backup_ca)  # the mesh CA restic verifies the backup store with
         decl = Declaration(
             mesh=mesh.mesh, node=node_name, address=node.address,
             containers=pvector(containers),
@@ -185,9 +215,21 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
             files=pvector(sorted(files)),
             registry_logins=pvector([logins[node_name]] if node_name in logins else []),
             transfers=pvector(moving.get(node_name, [])),
-            upgrades=pvector(guarded.get(node_name, [])),
+            upgrades=pvector(attrs.evolve(g, repository=guard_repository(
+                backed, node_name, g.instance, g.repository))
+                for g in guarded.get(node_name, [])
+                if guard_repository(backed, node_name, g.instance, g.repository)),
+            backups=pvector(backed.duties.get(node_name, [])),
         )
-        digest = declaration_digest(decl)
+        known = kept.get(node_name) if kept is not None else None
+        if known is not None and known[0] == decl:
+            digest = known[1]
+            digested[node_name] = known
+        else:
+            digest = declaration_digest(decl)
+            if kept is not None:
+                digested[node_name] = (decl, digest)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)
         declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
-    return pmap(declarations), [*requests, *transfer_requests]
+    return (pmap(declarations), [*requests, *transfer_requests, *backed.requests],
+            FrozenMap(digested))

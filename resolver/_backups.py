@@ -16,10 +16,11 @@ Invariants:
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Mapping, Optional
 
 import attrs
 
+from ._backup_schedule import is_overdue
 from ._errors import MeshError
 from ._model import BackupMethod, Mesh, Module
 from ._render import state_host_path
@@ -91,23 +92,40 @@ def backup_job(mesh: Mesh, modules: dict[str, Module], instance: str) -> BackupJ
                           "directory; there is nothing to back up")
     target = mesh.backups.target
     if target is None:
-        raise BackupError("mesh.yaml has no `backups: target:`; expected the node and the "
-                          "restic repository snapshots are written to")
-    if target.node not in mesh.nodes:
+        raise BackupError("mesh.yaml has no `backups: target:`; expected the backup store "
+                          "instance, or the node and the restic repository snapshots are "
+                          "written to")
+    node = target_node(mesh)
+    if node is None:
+        raise BackupError(f"mesh.yaml backups.target {target.instance!r} is not an instance "
+                          "of the mesh")
+    if node not in mesh.nodes:
         raise BackupError(f"mesh.yaml backups.target.node {target.node!r} is not a node of "
                           "the mesh; nodes: " + ", ".join(sorted(mesh.nodes)))
-    if target.node == declared.node:
-        raise BackupError(f"the backup target is on node {target.node}, the node of "
+    if node == declared.node:
+        raise BackupError(f"the backup target is on node {node}, the node of "
                           f"{instance}: a backup must be kept on another node")
     method = module.backup
     if method is not None and method.container not in {c.name for c in module.containers}:
         raise BackupError(f"module {module.name}: backup.container {method.container!r} is "
                           "not one of its containers")
     return BackupJob(instance=instance, module=module.name, node=declared.node,
-                     repository=target.repository, mesh=mesh.mesh, target_node=target.node,
+                     repository=target.repository, mesh=mesh.mesh, target_node=node,
                      method=method,
                      state=tuple(state_host_path(instance, module.state[name].path)
                                  for name in sorted(module.state)))
+
+
+def target_node(mesh: Mesh) -> Optional[str]:
+    """The node of the backup target: the store instance's (`target: INSTANCE`), or the
+    outside repository's `node`; None without a target or for an instance not declared."""
+    target = mesh.backups.target
+    if target is None:
+        return None
+    if target.instance is None:
+        return target.node
+    store = mesh.instances.get(target.instance)
+    return store.node if store is not None else None
 
 
 def snapshot_to_restore(job: BackupJob, snapshots: tuple[Snapshot, ...],
@@ -133,11 +151,21 @@ def snapshot_to_restore(job: BackupJob, snapshots: tuple[Snapshot, ...],
 
 def overdue(mesh: Mesh, snapshots: tuple[Snapshot, ...], now: int) -> tuple[Overdue, ...]:
     """Every scheduled instance whose newest snapshot is older than its schedule, by name."""
+    newest: dict[str, int] = {}
+    for snapshot in snapshots:
+        newest[snapshot.instance] = max(newest.get(snapshot.instance, snapshot.time),
+                                        snapshot.time)
+    return overdue_since(mesh, newest, now)
+
+
+def overdue_since(mesh: Mesh, newest: Mapping[str, int], now: int) -> tuple[Overdue, ...]:
+    """Every scheduled instance whose newest good backup (`newest`: instance → epoch seconds,
+    as a repository lists them or as the nodes reported them) is older than its schedule, or
+    that has none, by name (the one rule: _backup_schedule.is_overdue)."""
     late = []
     for instance, every in sorted(mesh.backups.every.items()):
-        times = [s.time for s in snapshots if s.instance == instance]
-        last = max(times) if times else None
-        if last is None or now - last > duration_seconds(every):
+        last = newest.get(instance)
+        if is_overdue(last, duration_seconds(every), now):
             late.append(Overdue(instance=instance, every=every, last=last))
     return tuple(late)
 
@@ -146,13 +174,16 @@ def schedule_refusals(mesh: Mesh) -> tuple[str, ...]:
     """What is wrong with mesh.yaml's `backups:` (each one line), empty when nothing is."""
     found = []
     target = mesh.backups.target
-    if target is not None and target.node not in mesh.nodes:
+    node = target_node(mesh)
+    if target is not None and target.instance is not None and node is None:
+        found.append(f"backups.target {target.instance!r} is not an instance")
+    elif target is not None and node not in mesh.nodes:
         found.append(f"backups.target.node {target.node!r} is not a node of the mesh")
     for instance, every in sorted(mesh.backups.every.items()):
         if instance not in mesh.instances:
             found.append(f"backups.every names {instance!r}, which is not an instance")
-        elif target is not None and mesh.instances[instance].node == target.node:
-            found.append(f"backups.every: {instance} runs on {target.node}, the backup "
+        elif node is not None and mesh.instances[instance].node == node:
+            found.append(f"backups.every: {instance} runs on {node}, the backup "
                          "target's own node; a backup must be kept on another node")
         try:
             duration_seconds(every)

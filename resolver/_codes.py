@@ -98,6 +98,9 @@ class ProblemCode(enum.StrEnum):
     """`upgrade: by:` names neither `fresh` nor one of the module's migrations."""
     STALE_UPGRADE = "stale-upgrade"
     """`upgrade:` confirms a version its image is at already: remove it once applied."""
+    BACKUP_TARGET = "backup-target"
+    """`backups: target:` names no live provider of `backup-target`, or one on the node of an
+    instance it backs up."""
 
 
 class Severity(enum.StrEnum):
@@ -170,6 +173,7 @@ STALE_STATE_FROM = ProblemCode.STALE_STATE_FROM
 UPGRADE_NEEDS_MIGRATION = ProblemCode.UPGRADE_NEEDS_MIGRATION
 UPGRADE_UNKNOWN_STEP = ProblemCode.UPGRADE_UNKNOWN_STEP
 STALE_UPGRADE = ProblemCode.STALE_UPGRADE
+BACKUP_TARGET = ProblemCode.BACKUP_TARGET
 
 #: The codes a refused requirement's Selection.state takes.
 REQUIREMENT_STATES: tuple[ProblemCode, ...] = (

@@ -373,6 +373,31 @@ class UpgradeGuard:
     fresh: bool = False  # `upgrade: {to: version, by: fresh}`: start on empty state dirs
 
 
+@attrs.frozen(order=True)
+class BackupDuty:
+    """How this node backs up one of its stateful instances (resolver/_backup_target.py): the
+    restic `repository` WITHOUT credentials (`rest:https://ADDR:PORT/LOGIN/` for a store the
+    mesh runs), the store `login` (None: an outside repository), the `${secret:…}` tokens of
+    the login's `password` and of the restic repository `key`, `refs` their generations, the
+    node's path of the mesh CA that verifies the store (`ca`, "" none), and how the state is
+    read (the module's dump in `container`, or stop-copy of `state`). No value is in it."""
+
+    instance: str
+    module: str
+    repository: str
+    target_node: str
+    login: Optional[str] = None
+    password: str = ""
+    key: str = ""
+    ca: str = ""
+    every: Optional[int] = None  # seconds between scheduled backups (mesh.yaml backups.every)
+    state: PVector[str] = EMPTY_VEC
+    container: Optional[str] = None
+    dump: PVector[str] = EMPTY_VEC
+    restore: PVector[str] = EMPTY_VEC
+    refs: PVector[SecretRef] = EMPTY_VEC  # the generations of `password` and `key` told
+
+
 @attrs.frozen
 class Declaration:
     """Everything one node must run and allow, as `mesh plan` writes it and the node's
@@ -397,6 +422,7 @@ class Declaration:
     registry_logins: PVector[RegistryLogin] = EMPTY_VEC  # this node's pull account(s)
     transfers: PVector[StateTransfer] = EMPTY_VEC  # moves carrying state from or to here
     upgrades: PVector[UpgradeGuard] = EMPTY_VEC  # stateful instances snapshotted before a new image
+    backups: PVector[BackupDuty] = EMPTY_VEC  # stateful instances here and their backup target
 
 
 @attrs.frozen(order=True)

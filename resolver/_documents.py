@@ -72,7 +72,16 @@ def load_provisions(text: Text, file: str) -> tuple[Provisions, DocumentPosition
 def load_mesh(text: Text, file: str) -> tuple[Mesh, DocumentPositions]:
     """A mesh.yaml (text, bytes or a Parsed): the Mesh and its positions, or one InputError
     with every fault."""
-    return _structured(text, file, Mesh, validate_mesh)
+    return _structured(text, file, Mesh, validate_mesh, precheck=_backup_target_precheck)
+
+
+def _backup_target_precheck(data: dict[Any, Any], where: DocumentPositions) -> Optional[Fault]:
+    """`backups: target: INSTANCE` (a string: the mesh's own backup store) read as
+    `{instance: INSTANCE}`; the mapping form (an outside repository) is read as written."""
+    backups = data.get("backups")
+    if isinstance(backups, dict) and isinstance(backups.get("target"), str):
+        backups["target"] = {"instance": backups["target"]}
+    return None
 
 
 def _ledger_precheck(data: dict[Any, Any], where: DocumentPositions) -> Optional[Fault]:

@@ -260,7 +260,7 @@ class Module:
 
 #: Every kind of grant a provision may ask its provider for (provisions.yaml `grant`).
 GRANT_KINDS = ("database+login", "vhost+account", "bucket+key", "client+secret", "bearer-token",
-               "none")
+               "backup-login", "none")
 
 
 @attrs.frozen
@@ -396,12 +396,14 @@ class Logs:
 
 @attrs.frozen
 class BackupTarget:
-    """Where snapshots are written: a restic repository (any location restic reaches: a path,
-    `sftp:user@host:/path`, `rest:https://...`) held by `node`, which must not be the node of
-    an instance it backs up."""
+    """Where snapshots are written: the instance of the mesh that provides `backup-target`
+    (`instance`; mesh.yaml `target: INSTANCE`), or a restic repository the mesh does not run
+    (any location restic reaches: a path, `sftp:user@host:/path`, `rest:https://...`) held by
+    `node`. Either is on another node than each instance it backs up."""
 
-    node: str
-    repository: str
+    node: str = ""
+    repository: str = ""
+    instance: Optional[str] = None  # a backup store of the mesh (then node/repository unset)
 
 
 @attrs.frozen

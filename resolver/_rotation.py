@@ -157,6 +157,11 @@ def begin_rotation(credential_id: str, credential: Credential,
     reason = in_progress(credential)
     if reason is not None:
         raise RotationError(f"credential {credential_id} is already rotating: {reason}")
+    if credential_id.startswith("backup-key/"):  # resolver/_backup_target.key_credential
+        raise RotationError(f"credential {credential_id} is a restic repository's password: "
+                            "its snapshots are encrypted with it, so a new one would lose "
+                            "them; it is never rotated (move the instance to a new name for a "
+                            "new repository)")
     new = Generation(generation=next_generation_number(credential),
                      slot=idle_slot(credential), sealed=pmap(sealed), escrow=pmap(escrow))
     if provider_first(credential_id, server_held):

@@ -28,3 +28,14 @@ TOKENS_FILE = "tokens"
 def serves_tokens(provided: Iterable[ProviderDecl]) -> bool:
     """Whether an instance providing `provided` checks bearer tokens (so mounts its file)."""
     return any(p.kind == TOKEN_KIND for p in provided)
+
+
+#: The grant kind of a backup store's per-instance login (resolver/_backup_target.py), kept
+#: bcrypt-hashed in the store's htpasswd in the same accounts directory.
+BACKUP_LOGIN_KIND = "backup-login"
+
+
+def serves_backup_logins(provided: Iterable[ProviderDecl]) -> bool:
+    """Whether an instance providing `provided` checks backup store logins (so mounts its
+    htpasswd)."""
+    return any(p.kind == BACKUP_LOGIN_KIND for p in provided)

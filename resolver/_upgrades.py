@@ -29,6 +29,7 @@ from pyrsistent import pvector
 
 from . import _codes as codes
 from ._artifacts import artifact_digest, artifact_key, pin_key
+from ._backup_target import target_node
 from ._frozen import FrozenMap
 from ._declaration import Change, InstanceRendering, Problem, UpgradeGuard
 from ._model import Instance, Module
@@ -125,6 +126,7 @@ def check_upgrades(r: "Context") -> tuple["Findings", list[Change]]:
     found: list[Problem] = []
     changes: list[Change] = []
     target = r.mesh.backups.target
+    store_node = target_node(r)
     for name in r.names:
         inst, module = r.instances[name], r.module_of(name)
         if module is None or inst.node not in r.nodes:
@@ -139,10 +141,11 @@ def check_upgrades(r: "Context") -> tuple["Findings", list[Change]]:
             assert before is not None
             what = ", ".join(f"{c} {old[7:19]} → {new[7:19]}"
                              for c, (old, new) in sorted(changed_images(before, now).items()))
-            if target is not None and target.node != inst.node:
+            if target is not None and store_node is not None and store_node != inst.node:
+                into = target.repository or f"the backup store {target.instance}"
                 changes.append(Change("pre-upgrade-snapshot", name,
                                       f"{name} changes image ({what}): {inst.node} snapshots "
-                                      f"it into {target.repository} on {target.node} before "
+                                      f"it into {into} on {store_node} before "
                                       f"recreating it; `mesh rollback {name}` returns to the "
                                       "image before and that snapshot"))
             else:
@@ -205,14 +208,15 @@ def guards(r: "Context", live: Mapping[str, InstanceRendering]
     """node → the upgrade guards of its live stateful instances (sorted by instance), when
     mesh.yaml names a backup target on another node; empty otherwise."""
     target = r.mesh.backups.target
+    store_node = target_node(r)
     found: dict[str, list[UpgradeGuard]] = {}
-    if target is None:
+    if target is None or store_node is None:
         return found
     for name in sorted(live):
         rendering, module = live[name], r.module_of(name)
         inst = r.instances.get(name)
         if module is None or inst is None or not module.state \
-                or rendering.node == target.node:
+                or rendering.node == store_node or name == target.instance:
             continue
         rule, artifact_name = module.upgrades, _guarded_artifact(module)
         version = None
@@ -225,7 +229,7 @@ def guards(r: "Context", live: Mapping[str, InstanceRendering]
         method = module.backup
         found.setdefault(rendering.node, []).append(UpgradeGuard(
             instance=name, module=module.name, repository=target.repository,
-            target_node=target.node,
+            target_node=store_node,
             state=pvector(state_host_path(name, module.state[s].path)
                           for s in sorted(module.state)),
             container=method.container if method is not None else None,

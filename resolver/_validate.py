@@ -630,7 +630,20 @@ def _backups(mesh: Mesh, f: _Faults) -> None:
     """mesh.yaml `backups:`: a target on a node of the mesh, schedules of instances on other
     nodes than the target's, durations that read (resolver/_backups)."""
     target = mesh.backups.target
-    if target is not None and target.node not in mesh.nodes:
+    target_node = target.node if target is not None else None
+    if target is not None and target.instance is not None:
+        store = mesh.instances.get(target.instance)
+        target_node = store.node if store is not None else None
+        if store is None:
+            f.at(("backups", "target"), f"backup target {target.instance!r} is not an instance",
+                 "an instance of `instances` providing backup-target")
+        if target.node or target.repository:
+            f.at(("backups", "target"), "a backup target names an instance or a node and "
+                 "repository, not both", "`target: INSTANCE` or `target: {node, repository}`")
+    elif target is not None and not (target.node and target.repository):
+        f.at(("backups", "target"), "an outside backup target needs both `node` and "
+             "`repository`", "`target: INSTANCE` or `target: {node, repository}`")
+    elif target is not None and target.node not in mesh.nodes:
         f.at(("backups", "target", "node"), f"backup target node {target.node!r} is not a "
              "node of the mesh", "one of " + _listing(mesh.nodes))
     for name, every in mesh.backups.every.items():
@@ -639,8 +652,8 @@ def _backups(mesh: Mesh, f: _Faults) -> None:
         if instance is None:
             f.at(path, f"backups.every names {name!r}, which is not an instance",
                  "an instance of `instances`", key=True)
-        elif target is not None and instance.node == target.node:
-            f.at(path, f"{name} runs on {target.node}, the backup target's own node",
+        elif target_node is not None and instance.node == target_node:
+            f.at(path, f"{name} runs on {target_node}, the backup target's own node",
                  "a backup target on another node than the instances it backs up", key=True)
         if not BACKUP_EVERY.match(every):
             f.at(path, f"{every!r} is not a duration", "a whole number with s, m, h, d or w, "

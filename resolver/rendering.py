@@ -14,7 +14,7 @@ from ._placeholders import (fill_secret_tokens, placeholders, render_placeholder
 from ._records import newest_written, next_serial, record_declared
 from ._model import SECRETS_DIR
 from ._render import STATE_ROOT
-from ._tool_tokens import TOKEN_KIND, TOKENS_FILE
+from ._tool_tokens import BACKUP_LOGIN_KIND, TOKEN_KIND, TOKENS_FILE
 
 __all__ = [
     # A declaration's digest, and its serials in the ledger
@@ -27,5 +27,5 @@ __all__ = [
     # Files the mesh writes that containers mount (binding files, the mesh CA)
     "BINDING_FILES_DIR", "BINDING_FORMATS", "is_file_mount",
     # A tool server's bearer tokens: their grant kind and the file its provisioner keeps
-    "TOKEN_KIND", "TOKENS_FILE",
+    "TOKEN_KIND", "TOKENS_FILE", "BACKUP_LOGIN_KIND",
 ]

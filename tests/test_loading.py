@@ -540,7 +540,8 @@ def test_schema_command(tmp_path):
     assert code == 0 and out.split() == ["module", "provisions", "mesh", "ledger", "declaration",
                                          "message-envelope", "declaration-message", "report",
                                          "enrolment-request", "enrolment-answer",
-                                         "logs-request", "logs-answer"]
+                                         "logs-request", "logs-answer", "backup-request",
+                                         "backup-answer"]
     code, out, _ = run_cli("schema", "mesh")
     assert code == 0 and '"$schema": "https://json-schema.org/draft/2020-12/schema"' in out
     code, _, err = run_cli("schema", "nonsense")

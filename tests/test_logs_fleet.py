@@ -4,6 +4,10 @@ answers on a queue only that request has, with every secret value the node holds
 its `${secret:…}` token; a node that is not running answers nothing, which is said (exit 1),
 and a request signed by another key is refused by the agent and never answered.
 
+`--follow` through the agent: the container writes a new line holding its secret; it arrives
+within seconds, scrubbed like the rest; Ctrl-C (SIGINT) ends the command (exit 130) and the
+agent's follower finds nobody listens any more and stops.
+
 The broker is a RabbitMQ of the test's own serving TLS with a certificate from the mesh CA
 (tests/_fleet.py tls_rabbit), the node one enrolled `mesh agent`
 (tests/_fleet.py); everything printed is searched for the secret's value.
@@ -12,9 +16,18 @@ The broker is a RabbitMQ of the test's own serving TLS with a certificate from t
 from __future__ import annotations
 
 import datetime
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from pathlib import Path
 
 from executors.common import amqp, messages
 from executors.common.keys import load_private_key, unseal_for_node
@@ -85,6 +98,8 @@ def test_logs_through_the_agent_arrive_with_the_nodes_secrets_taken_out(tmp_path
         publish_as_control(fleet, forged)
         fleet.wait_log("solo", "refused logs request logs/solo/forged")
 
+        follow_through_the_agent(fleet, secret)
+
         fleet.stop_agent("solo")
         silent = fleet.mesh(*fleet.control_args("logs", ".", "chatty@solo", "--timeout", "3"),
                             check=False)
@@ -114,3 +129,38 @@ def publish_as_control(fleet, envelope: bytes) -> None:
                      amqp.properties(message_id="logs/solo/forged", kind=messages.LOGS_REQUEST))
     finally:
         connection.close()
+
+
+def follow_through_the_agent(fleet, secret: str) -> None:
+    """`mesh logs DIR INSTANCE --follow --tail 0` from the control side; a line written after
+    it started arrives, scrubbed; SIGINT ends it and the agent's follower."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "executors.cli",
+         *map(str, fleet.control_args("logs", ".", "chatty@solo", "--follow", "--tail", "0",
+                                      "--timeout", "60"))],
+        cwd=fleet.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout],
+                     daemon=True).start()
+    try:
+        fleet.wait_log("solo", "following chatty@solo for request", timeout=60)
+        container = fleet.container("chatty@solo")
+        exec_id = fleet.api.exec_create(
+            container, ["sh", "-c", "echo fresh line $TOKEN > /proc/1/fd/1"])["Id"]
+        written = time.monotonic()
+        fleet.api.exec_start(exec_id)
+        got = lines.get(timeout=15)
+        took = time.monotonic() - written
+        assert got == "fresh line ${secret:" + CREDENTIAL + "}\n", got
+        assert took < 10, f"the new line took {took:.1f}s"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 130, err
+        assert "following the logs of chatty@solo through node solo's agent" in err, err
+        fleet.printed.append(out + err)
+        fleet.wait_log("solo", "nobody follows any more", timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

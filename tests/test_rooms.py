@@ -320,11 +320,13 @@ NODE_FLOORS = (
      "restic"),  # the backup repository's client
     ("extensions", "firewall"),  # the extension points; the firewall (renders and applies)
     ("provisioners",  # grants made true on their providers
-     "state_move"),  # a moved instance's state served, fetched, verified, let go
+     "state_move",  # a moved instance's state served, fetched, verified, let go
+     "backup_target"),  # a backup duty's repository opened with the sealed values
     ("apply", "verify",  # a node made to match a declaration; bindings checked from it
      "backup",  # an instance's state snapshotted and put back
      "upgrade"),  # a snapshot before a stateful instance's new image, a rollback's restore
-    ("agent",),  # the loop that takes declarations off the broker and applies them
+    ("agent",  # the loop that takes declarations off the broker and applies them
+     "backup_schedule"),  # the agent's scheduled and requested backups
 )
 
 

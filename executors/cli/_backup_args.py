@@ -4,21 +4,27 @@ repository and Engine they read from the mesh directory and the command line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from typing import Iterator
 
 import attrs
 import docker
 import requests
 from docker.errors import APIError
 
-from resolver import Mesh, Module
+from resolver import Declaration, Mesh, Module
 from resolver.backups import BackupJob, backup_job
 
+from executors.cli._sizes import age as age, size as size  # the backup verbs' own words
 from executors.control.loading import load_mesh_dir
 from executors.node import docker_engine as engine
 from executors.node.backup import state_paths
-from executors.node.node_paths import DEFAULT_STATE_ROOT
+from executors.node.backup_target import (DEFAULT_KEY_FILE, KEY_ENV, duty_of,
+                                          in_force_declaration, open_repository)
+from executors.node.node_paths import (DEFAULT_STATE_ROOT, NodePaths, default_file_root,
+                                       default_state_root)
 from executors.node.restic import Repository
 
 PASSWORD_ENV = "MESH_BACKUP_PASSWORD_FILE"
@@ -31,14 +37,32 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="the mesh directory (mesh.yaml names the backup target under "
                         "`backups:`, the catalogue says how each module is backed up)")
     parser.add_argument("--password-file", metavar="FILE", default=os.environ.get(PASSWORD_ENV),
-                        help="the file holding the backup repository's password, mode 0600 "
-                        f"(${PASSWORD_ENV}); the first backup makes the repository with it")
+                        help="an outside repository's (`target: {node, repository}`) "
+                        f"password file, mode 0600 (${PASSWORD_ENV}); the first backup makes "
+                        "the repository with it. A backup store of the mesh (`target: "
+                        "INSTANCE`) needs none: its login and password are sealed to this node")
+    parser.add_argument("--declaration", metavar="FILE", default=None,
+                        help="with a backup store of the mesh: this node's declaration "
+                        "(default: the one in force, <state root>/.mesh/agent/current/)")
+    parser.add_argument("--secrets", metavar="FILE", default=None,
+                        help="with a backup store of the mesh: the sealed values of that "
+                        "declaration (default: the ones in force beside it)")
+    parser.add_argument("--key", metavar="FILE", default=None,
+                        help="this machine's node key (on the instance's node it opens the "
+                        f"backup store's sealed login; default ${KEY_ENV}, else "
+                        f"{DEFAULT_KEY_FILE})")
+    parser.add_argument("--file-root", metavar="DIR", default=None,
+                        help="where the declaration's files are (the mesh CA restic verifies "
+                        "the backup store with; default $MESH_FILE_ROOT, else /)")
     parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"),
                         help="Docker Engine running the instance (default: $DOCKER_HOST or "
                         "the local socket)")
     parser.add_argument("--state-root", default=None, metavar="DIR",
                         help="where the node keeps instances' state (default "
                         f"{DEFAULT_STATE_ROOT})")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="on the control node: the control plane's own files (the nodes "
+                        "enrolled, their reports; default DIR/.control)")
 
 
 @attrs.frozen
@@ -61,6 +85,35 @@ def repository(args: argparse.Namespace, location: str) -> Repository:
     return Repository(location=location, password_file=str(args.password_file))
 
 
+def store_target(state: Loaded) -> bool:
+    """Whether mesh.yaml's backup target is a backup store of the mesh (`target: INSTANCE`)."""
+    target = state.mesh.backups.target
+    return target is not None and target.instance is not None
+
+
+def node_paths(args: argparse.Namespace) -> NodePaths:
+    return NodePaths(args.state_root or default_state_root(),
+                     args.file_root or default_file_root())
+
+
+def node_declaration(args: argparse.Namespace) -> Declaration:
+    return in_force_declaration(node_paths(args), args.declaration)
+
+
+@contextlib.contextmanager
+def opened(args: argparse.Namespace, state: Loaded, job: BackupJob) -> Iterator[Repository]:
+    """The repository `job`'s instance is backed up into: its duty's on a backup store of the
+    mesh (opened with the values sealed to this node), else the outside repository opened
+    with --password-file."""
+    if not store_target(state):
+        yield repository(args, job.repository)
+        return
+    declaration = node_declaration(args)
+    with open_repository(duty_of(declaration, job.instance), declaration, node_paths(args),
+                         key_file=args.key, secrets_path=args.secrets) as repo:
+        yield repo
+
+
 def job_of(state: Loaded, instance: str) -> BackupJob:
     return backup_job(state.mesh, state.modules, instance)
 
@@ -71,23 +124,3 @@ def paths_of(args: argparse.Namespace, job: BackupJob) -> tuple[str, ...]:
 
 def api_of(args: argparse.Namespace) -> docker.APIClient:
     return engine.connect(args.docker_host, timeout=600)
-
-
-def size(count: int) -> str:
-    """Bytes for a person: 512 B, 3.4 KiB, 12.0 MiB."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
-
-
-def age(seconds: int) -> str:
-    if seconds < 120:
-        return f"{max(seconds, 0)}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"

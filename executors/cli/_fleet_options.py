@@ -28,7 +28,9 @@ def add_directory(parser: argparse.ArgumentParser) -> None:
                         "enrolment (default: DIR/.control)")
 
 
-def add_broker(parser: argparse.ArgumentParser) -> None:
+def add_broker(parser: argparse.ArgumentParser, with_key: bool = True) -> None:
+    """The broker's options; `with_key` False: the verb has its own --key (this machine's key:
+    on the control node the same key), read the same way."""
     group = parser.add_argument_group(
         "broker", "how to reach the mesh's broker; by default the substrate broker instance of "
         "mesh.yaml, its admin's password opened from the escrow with --key")
@@ -54,6 +56,8 @@ def add_broker(parser: argparse.ArgumentParser) -> None:
                        "declaration crosses the network readable, nodes enrolled with this "
                        "mesh's tokens too. Default: TLS (amqps) verified against the mesh CA "
                        f"(${ENV['broker_plain']}=1)")
+    if not with_key:
+        return
     group.add_argument("--key", metavar="FILE", default=os.environ.get(ENV["key"]),
                        help="the control node's private key: opens the broker admin's password "
                        f"from the escrow, and values a move re-seals (${ENV['key']})")

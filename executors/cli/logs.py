@@ -9,7 +9,9 @@ is what the logging driver kept within the declaration's limits (mesh.yaml `logs
 With DIR (the mesh directory, on the control node), the same is asked of the agent of the
 node mesh.yaml puts INSTANCE on, over the mesh's broker (executors/control/remote_logs.py):
 a signed request, an answer on a queue of its own, every secret value the node holds
-replaced by its `${secret:…}` token; `--follow` is the node's alone.
+replaced by its `${secret:…}` token; with `--follow`, the agent streams new lines (scrubbed the
+same way) until Ctrl-C, every container stopped, or the lease the control side renews
+while it follows runs out.
 Exit codes: 0 printed (or followed until every container stopped, or interrupted: 130);
 1 no answer from the node's agent in time; 2 bad input (a `--since` that is no time, an
 instance with no container on this node, a `--container` the instance does not have, an
@@ -32,6 +34,7 @@ from executors.control.delivery_key import ensure_delivery_key
 from executors.control.fleet import Fleet
 from executors.control.loading import load_mesh_dir
 from executors.control.remote_logs import LogsQuery, RemoteLogsError, ask
+from executors.control.remote_logs import follow as follow_remote
 from executors.node import docker_engine as engine
 from executors.node.logs import (LogsError, follow, instance_containers, pick, recent,
                                  since_epoch)
@@ -71,7 +74,8 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--container", metavar="NAME",
                         help="only this container of the instance (its name in the module)")
     parser.add_argument("-f", "--follow", action="store_true",
-                        help="keep printing as the containers write, until they stop")
+                        help="keep printing as the containers write, until they stop (with "
+                        "DIR: streamed by the node's agent until Ctrl-C)")
     parser.add_argument("--since", type=_since, metavar="WHEN",
                         help="only lines from WHEN: a duration back from now (90s, 10m, 2h, "
                         "1d) or an ISO 8601 time with an offset (2026-01-31T12:00:00Z)")
@@ -115,9 +119,6 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
 
 def _through_the_agent(args: argparse.Namespace, directory: str, instance: str,
                        stream: TextIO) -> int:
-    if args.follow:
-        raise LogsError("--follow reads on the node only: run `mesh logs INSTANCE --follow` "
-                        "there")
     inputs = load_mesh_dir(directory)
     declared = inputs.mesh.instances.get(instance)
     if declared is None:
@@ -127,6 +128,18 @@ def _through_the_agent(args: argparse.Namespace, directory: str, instance: str,
                   ControlState(inputs.mesh_dir, args.state_dir), say)
     query = LogsQuery(node=declared.node, instance=instance, container=args.container,
                       since=args.since, tail=args.tail, timestamps=args.timestamps)
+    if args.follow:
+        def printed(text: str) -> None:
+            print(text, file=stream, flush=True)
+
+        try:
+            ended = follow_remote(fleet, ensure_delivery_key(inputs.mesh_dir, inputs.mesh),
+                                  query, timeout=args.timeout, say=say, line=printed)
+        except RemoteLogsError as error:
+            print(f"mesh: {error}", file=sys.stderr)
+            return 1
+        say(f"node {declared.node} stopped following: {ended}")
+        return 0
     try:
         answer = ask(fleet, ensure_delivery_key(inputs.mesh_dir, inputs.mesh), query,
                      timeout=args.timeout, say=say)

@@ -197,6 +197,11 @@ def print_plan(resolution: Resolution, nodes: Sequence[str], out: TextIO) -> Non
             gen = "pending" if login.secret.generation is None else \
                 f"gen {login.secret.generation}"
             w(f"  pulls from {login.registry} as {login.user} ({gen})")
+        for duty in d.backups:  # the repository without credentials, the login's name only
+            every = f", every {duty.every}s" if duty.every else ""
+            w(f"  backs up {duty.instance} into {duty.repository} on {duty.target_node}"
+              + (f" as login {duty.login}" if duty.login else " (outside repository)")
+              + every)
         for h in d.held:
             where = f"{h.file}:{h.line}:{h.col}" if h.line else h.file
             w(f"  held {h.instance} at its last good declaration: [{h.code}] {where}")

@@ -15,7 +15,7 @@ from typing import Optional, TextIO
 from resolver.certificates import certificates_due
 
 from executors.cli import _fleet_options
-from executors.cli._backup_status import backup_status, status_lines
+from executors.cli._backup_status import backup_status, reported, reported_lines, status_lines
 from executors.cli._verb import Subparsers
 from executors.cli.check import due_line, now_iso
 from executors.control.control_state import ControlState
@@ -29,9 +29,13 @@ def register(subparsers: Subparsers) -> None:
         "rotations in progress",
         description="Show, per node, the serial last published and the serial in force by its "
         "last report, when it last reported and the result, drift repaired, `mesh verify` "
-        "results; each rotation in progress with the nodes it still waits for; and each "
-        "certificate expired or inside the CA's renewal window, with what to run. Read from "
-        "the ledger and the control plane's state (the broker is not asked).")
+        "results; each move that carries data (state-from:) copying (with its progress), "
+        "arrived, failed or waiting, and the old copy it leaves; each rotation in progress "
+        "with the nodes it still waits for; and each "
+        "certificate expired or inside the CA's renewal window, with what to run; and each "
+        "backed-up instance's last backup as its node's agent reported it, `overdue` when older "
+        "than its schedule (mesh.yaml `backups: every:`). Read from the ledger and the control "
+        "plane's state (the broker is not asked).")
     _fleet_options.add_directory(parser)
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
     parser.add_argument("--backup-password-file", metavar="FILE",
@@ -55,6 +59,8 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         {"kind": d.kind.value, "name": d.name, "node": d.node, "serial": d.serial,
          "not_after": d.not_after, "expired": d.expired} for d in due]
     document["backups"] = backup_status(inputs.mesh, args.backup_password_file)
+    # each instance's last backup as its node's agent reported it, overdue by the same rule
+    document["backups"]["reported"] = reported(inputs.mesh, document["nodes"], int(time.time()))
     if as_json:
         json.dump(document, out, indent=2, sort_keys=True)
         out.write("\n")
@@ -88,8 +94,16 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
                   f"{', '.join(r['waiting_for']) or 'nothing'}", file=out)
     else:
         print("no rotation in progress", file=out)
+    for m in document.get("moves") or []:  # moves that carry data (state-from:)
+        last = (m["last"] or {}).get("result")
+        print(f"move {m['instance']}: {m['from']} → {m['to']} {m['stage']}"
+              + (f": {m['progress']}" if m["progress"] else f" ({last})" if last else ""),
+              file=out)
+        print(f"  old copy {m['old_copy']}", file=out)
     for d in due:
         print(due_line(d, directory), file=out)
     for line in status_lines(document["backups"], int(time.time())):
+        print(line, file=out)
+    for line in reported_lines(document["backups"]["reported"], int(time.time())):
         print(line, file=out)
     return 0

@@ -6,7 +6,8 @@ Invariants:
   `mesh.<mesh>.enrol.<token id>`), so two meshes on one broker never share an object.
 - Exchanges (direct, durable): `declarations` (routing key: the node) → queue `node.<node>`;
   `reports` → queue `reports`; `enrolment` → queue `enrolment`; `answers` (routing key: the
-  token id) → queue `answer.<token id>`; `logs` (routing key: a `mesh logs` request's id) →
+  token id) → queue `answer.<token id>`; `logs` (routing key: a `mesh logs` or `mesh
+  backup|restore DIR` request's id) →
   the asker's own exclusive queue, gone with its connection. Queues are durable, messages persistent
   (delivery_mode 2), publishes confirmed by the broker (`publish` raises unless the broker
   confirmed and routed it).
@@ -44,7 +45,8 @@ if TYPE_CHECKING:  # pika has no type information: these names are for the reade
     from pika.adapters.blocking_connection import BlockingChannel
 
 DECLARATIONS, REPORTS, ENROLMENT, ANSWERS = "declarations", "reports", "enrolment", "answers"
-LOGS = "logs"  # a node's answer to `mesh logs` (routing key: the request id) → the asker's queue
+LOGS = "logs"  # a node's answer to `mesh logs` or `mesh backup|restore DIR` (routing key: the
+# request id) → the asker's queue
 EXCHANGES = (DECLARATIONS, REPORTS, ENROLMENT, ANSWERS, LOGS)
 REPORT_QUEUE, ENROLMENT_QUEUE = "reports", "enrolment"
 PERSISTENT = 2

@@ -10,7 +10,10 @@ FORMAT = "mesh-message/1"
 DECLARATION = "declaration"
 ENROLMENT_ANSWER = "enrolment-answer"
 LOGS_REQUEST = "logs-request"  # `mesh logs DIR INSTANCE`: a node's agent reads its containers
-SIGNED_KINDS = (DECLARATION, ENROLMENT_ANSWER, LOGS_REQUEST)
+# `mesh backup|restore DIR INSTANCE` on the control node: the node's agent runs it
+BACKUP_REQUEST = "backup-request"
+SIGNED_KINDS = (DECLARATION, ENROLMENT_ANSWER, LOGS_REQUEST, BACKUP_REQUEST)
 REPORT_FORMAT = "mesh-report/1"
 ENROLMENT_REQUEST_FORMAT = "mesh-enrolment-request/1"
 LOGS_ANSWER_FORMAT = "mesh-logs/1"
+BACKUP_ANSWER_FORMAT = "mesh-backup/1"  # the agent's answer, on the `logs` exchange

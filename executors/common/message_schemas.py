@@ -3,7 +3,7 @@
 Invariants:
 - One schema per document that crosses the wire: the signed envelope, the body of a
   declaration message, a node's report, an enrolment request, the body of an enrolment answer,
-  the body of a logs request and a node's logs answer.
+  the body of a logs request and a node's logs answer, of a backup request and its answer.
 - They describe what executors/control and executors/node write; tests validate real messages
   against them, so a field added on one side without its schema fails a test.
 """
@@ -74,24 +74,39 @@ DECLARATION_BODY = {
     },
 }
 
+_BACKUP_RECORD = {
+    "type": "object",
+    "required": ["instance"],
+    "properties": {"instance": {"type": "string"}, "at": _NULLABLE_INT,
+                   "trigger": {"enum": ["schedule", "request"]},
+                   "snapshot": _NULLABLE_STRING,
+                   "good": {**_NULLABLE_INT, "description": "when `snapshot` was taken"},
+                   "bytes": {"type": "integer"}, "added": {"type": "integer"},
+                   "error": {**_NULLABLE_STRING, "description": "the last attempt's failure, "
+                             "secret values replaced by their tokens"},
+                   "failures": {"type": "integer"}, "every": _NULLABLE_INT},
+}
+
 REPORT = {
     "$schema": DRAFT,
     "title": "node report",
     "description": "What a node's agent says after handling a declaration message (trigger "
-    "`message`) or re-applying the declaration in force (`drift`). Published by the node's own "
-    "account; the broker validates its user_id.",
+    "`message`), re-applying the declaration in force (`drift`) or applying again a declaration "
+    "whose state arrival failed (`retry`); and, while an arrival copies, its progress (`progress`, "
+    "result `copying`, `moving`). Published by the node's own account; the broker validates its "
+    "user_id.",
     "type": "object",
     "required": ["format", "mesh", "node", "at", "trigger", "result"],
     "properties": {
         "format": {"const": messages.REPORT_FORMAT},
         "mesh": {"type": "string"}, "node": {"type": "string"},
         "at": {"type": "string", "format": "date-time"},
-        "trigger": {"enum": ["message", "drift"]},
+        "trigger": {"enum": ["message", "drift", "retry", "progress", "backup"]},
         "message_id": _NULLABLE_STRING,
         "serial": _NULLABLE_INT,
         "digest": _NULLABLE_STRING,
         "result": {"enum": ["applied", "failed", "refused", "superseded", "rejected",
-                            "dry-run"]},
+                            "dry-run", "copying", "backed-up"]},
         "superseded_by": _NULLABLE_INT,
         "reason": _NULLABLE_STRING,
         "serial_applied": _NULLABLE_INT,
@@ -107,6 +122,16 @@ REPORT = {
                                   "results": {"type": "array", "items": {"type": "object"}}}},
         "drift": {"type": ["array", "null"], "items": _OPERATION},
         "agent": {"type": "object"},
+        "moving": {"type": "object",
+                   "description": "a `progress` report's arrival under way: the instance and "
+                   "its latest progress line (bytes so far, of how many, percent, rate)",
+                   "properties": {"instance": {"type": "string"}, "line": {"type": "string"}}},
+        "backups": {"type": "array", "items": _BACKUP_RECORD,
+                    "description": "the last result of each instance this node backs up "
+                    "(<state root>/.mesh/backups/<instance>.json); a `backup` report (result "
+                    "`backed-up` or `failed`) is sent when a scheduled backup ends"},
+        "backup": {**_BACKUP_RECORD, "type": ["object", "null"],
+                   "description": "a `backup` report's backup"},
     },
 }
 
@@ -162,6 +187,8 @@ LOGS_REQUEST = {
         "instance": {"type": "string"}, "container": _NULLABLE_STRING,
         "since": {"type": ["number", "null"], "description": "Unix time"},
         "tail": _NULLABLE_INT, "timestamps": {"type": "boolean"},
+        "follow": {"type": "boolean", "description": "`--follow`: answers keep coming until "
+                   "`expires`; the asker renews it by sending the same request again"},
         "request": {"type": "string", "description": "random id: the answer's routing key"},
         "expires": {"type": "string", "description": "ISO 8601 UTC time"},
     },
@@ -184,10 +211,53 @@ LOGS_ANSWER = {
         "truncated": {"type": "boolean", "description": "only the newest lines fit its bound"},
         "scrubbed": {"type": "integer", "description": "lines a secret value was taken out of"},
         "error": {"type": "string"},
+        "following": {"type": "boolean", "description": "one of a follow's answers"},
+        "end": {"type": "string", "description": "a follow's last answer: why it ended"},
+    },
+}
+
+BACKUP_REQUEST = {
+    "$schema": DRAFT,
+    "title": "backup request body",
+    "description": "`mesh backup DIR INSTANCE` and `mesh restore DIR INSTANCE --snapshot ID` on "
+    "the control node: the agent of the instance's node runs it, signed like a declaration "
+    "(kind `backup-request`) and sent to the node's queue. The agent answers on the `logs` "
+    "exchange with `request` as routing key, never after `expires`.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mesh", "node", "instance", "action", "request", "expires"],
+    "properties": {
+        "mesh": {"type": "string"}, "node": {"type": "string"},
+        "instance": {"type": "string"}, "action": {"enum": ["backup", "restore"]},
+        "snapshot": {**_NULLABLE_STRING, "description": "restore: the snapshot ID or prefix"},
+        "request": {"type": "string", "description": "random id: the answer's routing key"},
+        "expires": {"type": "string", "description": "ISO 8601 UTC time"},
+    },
+}
+
+BACKUP_ANSWER = {
+    "$schema": DRAFT,
+    "title": "backup answer",
+    "description": "A node's answer to a backup request, published with its own account on the "
+    "`logs` exchange: the snapshot written (or restored) and the bytes, or why not (`refused`: "
+    "the request was wrong, nothing changed). No secret value is in it.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "node", "request", "instance", "action"],
+    "properties": {
+        "format": {"const": messages.BACKUP_ANSWER_FORMAT},
+        "node": {"type": "string"}, "request": {"type": "string"},
+        "instance": {"type": "string"}, "action": {"enum": ["backup", "restore"]},
+        "snapshot": _NULLABLE_STRING, "of": _NULLABLE_STRING,
+        "bytes": {"type": "integer"}, "added": {"type": "integer"},
+        "seconds": {"type": "number"}, "repository": _NULLABLE_STRING,
+        "target_node": _NULLABLE_STRING,
+        "error": {"type": "string"}, "refused": {"type": "boolean"},
     },
 }
 
 SCHEMAS = {"message-envelope": ENVELOPE, "declaration-message": DECLARATION_BODY,
            "report": REPORT, "enrolment-request": ENROLMENT_REQUEST,
            "enrolment-answer": ENROLMENT_ANSWER, "logs-request": LOGS_REQUEST,
-           "logs-answer": LOGS_ANSWER}
+           "logs-answer": LOGS_ANSWER, "backup-request": BACKUP_REQUEST,
+           "backup-answer": BACKUP_ANSWER}

@@ -40,6 +40,8 @@ from cryptography.x509.oid import NameOID
 from resolver import MeshError
 
 from executors.common.message_formats import (  # part of this module's API (__all__)
+    BACKUP_ANSWER_FORMAT,
+    BACKUP_REQUEST,
     DECLARATION,
     ENROLMENT_ANSWER,
     ENROLMENT_REQUEST_FORMAT,
@@ -53,6 +55,7 @@ from executors.common.message_formats import (  # part of this module's API (__a
 __all__ = [
     "DECLARATION", "ENROLMENT_ANSWER", "ENROLMENT_REQUEST_FORMAT", "FORMAT", "REPORT_FORMAT",
     "LOGS_REQUEST", "LOGS_ANSWER_FORMAT",
+    "BACKUP_REQUEST", "BACKUP_ANSWER_FORMAT",
     "SIGNED_KINDS", "CLOCK_SKEW", "Document", "Envelope", "MessageRefused", "canonical",
     "fingerprint", "certificate_fingerprint", "load_certificate", "sign", "open_signed",
     "check_signer", "delivery_subject", "plain", "open_plain",

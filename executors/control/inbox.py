@@ -5,7 +5,10 @@ Invariants:
   `user_id` against the account that sent it, and a report whose body names another node, or
   whose `user_id` is no node account of this mesh, is refused and only logged.
 - Every report is kept (`reports.json`, per node: the last one, a short history, the drift
-  repaired, the last verify); an `applied` one is recorded in the ledger exactly as `mesh
+  repaired, the last verify, the last word on each state arrival, each instance's last
+  backup); a `backup` report (a scheduled backup ended) updates only the backups; a `progress` report (a
+  copy under way) is kept apart (`moving`, cleared by the next report of any other kind) and
+  never replaces the last report; an `applied` one is recorded in the ledger exactly as `mesh
   applied` records a node's applied.json (control/applied.record_report), in one ledger
   transaction (control/ledger_transaction.transact), and only when the rules accept it
   (succeeded in every phase, the declaration the mesh declares now). A report recorded twice
@@ -85,6 +88,13 @@ def _parse_report(names: FleetNames, user_id: Optional[str],
 
 
 def _kept(kept: Document, node: str, report: Document) -> Document:
+    backups = report["backups"] if isinstance(report.get("backups"), list) \
+        else kept.get("backups")  # each instance's last backup, as the node recorded it
+    if report.get("trigger") == "backup":  # a scheduled backup ended: not the last report
+        return dict(kept, node=node, backups=backups)
+    if report.get("trigger") == "progress":  # a copy under way: kept apart from the last report
+        return dict(kept, node=node, received=_now(),
+                    moving=dict(report.get("moving") or {}, at=report.get("at")))
     history = ([summary(report)] + list(kept.get("history") or []))[:HISTORY]
     drift = list(report.get("drift") or [])
     return {"node": node, "received": _now(), "last": report, "history": history,
@@ -93,10 +103,24 @@ def _kept(kept: Document, node: str, report: Document) -> Document:
                            else kept.get("last_drift")),
             "last_verify": report.get("verify") or kept.get("last_verify"),
             "last_applied": (summary(report) if report.get("result") == "applied"
-                             else kept.get("last_applied"))}
+                             else kept.get("last_applied")),
+            # a move's arrivals on this node: the last word of each (copied and verified, or
+            # why not); the progress of a copy under way ends with the apply's report
+            "arrivals": dict(kept.get("arrivals") or {}, **{
+                str(op.get("subject")): {"at": report.get("at"), "result": op.get("result")}
+                for op in report.get("operations") or []
+                if isinstance(op, dict) and op.get("op") == "arrive"}),
+            "moving": None, "backups": backups}
 
 
 def _line(node: str, report: Document) -> str:
+    if report.get("trigger") == "backup":
+        backup = report.get("backup") or {}
+        return (f"report from {node}: backup of {backup.get('instance')} "
+                + (f"failed: {report.get('reason')}" if report.get("reason") else
+                   f"snapshot {str(backup.get('snapshot'))[:8]}"))
+    if report.get("trigger") == "progress":
+        return f"report from {node}: copying {(report.get('moving') or {}).get('line')}"
     drift = report.get("drift") or []
     return (f"report from {node}: serial {report.get('serial')} {report.get('result')}"
             + (f" (superseded by {report.get('superseded_by')})"

@@ -7,6 +7,11 @@ Invariants:
   report, when it last reported and with what result (and why, for anything but applied),
   drift repaired, `mesh verify` results; `behind` when the serial in force is older than the
   one published.
+- Per move that carries data (`state-from:` in mesh.yaml): copying (the arriving node's
+  latest progress report: bytes, percent, rate), arrived, failed (why) or waiting, and the old
+  copy kept on the source until `mesh forget-state`.
+- Per node, each instance's last backup as the node last reported it (the snapshot, when,
+  the last failure); executors/cli/_backup_status.py judges it overdue by the one rule.
 - Per rotation in progress (the rotation functions of resolver): the credential, where it stands, and the nodes
   it still waits for (the provider's node while pending, the holders that have not reported
   the new generation while the old one is retiring).
@@ -65,6 +70,8 @@ def status(mesh_dir: PathLike, state: ControlState) -> Document:
                     {"consumer": r.get("consumer"), "requirement": r.get("requirement"),
                      "status": r.get("status"), "message": r.get("message")} for r in bad]},
         }
+        entry["moving"] = kept.get("moving")
+        entry["backups"] = list(kept.get("backups") or [])  # as the node last reported
         entry["behind"] = bool(sent.get("serial") is not None and
                                (in_force is None or in_force < sent["serial"]))
         nodes.append(entry)
@@ -85,4 +92,28 @@ def status(mesh_dir: PathLike, state: ControlState) -> Document:
         rotations.append({"credential": credential_id, "stage": stage,
                           "generation": generation, "holders": list(holder_nodes(credential)),
                           "waiting_for": waiting, "why": why})
-    return {"mesh": mesh.mesh, "nodes": nodes, "rotations": rotations}
+    return {"mesh": mesh.mesh, "nodes": nodes, "rotations": rotations,
+            "moves": _moves(mesh, reports)}
+
+
+def _moves(mesh: Mesh, reports: dict[str, Document]) -> list[Document]:
+    """Each move that carries data (`state-from:` declared): where it stands by the target's
+    reports, and that the old copy stays on the source until `mesh forget-state`."""
+    moves: list[Document] = []
+    for name, instance in sorted(mesh.instances.items()):
+        if instance.state_from is None or instance.state_from == instance.node:
+            continue
+        kept = reports.get(instance.node) or {}
+        moving = kept.get("moving") or {}
+        word = (kept.get("arrivals") or {}).get(name) or {}
+        result = str(word.get("result") or "")
+        stage = ("copying" if moving.get("instance") == name else
+                 "arrived" if result.startswith(("done", "skipped")) or "verified and in place"
+                 in result else "failed" if result.startswith("failed") else "waiting")
+        moves.append({"instance": name, "from": instance.state_from, "to": instance.node,
+                      "stage": stage, "progress": moving.get("line") if stage == "copying"
+                      else None, "last": word or None,
+                      "old_copy": f"kept on {instance.state_from} until `mesh forget-state "
+                                  f"{name}@{instance.state_from}` (run there once "
+                                  f"state-from is removed)"})
+    return moves

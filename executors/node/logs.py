@@ -145,6 +145,9 @@ def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
         yield pending.decode("utf-8", "replace")
 
 
+split_lines = _lines  # the agent's follower (agent/logs_follow.py) reads streams too
+
+
 def follow(api: docker.APIClient, containers: list[InstanceContainer],
            say: Callable[[str], None], *, since: Optional[float] = None,
            tail: Optional[int] = None, timestamps: bool = False) -> None:

@@ -2,8 +2,9 @@
 deduplicated store the node's backups are written to (the mesh writes no store of its own).
 
 Invariants:
-- The repository password is read by restic from a file (RESTIC_PASSWORD_FILE), never passed
-  on a command line, in the environment's value or in what is printed.
+- The repository password is read by restic from a file (RESTIC_PASSWORD_FILE), and a
+  location with credentials (a backup store's login) from a file (`--repository-file`),
+  never passed on a command line, in the environment's value or in what is printed.
 - restic's output goes to temporary files, never to a pipe left unread, so a long backup can
   not deadlock on a full pipe; a failure is a ResticError carrying restic's last lines.
 - Every snapshot the mesh writes carries the tags `mesh-instance=<instance>` and
@@ -47,14 +48,31 @@ class Written:
 
 @attrs.frozen
 class Repository:
-    location: str  # what restic calls the repository (a path, sftp:..., rest:...)
+    location: str  # what restic calls the repository (a path, sftp:..., rest:...): printable
     password_file: str
+    # a 0600 file holding the location WITH its credentials (a store's login), read by restic
+    # instead of `location` (which then names it without them, for what is said)
+    repository_file: Optional[str] = None
+    cacert: Optional[str] = None  # the CA certificate that verifies a rest: server's TLS
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.pop("RESTIC_PASSWORD", None)
-        env.update(RESTIC_REPOSITORY=self.location, RESTIC_PASSWORD_FILE=self.password_file)
+        for name in ("RESTIC_PASSWORD", "RESTIC_REPOSITORY", "RESTIC_REPOSITORY_FILE",
+                     "RESTIC_PASSWORD_COMMAND", "RESTIC_CACERT"):
+            env.pop(name, None)
+        if self.repository_file is None:
+            env.update(RESTIC_REPOSITORY=self.location)
+        env.update(RESTIC_PASSWORD_FILE=self.password_file)
         return env
+
+    def _globals(self) -> list[str]:
+        """Global options: paths only (the files hold the secrets)."""
+        found = []
+        if self.repository_file is not None:
+            found += ["--repository-file", self.repository_file]
+        if self.cacert:
+            found += ["--cacert", self.cacert]
+        return found
 
     def run(self, args: Sequence[str], stdin: Optional[IO[bytes]] = None,
             stdout: Optional[IO[bytes]] = None) -> str:
@@ -63,7 +81,7 @@ class Repository:
         if binary is None:
             raise ResticError("restic is not installed; install it (apt-get install restic)")
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            done = subprocess.run([binary, *args], stdin=stdin or subprocess.DEVNULL,
+            done = subprocess.run([binary, *self._globals(), *args], stdin=stdin or subprocess.DEVNULL,
                                   stdout=stdout or out, stderr=err, env=self._env(),
                                   check=False)
             err.seek(0)
@@ -97,7 +115,7 @@ class Repository:
         binary = shutil.which("restic") or "restic"
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             process = subprocess.Popen(
-                [binary, "backup", "--json", "--stdin", "--stdin-filename",
+                [binary, *self._globals(), "backup", "--json", "--stdin", "--stdin-filename",
                  instance + STDIN_SUFFIX, "--host", host, "--tag", TAG_INSTANCE + instance,
                  "--tag", TAG_MODULE + module],
                 stdin=subprocess.PIPE, stdout=out, stderr=err, env=self._env())

@@ -7,7 +7,11 @@ Invariants:
 - A guard (resolver UpgradeGuard in the declaration) acts only while a container of its
   instance runs another image than declared; a second apply does nothing.
 - No container is recreated on a new image before its snapshot is written: a snapshot that
-  fails (or no --backup-password-file) fails the apply before anything changes.
+  fails (or no --backup-password-file for an outside repository) fails the apply before
+  anything changes.
+- An instance with a backup duty on the mesh's backup store is snapshotted (and restored)
+  through that duty's repository, opened as `mesh backup` opens it (node/backup_target.py,
+  with the apply's sealed values): the same login and repository password.
 - `fresh` sets the state directories aside (renamed `<dir>.before-<version>`, never removed),
   once per version: the record says which version the state is at.
 - A rollback's restore that fails fails the apply and removes the no-op record, so the next
@@ -22,17 +26,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Optional
+import contextlib
+from typing import Any, Callable, Iterator, Optional
 
 import docker
 
 from resolver import BackupMethod, Declaration, MeshError, UpgradeGuard
-from resolver.backups import BackupJob
+from resolver.backups import BackupDuty, BackupJob
 
 from executors.common.atomic import write_atomic
 from executors.common.marks import LABEL_CONTAINER, LABEL_INSTANCE, LABEL_MESH
 from executors.common.report import Report
 from executors.node.backup import CommandFailed, backup, restore, state_paths
+from executors.node.backup_target import open_repository
+from executors.node.extensions import SecretSource
 from executors.node.node_paths import NodePaths
 from executors.node.restic import Repository, ResticError
 
@@ -95,8 +102,31 @@ def _changing(declaration: Declaration, guard: UpgradeGuard,
             if name in declared and image != declared[name]}
 
 
+def _store_duty(declaration: Declaration, guard: UpgradeGuard) -> Optional[BackupDuty]:
+    """The backup duty of the guard's instance on the mesh's backup store (None: the guard
+    snapshots into an outside repository, opened with the password file)."""
+    return next((d for d in declaration.backups
+                 if d.instance == guard.instance and d.login is not None), None)
+
+
+@contextlib.contextmanager
+def guard_repository(declaration: Declaration, guard: UpgradeGuard, paths: NodePaths,
+                     password_file: Optional[str], secrets: Optional[SecretSource]
+                     ) -> Iterator[Repository]:
+    """The repository a guard snapshots into: its instance's backup duty's on the mesh's
+    backup store (the same login and repository password as `mesh backup`), else the outside
+    repository opened with `password_file`."""
+    duty = _store_duty(declaration, guard)
+    if duty is None:
+        yield Repository(location=guard.repository, password_file=password_file or "")
+        return
+    with open_repository(duty, declaration, paths, secrets) as repository:
+        yield repository
+
+
 def before_upgrades(declaration: Declaration, paths: NodePaths, api: docker.APIClient,
-                    password_file: Optional[str], report: Report, dry_run: bool) -> bool:
+                    password_file: Optional[str], report: Report, dry_run: bool,
+                    secrets: Optional[SecretSource] = None) -> bool:
     """Snapshot each guarded instance about to change image; False (said) when one cannot be
     snapshotted, and then nothing may change."""
     for guard in declaration.upgrades:
@@ -112,7 +142,7 @@ def before_upgrades(declaration: Declaration, paths: NodePaths, api: docker.APIC
             continue
         try:
             _snapshot_first(declaration, guard, paths, api, password_file, running, changing,
-                            what, report)
+                            what, report, secrets)
         except (UpgradeRefused, ResticError, CommandFailed, MeshError, OSError) as exc:
             report.record("snapshot-before-upgrade", guard.instance, f"image changes ({what})",
                           f"failed: {exc}", ok=False)
@@ -125,7 +155,8 @@ def before_upgrades(declaration: Declaration, paths: NodePaths, api: docker.APIC
 def _snapshot_first(declaration: Declaration, guard: UpgradeGuard, paths: NodePaths,
                     api: docker.APIClient, password_file: Optional[str],
                     running: dict[str, tuple[str, bool]],
-                    changing: dict[str, tuple[str, str]], what: str, report: Report) -> None:
+                    changing: dict[str, tuple[str, str]], what: str, report: Report,
+                    secrets: Optional[SecretSource] = None) -> None:
     record = read_upgrade_record(paths, guard.instance) or {}
     before = {name: old for name, (old, _) in changing.items()}
     after = {name: new for name, (_, new) in changing.items()}
@@ -136,16 +167,17 @@ def _snapshot_first(declaration: Declaration, guard: UpgradeGuard, paths: NodePa
                    f"of this upgrade; snapshot {str(record.get('snapshot'))[:8]} stays the one "
                    "taken before it")
         return
-    if not password_file:
+    if not password_file and _store_duty(declaration, guard) is None:
         raise UpgradeRefused(f"{guard.instance} changes image and is snapshotted first: give "
                              "--backup-password-file (or $MESH_BACKUP_PASSWORD_FILE), the "
                              "backup repository's password file")
     dump_running = guard.container is not None and running.get(guard.container, ("", False))[1]
     job = job_of(guard, declaration.mesh, declaration.node, dump_running)
-    repository = Repository(location=guard.repository, password_file=password_file)
     operation = report.begin("snapshot-before-upgrade", guard.instance,
                              f"image changes ({what})")
-    written = backup(api, job, repository, state_paths(job, str(paths.state_root)), report.say)
+    with guard_repository(declaration, guard, paths, password_file, secrets) as repository:
+        written = backup(api, job, repository, state_paths(job, str(paths.state_root)),
+                         report.say)
     report.end(operation, f"snapshot {written.snapshot[:8]} ({written.read} bytes read) in "
                f"{guard.repository}")
     rolling_back = record.get("rollback") is not None and record.get("to") == before
@@ -183,7 +215,7 @@ def _set_aside(api: docker.APIClient, mesh: str, guard: UpgradeGuard, job: Backu
 
 def after_rollbacks(declaration: Declaration, paths: NodePaths, api: docker.APIClient,
                     password_file: Optional[str], report: Report,
-                    wait: float = 120.0) -> bool:
+                    wait: float = 120.0, secrets: Optional[SecretSource] = None) -> bool:
     """Restore the pre-upgrade snapshot into each instance a rollback marked, once it runs the
     image it ran before that upgrade again; False (said) when a restore failed."""
     ok = True
@@ -197,28 +229,33 @@ def after_rollbacks(declaration: Declaration, paths: NodePaths, api: docker.APIC
             report.say(f"rollback: {guard.instance} does not run the images it ran before its "
                        "upgrade yet; its snapshot is restored by the apply that puts them back")
             continue
-        if not password_file:
+        if not password_file and _store_duty(declaration, guard) is None:
             report.record("restore-after-rollback", guard.instance, "mesh rollback",
                           "failed: give --backup-password-file", ok=False)
             report.say(f"rollback: {guard.instance} runs its image before again; restoring "
                        "its snapshot needs --backup-password-file; result: failed")
             return False
         job = job_of(guard, declaration.mesh, declaration.node, True)
-        repository = Repository(location=guard.repository, password_file=password_file)
         operation = report.begin("restore-after-rollback", guard.instance,
                                  f"mesh rollback: snapshot {str(record['snapshot'])[:8]}")
         deadline = time.monotonic() + wait
-        while True:
-            try:
-                restore(api, job, repository, str(record["snapshot"]),
-                        state_paths(job, str(paths.state_root)), report.say)
-                break
-            except (CommandFailed, MeshError) as exc:
-                if time.monotonic() > deadline or isinstance(exc, ResticError):
-                    report.end(operation, f"failed: {exc}", ok=False)
-                    ok = False
-                    break
-                time.sleep(1.0)  # the server just started: it accepts its dump soon
+        try:
+            with guard_repository(declaration, guard, paths, password_file,
+                                  secrets) as repository:
+                while True:
+                    try:
+                        restore(api, job, repository, str(record["snapshot"]),
+                                state_paths(job, str(paths.state_root)), report.say)
+                        break
+                    except (CommandFailed, MeshError) as exc:
+                        if time.monotonic() > deadline or isinstance(exc, ResticError):
+                            report.end(operation, f"failed: {exc}", ok=False)
+                            ok = False
+                            break
+                        time.sleep(1.0)  # the server just started: it accepts its dump soon
+        except MeshError as exc:  # the backup store's repository did not open
+            report.end(operation, f"failed: {exc}", ok=False)
+            ok = False
         if not ok:
             try:  # the next apply must not be answered as a no-op: it retries the restore
                 os.unlink(paths.noop_record)

@@ -3,10 +3,21 @@ verifies them, applies the newest, reports back.
 
 Invariants:
 - Only this node's queue is read, with this node's account; only reports and answers to logs
-  requests are published, in this node's name (the broker validates `user_id`).
+  and backup requests are published, in this node's name (the broker validates `user_id`).
+- Scheduled backups (node/backup_schedule.py) start from the idle loop in a thread of their
+  own, one at a time, also while the broker is away; each ending is reported (trigger
+  `backup`), and every report carries each instance's last backup. A backup request (`mesh
+  backup|restore DIR INSTANCE`) is verified like a declaration and run apart from them
+  (agent/backup_answer.py); it never applies anything.
 - A logs request (`mesh logs DIR INSTANCE`) is verified like a declaration and answered apart
   from them (agent/logs_answer.py, secret values replaced by their tokens); it never applies
-  anything.
+  anything. A follow request (`--follow`) is streamed by a follower thread with a broker
+  connection of its own (agent/logs_follow.py); the same request again renews its lease.
+- A declaration whose apply failed in its arrival phase (a move's state not fetched: nothing
+  changed) is kept and applied again every arrivals.RETRY_SECONDS by this loop (trigger
+  `retry`) until it applies or a newer declaration replaces it; while an arrival copies, its
+  latest progress line is published as a `progress` report from the broker thread
+  (agent/arrivals.py).
 - A declaration is applied only after its envelope verified against the pinned mesh CA
   (common/messages.py) and its body proved to be this node's of this mesh. Anything else (a bad
   signature, another key, another node, truncated, not JSON) is refused: its report says why
@@ -54,10 +65,11 @@ from executors.common.amqp import BrokerError, FleetNames
 from executors.common.atomic import write_atomic
 from executors.common.keys import load_private_key, unseal
 from executors.common.report import LivePrinter, Report
-from executors.node.agent import logs_answer
+from executors.node.agent import arrivals, backup_answer, logs_answer, logs_follow
 from executors.node.agent.config import AgentConfig, BrokerLogin
 from executors.node.agent.revoked import KeptRevocations
 from executors.node.apply.options import ApplyOptions
+from executors.node.backup_schedule import BackupRecord, BackupRunner, BackupSchedule
 from executors.node.apply.runner import apply_files, secret_source_from
 from executors.node.verify.check import engine_client, engine_locator, verify_declaration
 from executors.node.apply.outcome import ApplyOutcome, ApplyResult
@@ -161,7 +173,14 @@ class Agent:
         self.config = config
         self.login: BrokerLogin = login
         self.say = say or stderr_line(config.node)
-        self.applier = applier or apply_with_runner
+        # an arrival's progress, published while it copies (agent/arrivals.py)
+        self.moving = arrivals.MoveProgress()
+        self.applier = applier or arrivals.applier_with_progress(self.moving)
+        self.progress_channel: Optional[BlockingChannel] = None
+        # `mesh logs DIR INSTANCE --follow`: a thread and a connection each (logs_follow.py)
+        self.followers = logs_follow.Followers(
+            config.node, logs_follow.publisher(self._parameters, login.user, config.node),
+            self.say)
         self.verifier = verifier if verifier is not None else (
             self._verify if config.verify else None)
         self.clock = clock
@@ -182,6 +201,11 @@ class Agent:
         self.next_drift: Optional[float] = self.clock()  # at start: repair what a reboot lost
         # the state of instances that moved away, served while the move is declared
         self.departures = Departures(config.state_root, config.docker_host, self.say)
+        # scheduled backups of the declaration in force, in a thread (node/backup_schedule.py)
+        self.backups = BackupSchedule(BackupRunner(config.state_root, config.docker_host,
+                                                   config.key, config.node, self.say), self.say)
+        # a declaration whose arrival failed, applied again by itself (agent/arrivals.py)
+        self.arrival = arrivals.ArrivalRetry(self.files.root, self.say, clock)
 
     # -- broker
 
@@ -213,6 +237,8 @@ class Agent:
                 f"broker not reachable (attempt {attempt}): {error}; retrying in {delay:.0f}s"),
             connected=lambda attempt: f"connected to the broker (attempt {attempt})")
         self.departures.close()
+        self.backups.close()
+        self.followers.close()
         self.say("stopped")
 
     def _follow_departures_in_force(self) -> None:
@@ -243,9 +269,17 @@ class Agent:
         consume.basic_consume(queue, lambda ch, method, props, body: self.waiting.append(
             Delivery(method.delivery_tag, props.message_id, body)))
         self._send_unsent(reports)
+        self.progress_channel = reports
         while not self.stopping:
             if self.waiting:
                 batch = self._settle(connection, consume, queue)
+                wanted = [d for d in batch if backup_answer.is_backup_request(d.body)]
+                if wanted:  # run apart: a backup request never applies anything
+                    batch = [d for d in batch if d not in wanted]
+                    done = self._run_serviced(connection, lambda: self.answer_backups(wanted))
+                    for delivery, (routing, document) in zip(wanted, done):
+                        self._publish_answer(reports, routing, document)
+                        consume.basic_ack(delivery.tag)
                 asked = [d for d in batch if logs_answer.is_logs_request(d.body)]
                 if asked:  # answered apart: a logs request never applies anything
                     batch = [d for d in batch if not logs_answer.is_logs_request(d.body)]
@@ -253,16 +287,26 @@ class Agent:
                     for delivery, (routing, document) in zip(asked, answers):
                         self._publish_logs(reports, routing, document)
                         consume.basic_ack(delivery.tag)
-                outcomes = self._run_serviced(connection, lambda: self.handle(batch))
+                # never while a backup stops or dumps the containers the apply changes
+                outcomes = self._run_serviced(
+                    connection, lambda: self.backups.apart(lambda: self.handle(batch)))
                 for delivery, report in outcomes:
                     self._publish_report(reports, report)
                     consume.basic_ack(delivery.tag)
                 continue
             if self._drift_due():
-                drift_report = self._run_serviced(connection, self._drift)
+                drift_report = self._run_serviced(
+                    connection, lambda: self.backups.apart(self._drift))
                 if drift_report is not None:
                     self._publish_report(reports, drift_report)
                 continue
+            if self.arrival.due():
+                self._publish_report(reports, self._run_serviced(connection,
+                                                                 self._retry_arrival))
+                continue
+            self.backups.tick()  # a due backup starts in its own thread
+            for record in self.backups.finished():
+                self._publish_report(reports, self._backup_report(record))
             connection.process_data_events(time_limit=1.0)
 
     def _settle(self, connection: pika.BlockingConnection, consume: BlockingChannel,
@@ -296,6 +340,7 @@ class Agent:
             if lost is None:
                 try:
                     connection.process_data_events(time_limit=0.5)
+                    self._send_progress()
                 except Exception as error:  # noqa: BLE001 - kept until the apply is done
                     lost = error
             worker.join(0.05 if lost is None else 0.5)
@@ -356,12 +401,66 @@ class Agent:
                                                    message_id=delivery.message_id,
                                                    reason=refusal.reason)))
                 continue
+            if body.get("follow") is True:  # streamed by a follower; renewed by the asker
+                answers.append((request, self.followers.follow(
+                    body, request, engine=engine_client(self.config.docker_host),
+                    tokens=lambda: logs_answer.secret_tokens(self.files.current_files(),
+                                                             self.config.key,
+                                                             self.config.node))))
+                continue
             answers.append((request, logs_answer.answer(
                 body, request, self.config.node,
                 engine=engine_client(self.config.docker_host),
                 tokens=lambda: logs_answer.secret_tokens(self.files.current_files(),
                                                          self.config.key, self.config.node))))
         return answers
+
+    def answer_backups(self, wanted: list[Delivery]
+                       ) -> list[tuple[Optional[str], ReportBody]]:
+        """Each backup request verified and run (agent/backup_answer.py): (its id, the
+        answer), or (None, a report of its refusal)."""
+        answers: list[tuple[Optional[str], ReportBody]] = []
+        for delivery in wanted:
+            try:
+                body = messages.open_signed(delivery.body, kind=messages.BACKUP_REQUEST,
+                                            ca=self.ca, mesh=self.config.mesh,
+                                            revoked=self.revoked.serials())
+                request = backup_answer.check_request(
+                    body, self.config.mesh, self.config.node,
+                    datetime.datetime.now(datetime.timezone.utc))
+            except messages.MessageRefused as refusal:
+                self.say(f"refused backup request {delivery.message_id or '(no id)'}: "
+                         f"{refusal.reason}")
+                answers.append((None, self._report("message", result="rejected",
+                                                   message_id=delivery.message_id,
+                                                   reason=refusal.reason)))
+                continue
+            self.say(f"backup request {request}: {body.get('action')} {body.get('instance')}")
+            answers.append((request, backup_answer.answer(body, request, self.config.node,
+                                                          self.backups)))
+        return answers
+
+    def _publish_answer(self, channel: BlockingChannel, routing: Optional[str],
+                        document: ReportBody) -> None:
+        """A backup request's answer to its asker's queue, or a refusal's report."""
+        if routing is None:
+            self._publish_report(channel, document)
+            return
+        try:
+            amqp.publish(channel, amqp.LOGS, routing, messages.plain(document),
+                         amqp.properties(message_id=f"backup/{self.config.node}/{routing}",
+                                         kind="backup", user_id=self.login.user))
+        except BrokerError as error:  # the asker gave up waiting: its queue is gone
+            self.say(f"answer to backup request {routing} not delivered: {error}")
+            return
+        self.say(f"answered backup request {routing} ({document.get('action')} "
+                 f"{document.get('instance')}: " + (str(document["error"]) if
+                 document.get("error") else f"snapshot {str(document.get('snapshot'))[:8]}")
+                 + ")")
+
+    def _backup_report(self, record: BackupRecord) -> ReportBody:
+        return self._report("backup", result="failed" if record.error else "backed-up",
+                            reason=record.error, backup=record.to_json())
 
     def _send_unsent(self, channel: BlockingChannel) -> None:
         while self.unsent:
@@ -415,6 +514,11 @@ class Agent:
             superseded = {entry.file: entry.superseded_by
                           for entry in report.superseded or ()}
             winner = labels.get(report.file) if report.file is not None else None
+            if winner is not None and report.file is not None:
+                if arrivals.arrival_failed(report):
+                    self.arrival.keep(report.file, secrets_file, winner.declaration.serial)
+                else:
+                    self.arrival.clear()
             verify = None
             if winner is not None and report.file is not None \
                     and report.result == ApplyResult.APPLIED:
@@ -439,6 +543,47 @@ class Agent:
         finally:
             shutil.rmtree(spool, ignore_errors=True)
         return outcomes
+
+    def _send_progress(self) -> None:
+        """The latest progress of an arrival under way, as a `progress` report (broker thread)."""
+        moving = self.moving.take()
+        if moving is not None and self.progress_channel is not None:
+            amqp.publish(self.progress_channel, amqp.REPORTS, amqp.REPORTS,
+                         messages.plain(self._report("progress", result="copying",
+                                                     moving=moving)),
+                         amqp.properties(message_id=f"progress/{self.config.node}/{now_iso()}",
+                                         kind="report", user_id=self.login.user))
+
+    def _retry_arrival(self) -> ReportBody:
+        """Apply again the declaration whose arrival failed (from the beginning); its report."""
+        kept = self.arrival.files()
+        if kept is None:
+            self.arrival.clear()
+            return self._report("retry", result="failed", reason="nothing kept to try again")
+        declaration_file, secrets_file = kept
+        self.say(f"trying again the arrival of serial {self.arrival.serial()}")
+        try:
+            report = self.applier(self._options([str(declaration_file)], secrets_file),
+                                  self.say)
+        except MeshError as error:
+            self.arrival.clear()
+            return self._report("retry", result="failed", reason=str(error))
+        verify = None
+        if arrivals.arrival_failed(report):
+            self.arrival.postpone()
+            self.say(f"the arrival failed again: next attempt in "
+                     f"{arrivals.RETRY_SECONDS:.0f}s")
+        elif report.result == ApplyResult.APPLIED:
+            self._keep_current(str(declaration_file), secrets_file)
+            self.arrival.clear()
+            declaration = resolver.documents.structure(
+                json.loads(Path(self.files.current / "declaration.json").read_text()),
+                resolver.Declaration)
+            self.departures.follow(declaration)
+            verify = self._run_verify(declaration, self.files.current / "secrets.yaml")
+        else:
+            self.arrival.clear()
+        return self._apply_report("retry", report, None, verify)
 
     def _options(self, declarations: list[str], secrets_file: Path) -> ApplyOptions:
         return ApplyOptions(declarations=declarations, state_root=self.config.state_root,
@@ -488,9 +633,10 @@ class Agent:
     def _drift_if_due(self) -> None:
         """Drift repair while no broker connection serves us (its report waits to be sent)."""
         if self._drift_due():
-            report = self._drift()
+            report = self.backups.apart(self._drift)
             if report is not None:
                 self.unsent.append(report)
+        self.backups.tick()  # scheduled backups go on without the broker; reported once back
 
     def _drift(self) -> Optional[ReportBody]:
         """Re-apply the last good declaration and verify again; a report when the re-apply
@@ -531,7 +677,8 @@ class Agent:
                     "superseded_by": None, "reason": None, "serial_applied": None,
                     "operations": [], "checks": [], "notices": [], "held": [],
                     "generations": {}, "record": self._record(), "verify": None, "drift": None,
-                    "agent": {"version": AGENT_VERSION, "host": socket.gethostname()}}
+                    "agent": {"version": AGENT_VERSION, "host": socket.gethostname()},
+                    "backups": self.backups.results()}
         document.update(fields)
         return document
 
@@ -556,6 +703,10 @@ class Agent:
                   or report.failed_phase}
         if report.refusals:
             fields["reason"] = "; ".join(f"{r.subject}: {r.message}" for r in report.refusals)
+        if arrivals.arrival_failed(report):  # what the failed arrival said, not only its phase
+            fields["reason"] = "; ".join(f"arrival of {op.subject} {op.result}"
+                                         for op in report.ops if op.op == "arrive" and not op.ok) \
+                or report.failed_phase
         if item is not None:
             fields.update(message_id=item.delivery.message_id,
                           serial=item.declaration.serial, digest=item.declaration.digest)

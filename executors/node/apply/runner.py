@@ -253,12 +253,16 @@ def apply_files(options: ApplyOptions, report: Report) -> ApplyOutcome:
     if not arrive_pending(newest, NodePaths(options.state_root, file_root), secret_source,
                           report, options.dry_run):
         report.say("stopped before changing anything: a state arrival failed; result: failed")
+        # the file and the event log: the agent keeps the file to try again (agent/arrivals)
+        # and reports why the arrival failed
         return ApplyOutcome(ApplyResult.FAILED, mesh=newest.mesh, node=newest.node,
-                            serial=newest.serial, failed_phase="arrival")
+                            serial=newest.serial, failed_phase="arrival",
+                            file=str(max(declarations, key=lambda d: d[1].serial)[0]),
+                            ops=tuple(report.ops))
     # a stateful instance about to run another image is snapshotted first (node/upgrade.py)
     if newest.upgrades and not before_upgrades(
             newest, NodePaths(options.state_root, file_root), api,
-            options.backup_password_file, report, options.dry_run):
+            options.backup_password_file, report, options.dry_run, secrets=secret_source):
         return ApplyOutcome(ApplyResult.FAILED, mesh=newest.mesh, node=newest.node,
                             serial=newest.serial, failed_phase="snapshot")
     outcome = pipeline.apply_latest(
@@ -270,7 +274,8 @@ def apply_files(options: ApplyOptions, report: Report) -> ApplyOutcome:
         noop_inputs=noop_inputs if noop_inputs == _noop_inputs(options) else None)
     if newest.upgrades and outcome.result == ApplyResult.APPLIED and not options.dry_run \
             and not after_rollbacks(newest, NodePaths(options.state_root, file_root), api,
-                                    options.backup_password_file, report):
+                                    options.backup_password_file, report,
+                                    secrets=secret_source):
         outcome = outcome._replace(result=ApplyResult.FAILED, failed_phase="rollback")
     error = outcome.error
     if error is not None and error.engine:

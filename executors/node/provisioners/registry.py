@@ -49,6 +49,7 @@ KNOWN: Mapping[str, str] = {
 FILE_KINDS: Mapping[str, str] = {
     "registry+account": "executors.node.provisioners.htpasswd",
     "bearer-token": "executors.node.provisioners.tokens",
+    "backup-login": "executors.node.provisioners.backup_logins",
 }
 
 # Provisions that grant nothing, checked by their protocol (`mesh verify`); imported on first use.
