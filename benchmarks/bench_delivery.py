@@ -15,7 +15,11 @@ the ratio, and the cost per node (linear in nodes is the target; ratio at 1,000 
 The simulated agents of one worker share one connection and publish each report with the
 `user_id` of the node it speaks for (an `impersonator` account of this benchmark; a real
 node's account may not), so what is measured is the per-message work, not 1,000 TCP
-connections.
+connections. Printed against the targets (issue 33): the ratio of the medians at 1,000 nodes
+(at most 2) and the median cost per node from 100 to 1,000 nodes (linear: at most
+LINEAR_TOLERANCE times); and, per size, what preparing a one-line edit (a node added) costs
+with nothing kept (a one-shot `mesh publish`) and with what the control loop keeps between
+rounds (control/publish.Memory).
 
 Part 2, one real node: an enrolled `mesh agent` process applying to the real Docker Engine
 (firewall left alone). Time from publish to its report handled, for a change of one
@@ -131,6 +135,10 @@ class Job:
     index: int = 0
 
 
+#: How much the median cost per node may grow from N to 10 N nodes and still read as linear.
+LINEAR_TOLERANCE = 1.25
+
+
 @attrs.frozen
 class Row:
     """One size of part 1: seconds (best and median of the repetitions) and message size."""
@@ -144,6 +152,10 @@ class Row:
     raw_plain: float  # the raw limit over plain AMQP, same broker
     raw_plain_median: float
     message_bytes: float
+    # after a one-line edit (one node added): preparing it as a one-shot process does (nothing
+    # kept) and as the control loop does (its publish.Memory from the rounds before)
+    edit_fresh: float = 0.0
+    edit_kept: float = 0.0
 
 
 def tls_broker(scratch: Path) -> tuple[Broker, PrivateRabbit]:
@@ -406,11 +418,13 @@ def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -
             reports = control.state.reports()
             assert len(reports) == size and all(r["last"]["result"] == "applied"
                                                 for r in reports.values())
+            edit_fresh, edit_kept = prepare_after_edits(control, scratch)
             rows.append(Row(nodes=size, prepare=prepare_seconds, ours=min(ours),
                             ours_median=statistics.median(ours), raw=min(raw),
                             raw_median=statistics.median(raw), raw_plain=min(raw_plain),
                             raw_plain_median=statistics.median(raw_plain),
-                            message_bytes=statistics.mean(len(d) for d in raw_data)))
+                            message_bytes=statistics.mean(len(d) for d in raw_data),
+                            edit_fresh=edit_fresh, edit_kept=edit_kept))
             connection.close()
             plain_connection.close()
         finally:
@@ -419,14 +433,47 @@ def part_one(sizes: list[int], workers: int, repetitions: int, broker: Broker) -
             remove_mesh(broker, mesh)
             shutil.rmtree(scratch, ignore_errors=True)
         row = rows[-1]
+        ratio = row.ours_median / row.raw_median
         print(f"{size:>5} nodes: publish→reports {row.ours:.3f}s (median "
               f"{row.ours_median:.3f}s), raw publish+consume+reply {row.raw:.3f}s "
-              f"(median {row.raw_median:.3f}s), ratio {row.ours / row.raw:.2f}; "
+              f"(median {row.raw_median:.3f}s), ratio {row.ours / row.raw:.2f} (medians "
+              f"{ratio:.2f}{', target <= 2: ' + _mark(ratio <= 2) if size >= 1000 else ''}); "
               f"{1000 * row.ours / size:.2f} ms/node; resolve+write+record before it "
               f"{row.prepare:.2f}s; message {row.message_bytes:.0f} bytes; TLS costs "
               f"{1e6 * (row.raw - row.raw_plain) / size:.0f} µs/message (raw over plain AMQP "
               f"{row.raw_plain:.3f}s)", flush=True)
+        print(f"{size:>5} nodes: after a one-line edit (one node added), preparing it "
+              f"{row.edit_fresh:.2f}s with nothing kept (a one-shot `mesh publish`), "
+              f"{row.edit_kept:.2f}s with what the control loop keeps between rounds",
+              flush=True)
     return rows
+
+
+def _mark(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def prepare_after_edits(control: Control, directory: Path) -> tuple[float, float]:
+    """Seconds to prepare a one-line edit of mesh.yaml (a node added, with no instance: its
+    own declaration is the one that changes), once with the control loop's memory (kept over
+    the rounds before, which wrote the ledger) and once, after another such edit, as a fresh
+    process does (nothing kept); each prepared (written and recorded), not sent (so the second
+    prepares both added nodes). Returns (fresh, kept)."""
+    timings = []
+    kept = control.memory
+    for number, fresh in ((0, False), (1, True)):
+        text = (directory / "mesh.yaml").read_text()
+        (directory / "mesh.yaml").write_text(text.replace(
+            "nodes:\n", f"nodes:\n  added{number}: {{address: 10.250.0.{number + 1}}}\n", 1))
+        control.memory = publish.Memory() if fresh else kept
+        began = time.perf_counter()
+        prepared = control.prepare()
+        timings.append(time.perf_counter() - began)
+        # prepared, not sent: the node added before is still to publish
+        assert [d.node for d in prepared.declarations] == [
+            f"added{n}" for n in range(number + 1)], [d.node for d in prepared.declarations]
+    control.memory = kept
+    return timings[1], timings[0]
 
 
 def login_cost(broker: Broker, logins: int = 20) -> dict[str, float]:
@@ -546,6 +593,15 @@ def _run(args: argparse.Namespace, broker: Broker) -> int:
               f"{1000 * last.ours / last.nodes:.2f} ms/node (raw "
               f"{1000 * first.raw / first.nodes:.2f} → "
               f"{1000 * last.raw / last.nodes:.2f})")
+        # linear: the median cost per node at the largest size within LINEAR_TOLERANCE of the
+        # one at the size ten times smaller (10 nodes is all fixed costs: not compared)
+        base = next((row for row in rows if row.nodes * 10 == last.nodes), None)
+        if base is not None:
+            grows = (last.ours_median / last.nodes) / (base.ours_median / base.nodes)
+            print(f"median cost per node from {base.nodes} to {last.nodes} nodes: "
+                  f"{1000 * base.ours_median / base.nodes:.2f} → "
+                  f"{1000 * last.ours_median / last.nodes:.2f} ms/node, x{grows:.2f}; "
+                  f"linear (at most x{LINEAR_TOLERANCE}): {_mark(grows <= LINEAR_TOLERANCE)}")
     if not args.no_real_node:
         part_two(args.real_node_repetitions, broker)
     print(json.dumps({"login_seconds": logins, "simulated": [attrs.asdict(row) for row in rows]},

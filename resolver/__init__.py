@@ -19,6 +19,8 @@ the `mesh` command is built from are in public submodules, each with its own `__
   the names rendering gives.
 - `resolver.backups`: which backup one instance gets, which snapshot may be restored, which
   schedules are overdue.
+- `resolver.incremental`: `resolve_from`, a resolution that reuses what the previous one made
+  (an explicit `Reuse` value handed in and back), equal to `resolve`'s.
 
 The public API is exactly the root's `__all__` and the submodules' own. The root's is joined
 from the private modules' lists (each says what it adds to the root), so it cannot drift from
@@ -45,7 +47,7 @@ from ._frozen import *  # noqa: F401,F403
 from ._backups import *  # noqa: F401,F403
 from . import (_backups, _changes, _check, _codes, _declaration, _documents, _errors, _frozen, _inputs,
                _ledger, _mesh_dir, _model, _plan, _resolution, _resolve, _rotation, _yaml)
-from . import artifacts, backups, certificates, documents, picture, rendering, rotation
+from . import artifacts, backups, certificates, documents, incremental, picture, rendering, rotation
 
 __all__ = [
     # Loading and resolving
@@ -65,4 +67,5 @@ __all__ = [
     *_declaration.__all__, *_frozen.__all__,
     # The public submodules
     "documents", "rotation", "artifacts", "certificates", "picture", "rendering", "backups",
+    "incremental",
 ]

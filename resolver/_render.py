@@ -19,6 +19,9 @@ Invariants:
   serial and digest (declaration_digest).
 - What depends on a module alone is read once per module (resolver/_shape.py): each env value
   is compiled there, so filling it per instance only looks up what varies by instance.
+- Reuse (render_instances_reusing, for resolver/incremental.py): a rendering is taken from a
+  previous run only when its RenderingKey, which holds every value the rendering reads, equals
+  the kept one; instances that read the ledger's TLS parts are always rendered anew.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._ledger import Ledger
 from ._model import EMPTY_VEC, Mesh, Module
 from ._registry_access import MeshRegistry, with_auth
-from ._tool_tokens import serves_tokens
+from ._tool_tokens import serves_backup_logins, serves_tokens
 from ._render_bindings import Consumed, Live
 from ._shape import TOLD_NOTHING, ModuleShape, Told
 from ._tls import CA_CONTAINER_FILE, ca_file, name_parts, server_files, tls_ref, with_tls
@@ -187,7 +190,55 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
 
     What depends on the module alone is read once per module (ModuleShape), what depends on
     the node once per node (its facilities); each rendering is frozen as soon as it is whole."""
+    return render_instances_reusing(live, mesh, ledger, registry, assigned, own, consumed,
+                                    providers, local, servers, served)[0]
+
+
+RenderingKey = tuple[object, ...]
+"""Exactly what one instance's rendering is made from (render_instances_reusing): equal keys,
+equal renderings."""
+
+@attrs.frozen
+class Kept:
+    """What render_instances_reusing made that a later run may reuse."""
+
+    run: RenderingKey = ()
+    """The values every rendering reads (when they differ, nothing else here is reused)."""
+    modules: Mapping[str, RenderingKey] = EMPTY_FROZEN
+    """Module name → (the module, the images of its artifacts)."""
+    instances: Mapping[str, tuple[RenderingKey, InstanceRendering]] = EMPTY_FROZEN
+    """Instance → the key and the rendering made from it."""
+
+
+NOTHING_KEPT = Kept()
+
+
+def render_instances_reusing(
+        live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[MeshRegistry],
+        assigned: Mapping[tuple[str, str], int], own: Mapping[tuple[str, str], SecretRef],
+        consumed: Consumed, providers: Mapping[str, PVector[ProviderDecl]],
+        local: LocalOpenings, servers: Mapping[str, tuple[str, str]] = EMPTY_FROZEN,
+        served: Mapping[str, tuple[str, ...]] = EMPTY_FROZEN, kept: Optional[Kept] = None,
+        ) -> tuple[FrozenMap[str, InstanceRendering], Kept]:
+    """render_instances, reusing what a previous resolution rendered: with `kept` (None: keep
+    nothing, make no keys), an instance whose RenderingKey equals the one kept for it gets the
+    kept rendering (the same object), and every keyed rendering is returned with its key for
+    the next run. The key holds every value the instance's rendering reads (its Instance, its
+    module and the images of its artifacts, its node's address and facilities, what it is told,
+    its own ports, secrets and MACs, its parts of the bindings, its providers and local
+    openings) and `run` the values every rendering reads (the mesh's name, logs, domain and
+    acme, the CA, the registry's address); instances that read the ledger's TLS parts (a TLS
+    server, a consumer of a TLS binding, an ingress, the registry, a tool server) are rendered
+    anew each time and not kept."""
     registry_address = registry.address if registry is not None else None
+    run: RenderingKey = (mesh.mesh, mesh.logs, live.domain,
+                         mesh.acme.email if mesh.acme is not None else None, ledger.ca,
+                         registry_address)
+    keeping = kept is not None
+    if kept is not None and kept.run != run:
+        kept = NOTHING_KEPT  # something every rendering reads changed: nothing is kept
+    made: dict[str, tuple[RenderingKey, InstanceRendering]] = {}
+    module_keys: dict[str, RenderingKey] = {}  # module name → (module, its images)
     facilities_of: dict[str, dict[str, str]] = {}  # node → facility → its path
     shapes: dict[str, ModuleShape] = {}  # module name → its shape
     store = registry.instance if registry is not None else None
@@ -200,13 +251,36 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
         shape = shapes.get(inst.module)
         if shape is None:
             module = live.modules[name]
-            shape = shapes[inst.module] = ModuleShape(
-                module, artifact_images(module, ledger, registry_address).of)
+            images = artifact_images(module, ledger, registry_address)
+            shape = shapes[inst.module] = ModuleShape(module, images.of)
+            if keeping:
+                module_key: RenderingKey = (module, tuple(sorted(images.by_key.items())))
+                known = kept.modules.get(inst.module) if kept is not None else None
+                # the kept key object itself when equal: instance keys then compare by identity
+                module_keys[inst.module] = known if known == module_key else module_key
         facilities = facilities_of.get(node)
         if facilities is None:
             facilities = facilities_of[node] = _facility_paths(mesh.nodes[node].facilities)
         at = live.address[node]
         tells: Mapping[str, Told] = consumed.told.get(name, TOLD_NOTHING)
+        key: Optional[RenderingKey] = None
+        if keeping and not (name in servers or name in consumed.verifying or name in served
+                            or name == store or serves_tokens(providers.get(name, EMPTY_VEC))
+                            or serves_backup_logins(providers.get(name, EMPTY_VEC))):
+            module = live.modules[name]
+            key = (inst, module_keys[inst.module], mesh.nodes[node].facilities, at, tells,
+                   live.fqdn_of.get(name),
+                   tuple(assigned.get((name, listen)) for listen in sorted(module.listens)),
+                   tuple(own.get((name, secret)) for secret in module.secrets),
+                   tuple(local.macs.get(container_name(mesh_name, name, c.name))
+                         for c in module.containers),
+                   providers.get(name), consumed.decls.get(name), consumed.grants.get(name),
+                   consumed.allows.get(name), local.by_consumer.get(name))
+            before = kept.instances.get(name) if kept is not None else None
+            if before is not None and before[0] == key:
+                renderings[name] = before[1]
+                made[name] = before
+                continue
         web = shape.web_listen
         if live.domain is not None or web is not None:  # ${self.url}… (resolver/_names)
             port = assigned.get((name, web)) if web is not None else None
@@ -255,7 +329,8 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
         containers, files = tls_parts(ledger, name, servers, name in consumed.verifying,
                                       containers, served.get(name, ()))
         files = mounted + [f for f in files if f not in mounted]
-        if name == store or serves_tokens(providers.get(name, EMPTY_VEC)):
+        if name == store or serves_tokens(providers.get(name, EMPTY_VEC)) \
+                or serves_backup_logins(providers.get(name, EMPTY_VEC)):
             # the registry's htpasswd, a tool server's tokens (resolver/_tool_tokens.py)
             containers = [with_auth(c, name) for c in containers]
         state_dirs = [StateDirDecl(path=state_host_path(name, path), uid=uid, gid=gid,
@@ -276,7 +351,10 @@ def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[
             else EMPTY_VEC,
             claims=shape.claims,
             files=pvector(files))
-    return FrozenMap(renderings)
+        if key is not None:
+            made[name] = (key, renderings[name])
+    return FrozenMap(renderings), Kept(run, FrozenMap(module_keys), FrozenMap(made)) \
+        if keeping else NOTHING_KEPT
 
 
 def _ref_order(s: SecretRef) -> tuple[str, Optional[int]]:

@@ -19,6 +19,9 @@ Invariants:
 - A binding to a TLS listen (resolver/_tls.tls_binding) is told the provision's `tls:` values
   and url, and its consumer is in `verifying` (it gets the CA); any other is told the plain
   keys only, exactly as before TLS existed.
+- Reuse (render_bindings_reusing, for resolver/incremental.py): a consumer's parts are taken
+  from a previous run only when its _GroupKey, which holds every value they are made from,
+  equals the kept one; they take the same place in the (consumer, requirement) order.
 """
 
 from __future__ import annotations
@@ -156,6 +159,77 @@ class Consumed:
     """The consumers with a TLS binding: they verify against the mesh CA (resolver/_tls.py)."""
 
 
+_ProviderKey = tuple[object, ...]
+"""What a binding reads of its provider: its node and the node's address, its module, its
+own secrets' references, its DNS name and the host ports of its listens."""
+
+_GroupKey = tuple[object, ...]
+"""Exactly what one consumer's parts of the bindings are made from (render_bindings_reusing)."""
+
+
+@attrs.frozen
+class _Piece:
+    """One consumer's parts of a Consumed."""
+
+    bindings: tuple[Binding, ...]
+    requests: tuple[Request, ...]
+    decls: PVector[BindingDecl]
+    told: Mapping[str, Told]
+    grants: Optional[FrozenMap[str, PVector[GrantDecl]]]
+    allows: Optional[FrozenMap[str, PVector[FirewallAllow]]]
+    verifies: bool
+
+
+@attrs.frozen
+class KeptBindings:
+    """What render_bindings_reusing made that a later run may reuse."""
+
+    provisions: Mapping[str, Provision] = attrs.Factory(dict)
+    """The catalogue's provisions (when they differ, nothing else here is reused)."""
+    providers: Mapping[str, _ProviderKey] = attrs.Factory(dict)
+    """Provider → its _ProviderKey."""
+    consumers: Mapping[str, tuple[_GroupKey, _Piece]] = attrs.Factory(dict)
+    """Consumer → the key and the parts made from it."""
+
+
+def _provider_key(live: Live, provider: str, assigned: Mapping[tuple[str, str], int],
+                  own: Mapping[tuple[str, str], SecretRef],
+                  kept: Mapping[str, _ProviderKey]) -> _ProviderKey:
+    """The _ProviderKey of `provider`: the kept object itself when equal, so the keys holding
+    it compare by identity."""
+    module = live.modules[provider]
+    node = live.node_of[provider]
+    key: _ProviderKey = (node, live.address[node], live.instances[provider].module, module,
+                         tuple(own.get((provider, s)) for s in module.secrets),
+                         live.fqdn_of.get(provider),
+                         tuple(assigned.get((provider, listen)) for listen in sorted(module.listens)))
+    known = kept.get(provider)
+    return known if known is not None and known == key else key
+
+
+def _group_key(live: Live, bound: Mapping[BoundKey, Bound], keys: list[BoundKey],
+               logins: Mapping[str, str], credentials: Mapping[str, Credential],
+               provider_keys: dict[str, _ProviderKey], kept: Mapping[str, _ProviderKey],
+               assigned: Mapping[tuple[str, str], int],
+               own: Mapping[tuple[str, str], SecretRef]) -> _GroupKey:
+    """The _GroupKey of the consumer of `keys` (all its bindings, in order); `provider_keys`
+    gathers each provider's key once per run."""
+    consumer = keys[0][0]
+    node = live.node_of[consumer]
+    parts: list[object] = [node, live.address[node], live.instances[consumer],
+                           live.modules[consumer]]
+    for key in keys:
+        b = bound[key]
+        provider = provider_keys.get(b.provider)
+        if provider is None:
+            provider = provider_keys[b.provider] = _provider_key(live, b.provider, assigned,
+                                                                 own, kept)
+        cred = b.credential
+        parts.append((b, provider, logins.get(cred) if cred is not None else None,
+                      credentials.get(cred) if cred is not None else None))
+    return tuple(parts)
+
+
 def render_bindings(live: Live, bound: Mapping[BoundKey, Bound],
                     assigned: Mapping[tuple[str, str], int], logins: Mapping[str, str],
                     credentials: Mapping[str, Credential],
@@ -164,6 +238,25 @@ def render_bindings(live: Live, bound: Mapping[BoundKey, Bound],
     live), rendered in (consumer, requirement) order: each consumer's are consecutive, so each
     consumer's parts are frozen as soon as its last binding is rendered. `own`: the module-own
     secrets (a provider's admin credential is one)."""
+    return render_bindings_reusing(live, bound, assigned, logins, credentials, own, None)[0]
+
+
+def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
+                            assigned: Mapping[tuple[str, str], int], logins: Mapping[str, str],
+                            credentials: Mapping[str, Credential],
+                            own: Mapping[tuple[str, str], SecretRef],
+                            kept: Optional["KeptBindings"]) -> tuple[Consumed, "KeptBindings"]:
+    """render_bindings, reusing what a previous resolution rendered: with `kept` (None: keep
+    nothing, make no keys), a consumer whose _GroupKey (each of its Bounds, with its login,
+    its credential and its provider's _ProviderKey; its own node, address, instance and
+    module; the catalogue's provisions) equals the one kept for it gets the parts kept for
+    it (the same objects), in the same place of the order; every keyed consumer's parts are
+    returned with their key for the next run."""
+    if kept is not None and kept.provisions != live.provisions:
+        kept = KeptBindings()  # the provisions every binding reads changed: nothing is kept
+    made: dict[str, tuple[_GroupKey, _Piece]] = {}
+    provider_keys: dict[str, _ProviderKey] = {}
+
     node_of, address, instances = live.node_of, live.address, live.instances
     # one SecretRef per (credential, generation): references are values, so sharing is
     # invisible (keyed by itself: no key tuple kept for each)
@@ -185,112 +278,146 @@ def render_bindings(live: Live, bound: Mapping[BoundKey, Bound],
     lists_of: dict[str, tuple[Require, ...]] = {}  # module → its requirements taking every one
     grants: defaultdict[str, list[GrantDecl]] = defaultdict(list)
     allows: defaultdict[str, list[FirewallAllow]] = defaultdict(list)
-    for index, key in enumerate(ordered):
-        b = bound[key]
-        req = b.requirement
-        provider_node = node_of[b.provider]
-        consumer_node = node_of[b.consumer]
-        port = assigned[(b.provider, b.listen)]
-        values = _Missing(host=address[provider_node], port=str(port))
-        secret: Optional[SecretRef] = None
-        if b.credential is not None:
-            login = logins[b.credential]
-            cred = credentials.get(b.credential)
-            active = cred.active if cred is not None else None
-            dual = two_slots(b.kind, active.slot if active is not None else None,
-                             active is not None)
-            slot = (active.slot if active is not None and active.slot else "a") if dual else None
-            given, needed = secret_ref(
-                credentials, b.credential, {provider_node, consumer_node},
-                f"{req.provision} for {b.consumer} from {b.provider}", slot, vectors=vectors)
-            requests.extend(needed)
-            secret = interned.setdefault(given, given)
-            values["user"] = f"{login}_{slot}" if dual else login
-            if b.kind in RESOURCE_KEYS:
-                values[RESOURCE_KEYS[b.kind]] = login
-            values[SECRET_KEYS.get(b.kind, "password")] = secret_token(b.credential)
-            # the provider is told the newest generation (pending, during a rotation) and the
-            # one it must still accept; holders stay on `active` until the provider applied
-            newest, retiring = grant_view(cred) if cred is not None and active is not None \
-                else (None, None)
-            grant_secret = secret
-            if newest:
-                newest_ref = SecretRef(b.credential, newest.generation)
-                grant_secret = interned.setdefault(newest_ref, newest_ref)
-            retiring_ref: Optional[SecretRef] = None
-            if retiring:
-                retiring_ref = SecretRef(b.credential, retiring.generation)
-                retiring_ref = interned.setdefault(retiring_ref, retiring_ref)
-            assert req.provision is not None  # only a provision grants a login
-            provider_module = instances[b.provider].module
-            if (provider_module, req.provision) not in admin_of:
-                admin_of[(provider_module, req.provision)] = next(
-                    (p.admin for p in live.modules[b.provider].provides
-                     if p.provision == req.provision), None)
-            admin_name = admin_of[(provider_module, req.provision)]
-            grants[provider_node].append(GrantDecl(
-                provision=req.provision, kind=b.kind, provider=b.provider,
-                consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
-                credential=grant_secret, slot=newest.slot if newest else slot,
-                retiring=retiring_ref, retiring_slot=retiring.slot if retiring else None,
-                admin=own.get((b.provider, admin_name)) if admin_name else None))
-        template: Optional[str] = None
-        listen = live.listens_of[instances[b.provider].module][b.listen]
-        tls = tls_binding(listen, provider_node == consumer_node)
-        if req.provision is not None:
-            definition = live.provisions[req.provision]
-            template = definition.url
-            if FQDN_KEY in definition.keys:
-                values[FQDN_KEY] = live.fqdn_of.get(b.provider, "")
-            for name, value in sorted(definition.values.items()):  # told as written
-                values[name] = value
-            if tls and definition.tls is not None:
-                fields = _Missing(values, ca=CA_CONTAINER_FILE)
-                template = definition.tls.url or template
-                for name, value in sorted(definition.tls.values.items()):
-                    values[name] = value.format_map(fields)
-        else:
-            template = "https://{host}:{port}" if tls else "http://{host}:{port}"
-        if tls:
-            verifying.add(b.consumer)
-        if template:
-            values["url"] = template.format_map(_Missing(values, ca=CA_CONTAINER_FILE)
-                                                if tls else values)
-        frozen = FrozenMap(values)
-        bindings.append(binding_record(b, consumer_node, provider_node, port, frozen, secret))
-        if req.each:
-            entries.setdefault(req.as_, []).append(BindingEntry(b.provider, frozen, secret))
-        else:
-            decl = BindingDecl(b.consumer, req.as_, b.provider, req.provision, frozen, secret,
-                               b.kind)
-            decls.append(decl)
-            told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
-        if provider_node != consumer_node:
-            allows[provider_node].append(FirewallAllow(
-                port, listen.protocol, one_source[address[consumer_node]],
-                f"{b.provider}/{b.listen}"))
-        if index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer:
-            for listed in _lists(live, b.consumer, entries, lists_of):
-                decls.append(listed)
-                told[listed.requirement] = listed
-            decls_of[b.consumer] = pvector(sorted(decls, key=_binding_order))
-            told_of[b.consumer] = told
-            if grants:
-                granted_of[b.consumer] = FrozenMap({node: pvector(sorted(g, key=_grant_order))
-                                                   for node, g in grants.items()})
-            if allows:
-                allowed_of[b.consumer] = FrozenMap({node: pvector(a)
-                                                   for node, a in allows.items()})
-            decls, told, grants, allows = [], {}, defaultdict(list), defaultdict(list)
-            entries = {}
+    groups: list[tuple[int, int]] = []  # each consumer's bindings: [start, end) of `ordered`
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index][0] != ordered[index - 1][0]:
+            groups.append((groups[-1][1] if groups else 0, index))
+    for first, last in groups:
+        consumer = ordered[first][0]
+        group: Optional[_GroupKey] = None
+        if kept is not None:
+            group = _group_key(live, bound, ordered[first:last], logins, credentials,
+                               provider_keys, kept.providers, assigned, own)
+            known = kept.consumers.get(consumer)
+            if known is not None and known[0] == group:
+                piece = known[1]
+                bindings.extend(piece.bindings)
+                requests.extend(piece.requests)
+                decls_of[consumer], told_of[consumer] = piece.decls, piece.told
+                if piece.grants is not None:
+                    granted_of[consumer] = piece.grants
+                if piece.allows is not None:
+                    allowed_of[consumer] = piece.allows
+                if piece.verifies:
+                    verifying.add(consumer)
+                made[consumer] = known
+                continue
+        first_binding, first_request = len(bindings), len(requests)
+        for key in ordered[first:last]:
+            b = bound[key]
+            req = b.requirement
+            provider_node = node_of[b.provider]
+            consumer_node = node_of[b.consumer]
+            port = assigned[(b.provider, b.listen)]
+            values = _Missing(host=address[provider_node], port=str(port))
+            secret: Optional[SecretRef] = None
+            if b.credential is not None:
+                login = logins[b.credential]
+                cred = credentials.get(b.credential)
+                active = cred.active if cred is not None else None
+                dual = two_slots(b.kind, active.slot if active is not None else None,
+                                 active is not None)
+                slot = (active.slot if active is not None and active.slot else "a") if dual else None
+                given, needed = secret_ref(
+                    credentials, b.credential, {provider_node, consumer_node},
+                    f"{req.provision} for {b.consumer} from {b.provider}", slot, vectors=vectors)
+                requests.extend(needed)
+                secret = interned.setdefault(given, given)
+                values["user"] = f"{login}_{slot}" if dual else login
+                if b.kind in RESOURCE_KEYS:
+                    values[RESOURCE_KEYS[b.kind]] = login
+                values[SECRET_KEYS.get(b.kind, "password")] = secret_token(b.credential)
+                # the provider is told the newest generation (pending, during a rotation) and the
+                # one it must still accept; holders stay on `active` until the provider applied
+                newest, retiring = grant_view(cred) if cred is not None and active is not None \
+                    else (None, None)
+                grant_secret = secret
+                if newest:
+                    newest_ref = SecretRef(b.credential, newest.generation)
+                    grant_secret = interned.setdefault(newest_ref, newest_ref)
+                retiring_ref: Optional[SecretRef] = None
+                if retiring:
+                    retiring_ref = SecretRef(b.credential, retiring.generation)
+                    retiring_ref = interned.setdefault(retiring_ref, retiring_ref)
+                assert req.provision is not None  # only a provision grants a login
+                provider_module = instances[b.provider].module
+                if (provider_module, req.provision) not in admin_of:
+                    admin_of[(provider_module, req.provision)] = next(
+                        (p.admin for p in live.modules[b.provider].provides
+                         if p.provision == req.provision), None)
+                admin_name = admin_of[(provider_module, req.provision)]
+                grants[provider_node].append(GrantDecl(
+                    provision=req.provision, kind=b.kind, provider=b.provider,
+                    consumer=b.consumer, consumer_node=consumer_node, login=login, resource=login,
+                    credential=grant_secret, slot=newest.slot if newest else slot,
+                    retiring=retiring_ref, retiring_slot=retiring.slot if retiring else None,
+                    admin=own.get((b.provider, admin_name)) if admin_name else None))
+            template: Optional[str] = None
+            listen = live.listens_of[instances[b.provider].module][b.listen]
+            tls = tls_binding(listen, provider_node == consumer_node)
+            if req.provision is not None:
+                definition = live.provisions[req.provision]
+                template = definition.url
+                if FQDN_KEY in definition.keys:
+                    values[FQDN_KEY] = live.fqdn_of.get(b.provider, "")
+                for name, value in sorted(definition.values.items()):  # told as written
+                    values[name] = value
+                if tls and definition.tls is not None:
+                    fields = _Missing(values, ca=CA_CONTAINER_FILE)
+                    template = definition.tls.url or template
+                    for name, value in sorted(definition.tls.values.items()):
+                        values[name] = value.format_map(fields)
+            else:
+                template = "https://{host}:{port}" if tls else "http://{host}:{port}"
+            if tls:
+                verifying.add(b.consumer)
+            if template:
+                values["url"] = template.format_map(_Missing(values, ca=CA_CONTAINER_FILE)
+                                                    if tls else values)
+            frozen = FrozenMap(values)
+            bindings.append(binding_record(b, consumer_node, provider_node, port, frozen, secret))
+            if req.each:
+                entries.setdefault(req.as_, []).append(BindingEntry(b.provider, frozen, secret))
+            else:
+                decl = BindingDecl(b.consumer, req.as_, b.provider, req.provision, frozen, secret,
+                                   b.kind)
+                decls.append(decl)
+                told[req.as_] = decl  # (what the consumer's env is filled from: no second record)
+            if provider_node != consumer_node:
+                allows[provider_node].append(FirewallAllow(
+                    port, listen.protocol, one_source[address[consumer_node]],
+                    f"{b.provider}/{b.listen}"))
+        # the consumer's last binding is rendered: freeze its parts
+        for listed in _lists(live, consumer, entries, lists_of):
+            decls.append(listed)
+            told[listed.requirement] = listed
+        decls_of[consumer] = pvector(sorted(decls, key=_binding_order))
+        told_of[consumer] = told
+        if grants:
+            granted_of[consumer] = FrozenMap({node: pvector(sorted(g, key=_grant_order))
+                                               for node, g in grants.items()})
+        if allows:
+            allowed_of[consumer] = FrozenMap({node: pvector(a)
+                                               for node, a in allows.items()})
+        if group is not None:
+            made[consumer] = (group, _Piece(
+                tuple(bindings[first_binding:]), tuple(requests[first_request:]),
+                decls_of[consumer], told, granted_of.get(consumer),
+                allowed_of.get(consumer), consumer in verifying))
+        decls, told, grants, allows = [], {}, defaultdict(list), defaultdict(list)
+        entries = {}
     for name in live.names:  # a consumer bound to nothing may still take an empty list
         if name not in decls_of:
             listed_only = _lists(live, name, {}, lists_of)
             if listed_only:
                 decls_of[name] = pvector(sorted(listed_only, key=_binding_order))
                 told_of[name] = {d.requirement: d for d in listed_only}
-    return Consumed(bindings=tuple(bindings), decls=decls_of, told=told_of, grants=granted_of,
-                    allows=allowed_of, requests=tuple(requests), verifying=frozenset(verifying))
+    consumed = Consumed(bindings=tuple(bindings), decls=decls_of, told=told_of,
+                        grants=granted_of, allows=allowed_of, requests=tuple(requests),
+                        verifying=frozenset(verifying))
+    if kept is None:
+        return consumed, KeptBindings()
+    return consumed, KeptBindings(live.provisions, FrozenMap(provider_keys), FrozenMap(made))
 
 
 def _lists(live: Live, consumer: str, entries: Mapping[str, list[BindingEntry]],

@@ -261,6 +261,63 @@ def test_every_kind_of_drift_declines_to_the_full_path_which_fixes_it(node, caps
     assert report["serial_applied"] == (2 if drift is write_a_newer_declaration else 1)
 
 
+def mesh_apply_process(node):
+    """`mesh apply` as an operator runs it: a fresh process (`python -m executors.cli`, whose
+    answered no-op ends the process at once, cli/apply.py's _end_process): (exit code, --json
+    report, stderr, whether the no-op check answered)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "executors.cli", "apply", str(node.path), "--state-root",
+         str(node.state), "--docker-host", docker_host(), "--stop-timeout", "1", "--json"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return done.returncode, json.loads(done.stdout), done.stderr, FAST_MARK in done.stderr
+
+
+def test_a_container_changed_behind_the_mesh_s_back_is_noticed_by_the_next_mesh_apply(node):
+    """The no-op answer never hides a drift: with the node converged (the fresh process is
+    answered by the check), one container stopped and another replaced by hand with other env
+    (the way an operator might, outside the mesh) are both put right by the very next
+    `mesh apply`, which then answers quickly again."""
+    code, report, err, fast = mesh_apply_process(node)
+    assert code == 0 and fast and report["ops"] == [], err
+    node.api.stop(node.name("db"), timeout=1)
+    expected = [("start-container", node.name("db")),
+                *recreate_a_container_by_hand_with_other_env(node)]
+    code, report, err, fast = mesh_apply_process(node)
+    assert code == 0 and not fast, err
+    assert "no-op check declined" in err
+    assert sorted((op["op"], op["subject"]) for op in report["ops"]) == sorted(expected)
+    web = node.api.inspect_container(node.name("web"))
+    assert "MODE=one" in web["Config"]["Env"] and web["State"]["Running"]
+    assert node.api.inspect_container(node.name("db"))["State"]["Running"]
+    code, report, err, fast = mesh_apply_process(node)
+    assert code == 0 and fast and report["ops"] == [], err
+
+
+def test_a_no_op_asks_the_engine_one_list_call_on_either_path(node, capsys, monkeypatch):
+    """Observing a converged node is one label-filtered list call, whether the check answers
+    (over its raw socket) or the full path does (through the SDK): nothing is inspected per
+    container."""
+    import docker
+
+    asked = []
+    raw_get = apply_fast._get
+    monkeypatch.setattr(apply_fast, "_get",
+                        lambda path, target: asked.append(target) or raw_get(path, target))
+    sdk_send = docker.APIClient.send
+    monkeypatch.setattr(docker.APIClient, "send", lambda self, request, **kwargs: (
+        asked.append(f"{request.method} {request.path_url}") or sdk_send(self, request,
+                                                                         **kwargs)))
+    code, _, err, fast = run(capsys, node.path, "--state-root", node.state)
+    assert code == 0 and fast, err
+    assert len(asked) == 1 and "/containers/json?all=1&filters=" in asked[0], asked
+    asked.clear()
+    code, report, err, fast = run_json(capsys, node.path, "--state-root", node.state,
+                                       "--no-fast")
+    assert code == 0 and not fast and report["ops"] == [], err
+    assert len(asked) == 1 and asked[0].startswith("GET ") \
+        and "/containers/json?" in asked[0], asked
+
+
 def test_a_removed_accessed_path_declines_and_the_full_path_refuses(node, capsys):
     node.shared.rmdir()
     code, report, err, fast = run_json(capsys, node.path, "--state-root", node.state)

@@ -19,10 +19,11 @@ Invariants:
   this version (an earlier version wrote its record before its provisioners ran).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: NamedTuple and TypedDict compile each string
+# annotation of a field when the class is made (the no-op check of `mesh apply` imports this).
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Mapping, NamedTuple, Optional, Sequence, TypedDict
+from typing import NamedTuple, TypedDict
 
 from .marks import APPLIED_RECORD_VERSION as RECORD_VERSION
 
@@ -49,7 +50,7 @@ class Attempt(NamedTuple):
     generations: Mapping[str, int] = MappingProxyType({})  # held by containers and files
     granted: Mapping[str, int] = MappingProxyType({})  # put in force on the providers
     not_provisioned: Sequence[Mapping[str, str]] = ()  # grants of a kind nothing provisions
-    phase: Optional[str] = None  # the phase that failed; None: every phase succeeded
+    phase: str | None = None  # the phase that failed; None: every phase succeeded
     failures: Sequence[Mapping[str, str]] = ()  # {op, subject, result} of each failure
 
     @property
@@ -61,7 +62,7 @@ def _counts(value: object) -> dict[str, int]:
     return {str(k): int(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
-def in_force(record: Optional[Mapping[str, object]]) -> Optional[InForce]:
+def in_force(record: Mapping[str, object] | None) -> InForce | None:
     """The declaration a record says is in force: {serial, digest, generations, granted}, or
     None when none ever was (or the record is unreadable)."""
     if not isinstance(record, Mapping):
@@ -74,7 +75,7 @@ def in_force(record: Optional[Mapping[str, object]]) -> Optional[InForce]:
             "granted": _counts(record.get("granted"))}
 
 
-def newest_serial(record: Optional[Mapping[str, object]]) -> Optional[int]:
+def newest_serial(record: Mapping[str, object] | None) -> int | None:
     """The newest serial this node has seen applied or attempted (older ones are superseded)."""
     serials = []
     good = in_force(record)
@@ -86,7 +87,7 @@ def newest_serial(record: Optional[Mapping[str, object]]) -> Optional[int]:
     return max(serials) if serials else None
 
 
-def record_after(previous: Optional[Mapping[str, object]], attempt: Attempt) -> dict[str, object]:
+def record_after(previous: Mapping[str, object] | None, attempt: Attempt) -> dict[str, object]:
     """The record once `attempt` ended, given the record before it."""
     head = {"version": RECORD_VERSION, "mesh": attempt.mesh, "node": attempt.node}
     if attempt.succeeded:
@@ -121,7 +122,7 @@ def describe_failure(record: Mapping[str, object]) -> str:
 
 
 def acceptance(record: object, node: str,
-               declared_digest: str) -> tuple[Optional[str], dict[str, int]]:
+               declared_digest: str) -> tuple[str | None, dict[str, int]]:
     """(why not, granted): `mesh applied` records `node`'s report only when why-not is None;
     then `granted` is what its providers put in force."""
     if not isinstance(record, Mapping):

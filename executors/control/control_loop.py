@@ -25,6 +25,11 @@ Invariants:
   Bad input (a typo in mesh.yaml) is said once per change, with its file:line faults, and
   nothing is published until it is fixed; what runs stays as it is.
 - One line per event on stderr, never a secret.
+- Between rounds the loop keeps, in memory, what the next round can reuse (publish.Memory: the
+  documents parsed, the declarations written, the last resolution's reuse): a round after a
+  one-line edit parses only the file that changed and re-reads only the declarations it
+  wrote; what it publishes is what a fresh process would (nothing kept is trusted over the
+  files: each is checked by its bytes or its stat).
 """
 
 from __future__ import annotations
@@ -49,8 +54,8 @@ from executors.control.control_state import ControlState
 from executors.control.delivery_key import ensure_delivery_key
 from executors.control.fleet import Fleet
 from executors.control.fleet_broker import FleetError
-from executors.control.loading import Fingerprint, inputs_fingerprint, load_mesh_dir
-from executors.control.publish import Prepared, Published
+from executors.control.loading import Fingerprint, inputs_fingerprint
+from executors.control.publish import Memory, Prepared, Published
 
 if TYPE_CHECKING:  # pika ships no types: its objects are named for the reader
     from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
@@ -84,6 +89,8 @@ class Control:
     mesh: str = attrs.field(init=False)
     _control_key: Optional[PrivateKey] = attrs.field(init=False, default=None)
     _resolved: Loaded = attrs.field(init=False, default=(None, None))  # fingerprint, loaded
+    # what one round keeps for the next (publish.Memory)
+    memory: Memory = attrs.field(init=False, factory=Memory)
     # node queues declared on this channel
     _queues: set[str] = attrs.field(init=False, factory=set)
     # queues of removed nodes this process deleted (said once)
@@ -97,7 +104,7 @@ class Control:
         init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        inputs = load_mesh_dir(self.mesh_dir)
+        inputs = self.memory.loader.load(self.mesh_dir)
         self.mesh = inputs.mesh.mesh
         self.fleet = Fleet(self.mesh, self.settings, self.state.ensure(), self.say)
         if self.key_file:
@@ -116,7 +123,7 @@ class Control:
         connection = self.fleet.connect(deadline=deadline, stop=stop)
         channel = connection.channel()
         channel.confirm_delivery()
-        nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
+        nodes = self.memory.loader.load(self.mesh_dir).mesh.nodes
         self.fleet.declare(channel, nodes)
         self._queues = set(nodes)
         self._delete_removed_queues(channel, nodes)
@@ -141,7 +148,7 @@ class Control:
         if removed == self._removed:
             return
         try:
-            nodes = load_mesh_dir(self.mesh_dir).mesh.nodes
+            nodes = self.memory.loader.load(self.mesh_dir).mesh.nodes
         except MeshError:
             return  # the mesh does not load (said): once it is fixed, this runs again
         self.fleet.ensure_accounts()
@@ -162,7 +169,7 @@ class Control:
         notes: list[str] = []
         prepared = publish.prepare(self.mesh_dir, self.state, now=now_iso(), issue=self.issue,
                                    control_key=self._control_key, force=force, only=only,
-                                   notes=notes)
+                                   notes=notes, memory=self.memory)
         self._resolved = (prepared.fingerprint, (prepared.inputs, prepared.resolution))
         self._local_builds = any(record.local for record in prepared.ledger.builds.values())
         for note in notes:
@@ -214,7 +221,7 @@ class Control:
         fingerprint = inputs_fingerprint(self.mesh_dir)
         seen, loaded = self._resolved
         if seen != fingerprint or loaded is None:
-            inputs = load_mesh_dir(self.mesh_dir)
+            inputs = self.memory.loader.load(self.mesh_dir)
             loaded = (inputs, resolve_current(inputs))
             self._resolved = (fingerprint, loaded)
         return loaded

@@ -13,18 +13,30 @@ Invariants:
   (control/ledger_transaction.transact), which holds the ledger lock around the whole
   load → resolve → write.
 - Issuing (secrets from the OS CSPRNG, certificates from the CA) happens only when asked, and
-  the mesh is resolved again with what was issued (the second resolution requests nothing).
+  the mesh is resolved again with what was issued (the second resolution requests nothing);
+  when issuing left the ledger as it was, the first resolution is kept (resolving again with
+  its own ledger gives the same declarations: a fixed point).
+- What is taken from the declarations already written is their mesh, node, serial and digest
+  only (Written); a long-lived writer (the control loop) keeps them in a WrittenMemo, which
+  reads a file again only when its inode, size or mtime changed, so a round does not re-read
+  every node's declaration.
+- Every resolution here goes through `resolve_round`: resolver.incremental.resolve_from, with
+  the Reuse a long-lived writer keeps (ResolveMemo) or none; the Resolution is resolve()'s
+  either way.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
 
-import resolver
+import attrs
+
 from resolver import Declaration, Inputs, Ledger, NodeSerial, Resolution, rendering
 from resolver.documents import structure, unstructure
+from resolver.incremental import Reuse, resolve_from
 
 from executors.common.atomic import write_atomic
 from executors.common.runtime import resolving
@@ -54,6 +66,70 @@ def read_declarations(directory: PathLike) -> dict[str, Declaration]:
             continue
         found[decl.node] = decl
     return found
+
+
+@attrs.frozen
+class Written:
+    """What a declaration already written says of itself that the next round needs."""
+
+    mesh: str
+    node: str
+    serial: int
+    digest: str
+
+
+def _written(data: Any) -> Written:
+    if not isinstance(data, dict):
+        raise ValueError("not a declaration")
+    mesh, node, serial, digest = (data.get(k) for k in ("mesh", "node", "serial", "digest"))
+    if not (isinstance(mesh, str) and isinstance(node, str) and isinstance(digest, str)
+            and isinstance(serial, int) and not isinstance(serial, bool)):
+        raise ValueError("not a declaration")
+    return Written(mesh, node, serial, digest)
+
+
+@attrs.define
+class WrittenMemo:
+    """The declarations in one directory as Written, each file read again only when its
+    (inode, size, mtime) changed; unreadable ones are skipped (only compared against)."""
+
+    # path → ((inode, size, mtime_ns), what it holds or None when unreadable)
+    _seen: dict[str, tuple[tuple[int, int, int], Optional[Written]]] = attrs.field(
+        factory=dict)
+    reads: int = 0  # files read (for tests, benches)
+
+    def read(self, directory: PathLike) -> dict[str, Written]:
+        found: dict[str, Written] = {}
+        directory = Path(directory)
+        seen: dict[str, tuple[tuple[int, int, int], Optional[Written]]] = {}
+        if directory.is_dir():
+            for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+                if not entry.name.endswith(DECLARATION_SUFFIX):
+                    continue
+                try:
+                    facts = entry.stat()
+                except OSError:
+                    continue
+                stamp = (facts.st_ino, facts.st_size, facts.st_mtime_ns)
+                kept = self._seen.get(entry.path)
+                if kept is None or kept[0] != stamp:
+                    self.reads += 1
+                    try:
+                        held: Optional[Written] = _written(json.loads(
+                            Path(entry.path).read_bytes()))
+                    except (OSError, ValueError, RecursionError):
+                        held = None  # an unreadable old declaration is not compared against
+                    kept = (stamp, held)
+                seen[entry.path] = kept
+                if kept[1] is not None:
+                    found[kept[1].node] = kept[1]
+        self._seen = seen
+        return found
+
+
+def read_written(directory: PathLike, memo: Optional[WrittenMemo] = None) -> dict[str, Written]:
+    """The Written of each declaration in `directory` (through `memo` when kept)."""
+    return (memo or WrittenMemo()).read(directory)
 
 
 def previous_declarations(mesh_dir: PathLike, out: Optional[PathLike] = None,
@@ -102,7 +178,8 @@ def write_declarations(directory: PathLike, resolution: Resolution, nodes: Itera
                                       (documents or {}).get(node), compact=compact))
 
 
-def with_written_serials(inputs: Inputs, previous: Mapping[str, Declaration]) -> Ledger:
+def with_written_serials(inputs: Inputs,
+                         previous: Mapping[str, Union[Declaration, Written]]) -> Ledger:
     """The ledger whose record of written declarations is the newer of its own and the
     declarations in the output directory (serials never go backwards)."""
     return rendering.newest_written(inputs.ledger, {
@@ -110,21 +187,44 @@ def with_written_serials(inputs: Inputs, previous: Mapping[str, Declaration]) ->
         if d.mesh == inputs.mesh.mesh})
 
 
-def resolve_for_writing(inputs: Inputs, previous: Mapping[str, Declaration], *, now: str,
-                        issue: bool = False, control_key: Optional[PrivateKey] = None,
-                        notes: Optional[list[str]] = None) -> Resolution:
-    """The mesh resolved against the serials written so far; with `issue`, every request
-    issued (sealed secrets, certificates) and the mesh resolved again with them."""
-    ledger = with_written_serials(inputs, previous)
+@attrs.define
+class ResolveMemo:
+    """What a long-lived writer keeps of its last resolution for the next (the control loop:
+    one per process): the incremental resolver's Reuse (resolver.incremental)."""
+
+    reuse: Optional[Reuse] = None
+
+
+def resolve_round(inputs: Inputs, ledger: Ledger, *, now: str,
+                  memo: Optional[ResolveMemo] = None) -> Resolution:
+    """The one place a round resolves: resolver.incremental.resolve_from, handed what the last
+    round left (`memo`; None for one-shot verbs: nothing reused). Its Resolution is the one
+    resolve() gives, whatever is reused."""
     with resolving():
-        resolution = resolver.resolve_inputs(inputs, ledger, now=now)
+        resolution, reuse = resolve_from(memo.reuse if memo is not None else None,
+                                         inputs.catalogue, inputs.mesh, ledger,
+                                         sources=inputs.sources, now=now)
+    if memo is not None:
+        memo.reuse = reuse
+    return resolution
+
+
+def resolve_for_writing(inputs: Inputs, previous: Mapping[str, Union[Declaration, Written]], *,
+                        now: str, issue: bool = False, control_key: Optional[PrivateKey] = None,
+                        notes: Optional[list[str]] = None,
+                        memo: Optional[ResolveMemo] = None) -> Resolution:
+    """The mesh resolved against the serials written so far; with `issue`, every request
+    issued (sealed secrets, certificates) and the mesh resolved again with them (not when
+    issuing changed nothing: the first resolution is that fixed point already)."""
+    ledger = with_written_serials(inputs, previous)
+    resolution = resolve_round(inputs, ledger, now=now, memo=memo)
     if issue:
         # the control extra (PyNaCl, cryptography): `mesh plan` without --issue runs without it
         from executors.control.issuer import issue_requests
 
         issued = issue_requests(inputs, resolution, control_key=control_key, notes=notes)
-        with resolving():
-            resolution = resolver.resolve_inputs(inputs, issued, now=now)
+        if issued is not resolution.ledger and issued != resolution.ledger:
+            resolution = resolve_round(inputs, issued, now=now, memo=memo)
     return resolution
 
 

@@ -25,7 +25,13 @@ import attrs
 
 from resolver import Inputs, Ledger
 
-from executors.control.loading import PathLike, load_mesh_dir, mesh_lock, write_ledger
+from executors.control.loading import (
+    MemoLoader,
+    PathLike,
+    load_mesh_dir,
+    mesh_lock,
+    write_ledger,
+)
 
 T = TypeVar("T")
 
@@ -50,17 +56,19 @@ class Transacted(Generic[T]):
 
 def transact(mesh_dir: PathLike, compute: Compute[T], *, write: bool = True,
              load: Optional[Callable[[], Inputs]] = None,
-             say: Optional[Callable[[str], None]] = None) -> Transacted[T]:
+             say: Optional[Callable[[str], None]] = None,
+             memo: Optional[MemoLoader] = None) -> Transacted[T]:
     """Hold DIR's ledger lock, load its inputs (`load`, else from disk), hand them to
     `compute`, and write the ledger it returns when that changed; `write=False` is a dry run
-    (no lock, nothing written). `say` announces a wait for another writer."""
+    (no lock, nothing written). `say` announces a wait for another writer; `memo` keeps the
+    ledger written as parsed (loading.write_ledger)."""
     held = mesh_lock(mesh_dir, say=say) if write else contextlib.nullcontext()
     with held:
         inputs = load() if load is not None else load_mesh_dir(mesh_dir)
         ledger, result = compute(inputs)
         written = write and ledger != inputs.ledger
         if written:
-            write_ledger(inputs.ledger_path, ledger)
+            write_ledger(inputs.ledger_path, ledger, memo=memo)
     return Transacted(inputs, ledger, written, result)
 
 

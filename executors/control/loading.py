@@ -17,15 +17,28 @@ Invariants:
 - The ledger is written only under its lock (control/ledger_lock.py): every writer goes
   through the one transaction (control/ledger_transaction.transact: `mesh_lock(DIR)` around
   a whole load → compute → write); `write_ledger` takes the lock itself for the one write.
+- A long-lived loader (MemoLoader: the control loop's) parses a document again only when its
+  bytes changed (SHA-256 of what was read), and the ledger it wrote itself (write_ledger with
+  the memo) not even then; when every document is the one it parsed last time, it returns the
+  Inputs it made last time (frozen); what it returns equals load_mesh_dir(DIR) for the same files (a
+  document's loader may normalize its parsed data in place, idempotently: a ledger's
+  `declared` JSON texts, mesh.yaml's `backups: target:`; reading it again gives the same).
+  Anything off the plain path (a file missing or unreadable, a document that does
+  not parse or load, `catalogue:`/`ledger:` not a string) is loaded again whole by
+  load_mesh_dir, so every fault reads exactly as it does there. The one-shot verbs (`mesh
+  plan`, `mesh publish`) keep nothing between processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
-from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterator, Optional, Union
+
+import attrs
 
 import resolver
 from resolver import documents
@@ -40,8 +53,10 @@ from resolver import (
 )
 from resolver.documents import (
     MESH_FILE,
+    Parsed,
     dump_ledger,
     load_ledger,
+    parse_document,
 )
 
 #: A path as callers hand it: a str or a pathlib.Path.
@@ -118,6 +133,107 @@ def load_mesh_dir(path: PathLike) -> Inputs:
     return resolver.load_mesh_dir(str(path), FileReader())
 
 
+class _OffThePlainPath(MeshError):
+    """The memo's plain path does not apply: load the directory whole (load_mesh_dir)."""
+
+
+@attrs.define
+class MemoLoader:
+    """load_mesh_dir for a process that loads the same mesh directory again and again (the
+    control loop): each document parsed again only when its bytes changed. Equal to
+    load_mesh_dir(DIR) for the same files (tests/test_loading_memo.py)."""
+
+    reader: FileReader = attrs.field(factory=FileReader)
+    # path → (SHA-256 of its bytes, the document parsed from them)
+    _parsed: dict[str, tuple[bytes, Parsed]] = attrs.field(init=False, factory=dict)
+    parses: int = attrs.field(init=False, default=0)  # documents parsed (for tests, benches)
+    # the last Inputs loaded: its directory and the parsed documents it was made of
+    _last: Optional[tuple[str, tuple[tuple[str, Parsed], ...], Inputs]] = attrs.field(
+        init=False, default=None)
+
+    def load(self, path: PathLike) -> Inputs:
+        try:
+            return self._plain(str(path))
+        except _OffThePlainPath:
+            return load_mesh_dir(path)
+
+    def remember(self, path: str, data: bytes, parsed: Parsed) -> None:
+        """`data`, just written at `path` by this process, as parsed (write_ledger)."""
+        self._parsed[path] = (hashlib.sha256(data).digest(), parsed)
+
+    def _document(self, path: str, data: Optional[bytes] = None) -> Parsed:
+        if data is None:
+            try:
+                data = self.reader.read(path)
+            except ReadFault:
+                raise _OffThePlainPath() from None
+        digest = hashlib.sha256(data).digest()
+        kept = self._parsed.get(path)
+        if kept is not None and kept[0] == digest:
+            return kept[1]
+        try:
+            parsed = parse_document(data, self.reader.display(path))
+        except MeshError:
+            self._parsed.pop(path, None)
+            raise _OffThePlainPath() from None
+        self.parses += 1
+        self._parsed[path] = (digest, parsed)
+        return parsed
+
+    def _plain(self, mesh_dir: str) -> Inputs:
+        if mesh_dir.startswith("//"):  # pathlib keeps a leading `//`; the resolver does not
+            raise _OffThePlainPath()
+        mesh_dir = str(PurePosixPath(mesh_dir))  # as the resolver writes it (normal)
+        mesh = self._document(str(PurePosixPath(mesh_dir) / MESH_FILE))
+        if not isinstance(mesh.data, dict):
+            raise _OffThePlainPath()
+        catalogue = _named_path(mesh_dir, mesh.data, "catalogue", "catalogue")
+        ledger = _named_path(mesh_dir, mesh.data, "ledger", "ledger.yaml")
+        try:
+            modules = sorted(name for name in self.reader.subdirectories(catalogue)
+                             if not name.startswith("."))
+        except ReadFault:
+            raise _OffThePlainPath() from None
+        docs: dict[str, tuple[Any, str]] = {"mesh": (mesh, mesh.where.file)}
+        named = [("provisions", str(PurePosixPath(catalogue) / "provisions.yaml"))]
+        named += [(f"module:{name}", str(PurePosixPath(catalogue) / name / "module.yaml"))
+                  for name in modules]
+        for key, file in named:
+            parsed = self._document(file)
+            docs[key] = (parsed, parsed.where.file)
+        try:
+            ledger_bytes = self.reader.read(ledger)
+        except ReadFault as problem:
+            if not problem.missing:
+                raise _OffThePlainPath() from None
+        else:  # missing: the empty ledger, as load_mesh_dir has it
+            parsed = self._document(ledger, ledger_bytes)
+            docs["ledger"] = (parsed, parsed.where.file)
+        used = tuple((key, parsed) for key, (parsed, _) in sorted(docs.items()))
+        live = set(file for _, file in named) | {ledger, str(PurePosixPath(mesh_dir) / MESH_FILE)}
+        for gone in set(self._parsed) - live:  # a module removed: its parse is not kept
+            del self._parsed[gone]
+        last = self._last
+        if last is not None and last[0] == mesh_dir and len(last[1]) == len(used) and all(
+                a[0] == b[0] and a[1] is b[1] for a, b in zip(last[1], used)):
+            return last[2]  # made of the very same parsed documents: the same (frozen) Inputs
+        try:
+            inputs = resolver.load_inputs(docs)
+        except MeshError:
+            raise _OffThePlainPath() from None
+        loaded = attrs.evolve(inputs, mesh_dir=mesh_dir, ledger_path=ledger)
+        self._last = (mesh_dir, used, loaded)
+        return loaded
+
+
+def _named_path(mesh_dir: str, data: dict[Any, Any], key: str, default: str) -> str:
+    """The path mesh.yaml names under `key` (else `default`), joined as the resolver joins it."""
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise _OffThePlainPath()
+    return str(PurePosixPath(mesh_dir) / value)
+
+
 def mesh_paths(path: PathLike) -> tuple[Path, Path]:
     """(catalogue directory, ledger file) of DIR as mesh.yaml names them (else the defaults),
     read without loading anything else (resolver.documents.mesh_paths: cheap on every call, the
@@ -144,14 +260,19 @@ def mesh_lock(path: PathLike,
         yield
 
 
-def write_ledger(path: PathLike, ledger: Ledger) -> None:
-    """Write the ledger under its lock, after proving the text reads back as the same ledger."""
+def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = None) -> None:
+    """Write the ledger under its lock, after proving the text reads back as the same ledger.
+    `memo`: a MemoLoader that keeps the text as parsed for that proof, so its next load does
+    not parse the file this wrote again."""
     text = dump_ledger(ledger)
-    reread, _ = load_ledger(text, str(path))
+    parsed = parse_document(text, (memo.reader if memo else FileReader()).display(str(path)))
+    reread, _ = load_ledger(parsed, str(path))
     if reread != ledger:  # never replace a good ledger with one that reads differently
         raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
     with ledger_lock.locked(path):
         write_atomic(path, text, mode=0o600)
+    if memo is not None:
+        memo.remember(str(path), text.encode("utf-8"), parsed)
 
 
 def inputs_fingerprint(mesh_dir: PathLike) -> Fingerprint:

@@ -18,6 +18,12 @@ Invariants:
   has an entry.
 - `published.json` changes only after the broker confirmed the message (publisher confirms),
   under the ledger lock.
+- A node whose declaration's digest did not change is not touched: its file is not written,
+  nothing is signed or sent to it, the ledger records nothing new for it.
+- A long-lived publisher (the control loop) hands `prepare` a Memory kept between rounds: the
+  documents parsed last time (loading.MemoLoader), the declarations written last time
+  (declarations.WrittenMemo) and the last resolution's reuse (declarations.ResolveMemo); what
+  `prepare` computes with it equals what it computes without it. One-shot verbs keep none.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from executors.common.message_formats import DECLARATION
 from executors.common.revocation import Revocation
 from executors.control.declarations import (
     Document,
-    read_declarations,
+    ResolveMemo,
+    WrittenMemo,
+    read_written,
     resolve_for_writing,
     write_and_record,
 )
@@ -46,7 +54,13 @@ from executors.control.control_state import ControlState
 from executors.control.delivery_key import DeliveryKey
 from executors.control.issuer import IssueError
 from executors.control.ledger_transaction import transact
-from executors.control.loading import Fingerprint, PathLike, inputs_fingerprint, mesh_lock
+from executors.control.loading import (
+    Fingerprint,
+    MemoLoader,
+    PathLike,
+    inputs_fingerprint,
+    mesh_lock,
+)
 
 if TYPE_CHECKING:  # pika ships no types: its channel is named for the reader
     from pika.adapters.blocking_connection import BlockingChannel
@@ -74,6 +88,16 @@ class _Written:
     resolution: Resolution
     targets: tuple[str, ...]
     documents: dict[str, Document]
+
+
+@attrs.define
+class Memory:
+    """What a long-lived publisher keeps between rounds (one per process and mesh
+    directory); see the module's invariants."""
+
+    loader: MemoLoader = attrs.field(factory=MemoLoader)
+    written: WrittenMemo = attrs.field(factory=WrittenMemo)
+    resolved: ResolveMemo = attrs.field(factory=ResolveMemo)
 
 
 @attrs.frozen
@@ -122,21 +146,24 @@ def declaration_body(declaration: Declaration, ledger: Ledger, published_at: str
 def prepare(mesh_dir: PathLike, state: ControlState, *, now: str, issue: bool = True,
             control_key: Optional[PrivateKey] = None, force: Iterable[str] = (),
             only: Optional[Iterable[str]] = None,
-            notes: Optional[list[str]] = None) -> Prepared:
+            notes: Optional[list[str]] = None, memory: Optional[Memory] = None) -> Prepared:
     """Resolve, write and record the declarations that must be published: those whose digest
-    changed since last published, plus `force` (republished as they are). `only` limits it."""
+    changed since last published, plus `force` (republished as they are). `only` limits it.
+    `memory`: what the last round of this process left (the control loop's), else nothing."""
     forced = set(force)
     chosen = None if only is None else set(only)
+    kept = memory or Memory()
 
     def write(inputs: Inputs) -> tuple[Ledger, _Written]:
-        previous = read_declarations(state.out)
+        previous = read_written(state.out, kept.written)
         try:
             resolution = resolve_for_writing(inputs, previous, now=now, issue=issue,
-                                             control_key=control_key, notes=notes)
+                                             control_key=control_key, notes=notes,
+                                             memo=kept.resolved)
         except IssueError as error:  # e.g. a node not enrolled yet: publish what can be
             if notes is not None:
                 notes.append(f"not issued: {error}")
-            resolution = resolve_for_writing(inputs, previous, now=now)
+            resolution = resolve_for_writing(inputs, previous, now=now, memo=kept.resolved)
         published = state.published()
         unknown = sorted((forced | (chosen or set())) - set(resolution.declarations))
         if unknown:
@@ -152,7 +179,8 @@ def prepare(mesh_dir: PathLike, state: ControlState, *, now: str, issue: bool = 
         return ledger, _Written(resolution, targets, documents)
 
     with mesh_lock(mesh_dir):  # one hold: the fingerprint is of what this transaction wrote
-        done = transact(mesh_dir, write)
+        done = transact(mesh_dir, write, load=lambda: kept.loader.load(mesh_dir),
+                        memo=kept.loader)
         fingerprint = inputs_fingerprint(mesh_dir)
     inputs, ledger, written = done.inputs, done.ledger, done.result
     resolution, targets = written.resolution, written.targets

@@ -24,10 +24,12 @@ Invariants:
   equals any tuple of the same values).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typing.NamedTuple compiles every string
+# annotation of every field (a ForwardRef each) when the class is made, which the no-op check
+# pays on each run; evaluated annotations (builtin generics, `X | None`) cost far less.
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})  # the default of every mapping field
 
@@ -50,7 +52,7 @@ class DesiredFile(NamedTuple):
     path: str
     sha256: str
     mode: int = 0o600
-    owner: Optional[tuple[int, int]] = None  # (uid, gid) it must have; None: as written (root)
+    owner: tuple[int, int] | None = None  # (uid, gid) it must have; None: as written (root)
 
 
 class DesiredContainer(NamedTuple):
@@ -139,7 +141,7 @@ class Observed(NamedTuple):
     containers: Mapping[str, ContainerFacts] = EMPTY
     # run-once step name → digest it completed with
     markers: Mapping[str, str] = EMPTY
-    applied: Optional[Applied] = None
+    applied: Applied | None = None
 
 
 # --------------------------------------------------------------------------- plan

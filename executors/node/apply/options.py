@@ -9,9 +9,10 @@ Invariants:
   dataclasses loaded.
 """
 
-from __future__ import annotations
-
-from typing import NamedTuple, Optional, Sequence
+# No `from __future__ import annotations`: NamedTuple compiles each string annotation of a
+# field when the class is made, on every run of the no-op check.
+from collections.abc import Sequence
+from typing import NamedTuple
 
 
 class ApplyOptions(NamedTuple):
@@ -19,13 +20,13 @@ class ApplyOptions(NamedTuple):
 
     declarations: Sequence[str]
     state_root: str
-    file_root: Optional[str] = None  # None: the node's own (node_paths.default_file_root)
-    secrets: Optional[str] = None
-    key: Optional[str] = None
-    docker_host: Optional[str] = None
+    file_root: str | None = None  # None: the node's own (node_paths.default_file_root)
+    secrets: str | None = None
+    key: str | None = None
+    docker_host: str | None = None
     stop_timeout: int = 10
     no_firewall: bool = False
     no_fast: bool = False
     dry_run: bool = False
     json: bool = False
-    backup_password_file: Optional[str] = None  # a guarded upgrade's snapshot (node/upgrade.py)
+    backup_password_file: str | None = None  # a guarded upgrade's snapshot (node/upgrade.py)

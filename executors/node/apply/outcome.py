@@ -21,12 +21,12 @@ Invariants:
 - Never a secret: names, digests, generations and causes only.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` (as in compare.py): NamedTuple and TypedDict compile
+# each string annotation of a field when the class is made, on every run of the no-op check.
 import enum
 import json
-from typing import (TYPE_CHECKING, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence,
-                    TextIO, TypedDict)
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TextIO, TypedDict
 
 from executors.node.apply.compare import Refusal
 
@@ -80,7 +80,7 @@ class Held(NamedTuple):
     where: str
 
     @classmethod
-    def of(cls, held: HeldDeclaration) -> Held:
+    def of(cls, held: HeldDeclaration) -> "Held":
         return cls(held.instance, held.code, held.message,
                    f"{held.file}:{held.line}:{held.col}" if held.line else held.file)
 
@@ -98,7 +98,7 @@ class Superseded(NamedTuple):
 
     file: str
     serial: int
-    superseded_by: Optional[int]
+    superseded_by: int | None
 
     def to_json(self) -> dict[str, object]:
         return {"file": self.file, "serial": self.serial, "superseded_by": self.superseded_by}
@@ -108,7 +108,7 @@ class RecordKept(NamedTuple):
     """The applied record after a failed phase: the last good serial stays in force."""
 
     result: str  # applied_record's: failed
-    serial_in_force: Optional[int]
+    serial_in_force: int | None
     failed_phase: str
 
     def to_json(self) -> dict[str, object]:
@@ -135,11 +135,11 @@ class ApplyError(NamedTuple):
 
     message: str  # the error as it was raised (the document's `error`)
     engine: bool  # the Engine did not answer as expected (else: a file could not be used)
-    filename: Optional[str] = None  # the file that could not be used, when it says
+    filename: str | None = None  # the file that could not be used, when it says
     reason: str = ""  # why, in the system's words (strerror)
 
     @classmethod
-    def of(cls, exc: BaseException, *, engine: bool) -> ApplyError:
+    def of(cls, exc: BaseException, *, engine: bool) -> "ApplyError":
         if isinstance(exc, OSError) and not engine:
             return cls(str(exc), False, str(exc.filename) if exc.filename else None,
                        exc.strerror or str(exc))
@@ -150,27 +150,27 @@ class ApplyOutcome(NamedTuple):
     """How one apply ended. None: the apply did not get as far as knowing it."""
 
     result: ApplyResult
-    mesh: Optional[str] = None  # with node and serial: known once a declaration was chosen
-    node: Optional[str] = None
-    serial: Optional[int] = None  # the serial applied (None: every one given was superseded)
-    file: Optional[str] = None  # where the declaration applied came from
-    superseded: Optional[tuple[Superseded, ...]] = None
-    held: Optional[tuple[Held, ...]] = None
-    digest: Optional[str] = None  # of the declaration applied (once rendered)
+    mesh: str | None = None  # with node and serial: known once a declaration was chosen
+    node: str | None = None
+    serial: int | None = None  # the serial applied (None: every one given was superseded)
+    file: str | None = None  # where the declaration applied came from
+    superseded: tuple[Superseded, ...] | None = None
+    held: tuple[Held, ...] | None = None
+    digest: str | None = None  # of the declaration applied (once rendered)
     # whether the apply read what the node has in force (then serial_applied is said, None
     # included: nothing in force yet)
     in_force_read: bool = False
-    serial_applied: Optional[int] = None  # the serial in force on the node now
-    generations: Optional[Mapping[str, int]] = None  # in force now
-    refusals: Optional[tuple[Refusal, ...]] = None
-    health: Optional[Mapping[str, str]] = None  # container → state
-    record: Optional[RecordKept] = None
-    failed_phase: Optional[str] = None  # firewall | containers | provisioning
-    provisioned: Optional[Provisioned] = None
-    error: Optional[ApplyError] = None
+    serial_applied: int | None = None  # the serial in force on the node now
+    generations: Mapping[str, int] | None = None  # in force now
+    refusals: tuple[Refusal, ...] | None = None
+    health: Mapping[str, str] | None = None  # container → state
+    record: RecordKept | None = None
+    failed_phase: str | None = None  # firewall | containers | provisioning
+    provisioned: Provisioned | None = None
+    error: ApplyError | None = None
     # the event log as it ended (the apply gives copies of the Report's lists; none: no event)
-    ops: Sequence[Operation] = ()
-    checks: Sequence[Operation] = ()
+    ops: Sequence["Operation"] = ()
+    checks: Sequence["Operation"] = ()
     notices: Sequence[Mapping[str, str]] = ()
 
     @property
@@ -253,8 +253,7 @@ def print_summary(outcome: ApplyOutcome, out: TextIO) -> None:
 
 def write_outcome(outcome: ApplyOutcome, as_json: bool, out: TextIO) -> None:
     """What `mesh apply` prints on stdout: the `--json` document, or the summary."""
-    if as_json:
-        json.dump(outcome.to_json(), out, indent=2, sort_keys=True)
-        out.write("\n")
+    if as_json:  # one write (json.dump writes each token: each through cli/terminal's filter)
+        out.write(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
     else:
         print_summary(outcome, out)

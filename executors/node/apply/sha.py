@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ except ImportError:  # a CPython built without its own hashes: OpenSSL's (loaded
 
     _sha256 = hashlib.sha256
 
+_CHUNK = 1 << 20
+
 
 def sha256_hex(data: bytes) -> str:
     """hashlib.sha256(data).hexdigest()."""
@@ -38,6 +41,13 @@ def sha256_hex(data: bytes) -> str:
 
 
 def sha256_file(path: str) -> str:
-    """The hex SHA-256 of a file's bytes."""
-    with open(path, "rb") as handle:
-        return _sha256(handle.read()).hexdigest()
+    """The hex SHA-256 of a file's bytes (read through the descriptor: no buffered file object
+    to build and tear down, about half the cost for the small files the check hashes)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(descriptor, _CHUNK):
+            chunks.append(chunk)
+    finally:
+        os.close(descriptor)
+    return _sha256(b"".join(chunks)).hexdigest()
