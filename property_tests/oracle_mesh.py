@@ -142,13 +142,16 @@ def select(world, consumer: str, req, recorded: Optional[str]):
 
 def floor_conflicts(world):
     """(indexes of mesh floors not applied, nodes whose ssh floor is not, problems): a floor
-    whose port a kept host port holds on any node (a port recorded for an instance still in
-    mesh.yaml never moves), and a node whose ssh-port is such a port, are refused instead."""
+    whose port a kept host port holds on any node of the mesh (a port recorded for an
+    instance still in mesh.yaml never moves), and a node whose ssh-port is such a port, are
+    refused instead. A port recorded on a node mesh.yaml no longer has holds nothing a floor
+    opens (floors are opened on the mesh's nodes only)."""
     kept = defaultdict(dict)  # node → port → holder, the first by instance then listen name
     for name, entries in sorted(world.ledger.ports.items()):
         if name in world.mesh.instances:
             for listen, entry in sorted(entries.items()):
-                kept[entry.node].setdefault(entry.port, name)
+                if entry.node in world.mesh.nodes:
+                    kept[entry.node].setdefault(entry.port, name)
     refused, problems = set(), set()
     for index, floor in enumerate(world.mesh.floors):
         holders = {h for ports in kept.values() for port, h in ports.items()

@@ -129,13 +129,23 @@ def test_logins_and_recorded_bindings_are_kept_derived_once_and_dropped_with_a_p
     assert dict(resolution.ledger.logins) == {**kept, **live_credentials}
     values = list(resolution.ledger.logins.values())
     assert len(values) == len(set(values)), "two credentials share a login"
-    # the ledger's bindings: those made now, and those of a refused instance, kept as recorded
+    # the ledger's bindings: those made now, and those of a refused instance, kept as recorded;
+    # a live consumer keeps the record of a requirement it still has and that is left unbound
+    # while the recorded provider is in mesh.yaml (never silently rebound by the next one)
     made = defaultdict(dict)
     for (consumer, as_), (provider, _) in expected.bindings.items():
         made[consumer][as_] = provider
     for consumer, recorded in ledger.bindings.items():
         if consumer in mesh.instances and consumer in expected.refused:
             made[consumer] = dict(recorded)
+        elif consumer in expected.live:
+            inst = mesh.instances[consumer]
+            wanted = {q.as_ for q in world.catalogue.modules[inst.module].requires
+                      if not q.each and (q.part is None or q.part in inst.parts)}
+            for as_, provider in recorded.items():
+                if as_ in wanted and as_ not in made[consumer] and provider in mesh.instances:
+                    made[consumer][as_] = provider
+    made = {k: v for k, v in made.items() if v}
     assert {k: dict(v) for k, v in resolution.ledger.bindings.items()} == dict(made)
 
 

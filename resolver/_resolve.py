@@ -18,7 +18,10 @@ Invariants:
 - A kept host port never moves: blocked and held instances keep theirs reserved, and a floor
   that collides with one is refused (resolver/_refusals.py).
 - Issued things (ports, logins, bindings, serials) come from the ledger when recorded and are
-  only added, never re-picked, so resolving with the ledger it produced is a fixed point.
+  only added, never re-picked, so resolving with the ledger it produced is a fixed point (a
+  recorded binding is kept while its provider is in mesh.yaml and its consumer still has the
+  requirement, also where this resolution leaves it unbound: an optional requirement of a
+  refused provider; the next resolution must not pick another).
 - Every consumer, on the provider's node or not, is told the provider node's address and the
   assigned host port: the one assignment the published port and the firewall also derive from.
 """
@@ -32,7 +35,7 @@ import attrs
 from pyrsistent import pmap, pvector
 
 from . import _codes as codes
-from ._assemble import assemble
+from ._assemble import Digests, assemble_reusing
 from ._binding_files import check_ca_mounts
 from ._check import validate
 from ._collector import collector_paused
@@ -49,7 +52,7 @@ from ._ports import assign_ports, new_ports
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
 from ._ledger import Ledger
-from ._frozen import FrozenMap
+from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._model import Mesh, Module, Require
 from ._artifacts import (
     ARTIFACT_STORE,
@@ -73,8 +76,10 @@ from ._refusals import (
 )
 from ._firewall import check_exposures
 from ._upgrades import check_upgrades
-from ._render import local_openings, render_instances
-from ._render_bindings import live_instances, own_secrets, render_bindings, render_providers
+from ._backup_target import check_backup_target
+from ._render import NOTHING_KEPT, Kept, local_openings, render_instances_reusing
+from ._render_bindings import (KeptBindings, live_instances, own_secrets,
+                               render_bindings_reusing, render_providers)
 from ._resolution import Resolution
 from ._select import EACH, Selection, select_every, select_provider
 
@@ -83,14 +88,33 @@ _Wanted = Union[str, tuple[str, str]]
 
 
 def resolution(r: Context) -> Resolution:
+    """The stages of a resolution (resolution_reusing), keeping nothing for a later one."""
+    return resolution_reusing(r, None)[0]
+
+
+@attrs.frozen
+class Reused:
+    """What one resolution made that the next may reuse (resolver/incremental.py holds it):
+    each live instance's rendering with the key it was made from, each node's declaration
+    contents with their digest, each consumer's parts of the bindings with their key."""
+
+    renderings: Kept = NOTHING_KEPT
+    digests: Digests = EMPTY_FROZEN
+    bindings: KeptBindings = KeptBindings()
+
+
+def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution, Reused]:
     """The stages of a resolution, composed in order: each is handed the frozen Context, or
     the parts of it it reads, and what it needs of the stages before it (the instances
     blocked so far, the floors refused, the bindings, the ports, the live instances, the
     parts of the renderings) and returns what it finds as values; the problems are stated
-    in this order and each stage's blocks join `blocked` before the next stage asks."""
+    in this order and each stage's blocks join `blocked` before the next stage asks.
+    `reused`: what a previous resolution rendered and digested (None: keep nothing); with it,
+    what this one made is returned for the next (Reused), and the Resolution is the same."""
     placement = check_placement(r)
     moves, changes = check_moves(r)
     upgrades, upgrade_changes = check_upgrades(r)  # resolver/_upgrades.py
+    upgrades = upgrades + check_backup_target(r)  # resolver/_backup_target.py
     changes = changes + upgrade_changes
     stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves + upgrades)
     stated, blocked = _stated(stated, blocked, check_mesh_scope(r, blocked))
@@ -118,7 +142,9 @@ def resolution(r: Context) -> Resolution:
                           r.catalogue.modules, r.catalogue.provisions, fqdns(r.mesh),
                           r.mesh.domain)
     own = own_secrets(live, r.credentials)
-    consumed = render_bindings(live, bound, assigned, logins, r.credentials, own.refs)
+    consumed, kept_bindings = render_bindings_reusing(
+        live, bound, assigned, logins, r.credentials, own.refs,
+        reused.bindings if reused is not None else None)
     providers = render_providers(live, assigned, r.credentials, own.refs)
     local = local_openings(r.mesh.mesh, live, bound, assigned)
     servers = tls_servers(live.names, live.modules, live.node_of,
@@ -129,15 +155,17 @@ def resolution(r: Context) -> Resolution:
         live.node_of, live.fqdn_of)
     # with acme the ingress gets its names' certificates itself: none from the mesh CA
     served, name_holders = certified_names(r.mesh, served), certified_names(r.mesh, name_holders)
-    renderings = render_instances(live, r.mesh, r.ledger, registry, assigned, own.refs,
-                                  consumed, providers, local, servers, served)
+    renderings, kept_renderings = render_instances_reusing(
+        live, r.mesh, r.ledger, registry, assigned, own.refs, consumed, providers, local,
+        servers, served, reused.renderings if reused is not None else None)
     renderings = carried(r, renderings)  # moves that carry their state (resolver/_moves.py)
     bindings, rendered = consumed.bindings, own.requests + consumed.requests
     # the rest of what those stages returned is in the renderings now: let it go, so a large
     # mesh keeps no second set of it alive (for the collector to walk) while the rest runs
     del live, own, consumed, providers, local
     held, held_problems = held_instances(r, blocked, stated)
-    declarations, accounts = assemble(r, floors, renderings, held, registry)
+    declarations, accounts, digests = assemble_reusing(
+        r, floors, renderings, held, registry, reused.digests if reused is not None else None)
     # every request of every stage, merged here (duplicates kept: the count per node
     # check_public_keys states is of requests made, as it always was)
     all_requests = [*rendered, *accounts,
@@ -149,6 +177,11 @@ def resolution(r: Context) -> Resolution:
     for (consumer, as_, _provider), b in bound.items():
         if not b.requirement.each:  # a list follows the mesh: its logins are what is kept
             new_bindings.setdefault(consumer, {})[as_] = b.provider
+    for consumer, recorded in r.recorded_bindings.items():
+        if consumer in r.instances and consumer not in blocked:
+            _keep_unbound_records(r, consumer, recorded, new_bindings.setdefault(consumer, {}))
+            if not new_bindings[consumer]:
+                del new_bindings[consumer]
     for consumer, recorded in r.ledger.bindings.items():
         if consumer in r.mesh.instances and consumer in blocked:
             new_bindings[consumer] = dict(recorded)  # kept while it is refused
@@ -177,7 +210,22 @@ def resolution(r: Context) -> Resolution:
         registry=registry.address if registry is not None else None,
         registry_instance=registry.instance if registry is not None else None,
         renderings=renderings,
-    )
+    ), Reused(kept_renderings, digests, kept_bindings)
+
+
+def _keep_unbound_records(r: Context, consumer: str, recorded: Mapping[str, str],
+                          bindings: dict[str, str]) -> None:
+    """Add to `bindings` (a live consumer's new ones) each recorded binding of a requirement it
+    still has (not `each`, its part on) that this resolution left unbound while the recorded
+    provider is still in mesh.yaml (refused, say, or on an unknown node): the next resolution
+    must not pick another (never silently rebound); the record goes with the provider or the
+    requirement."""
+    inst, module = r.instances[consumer], r.placed_module(consumer)
+    wanted = {q.as_ for q in module.requires
+              if not q.each and (q.part is None or q.part in inst.parts)}
+    for as_, provider in recorded.items():
+        if as_ in wanted and as_ not in bindings and provider in r.instances:
+            bindings[as_] = provider
 
 
 def _request_order(requests: Iterable[Request]) -> list[Request]:
