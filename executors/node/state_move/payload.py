@@ -30,7 +30,7 @@ import queue
 import stat
 import threading
 import time
-from typing import BinaryIO, Callable, Iterator, Mapping, Optional, cast
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, cast
 
 from resolver import StateTransfer
 
@@ -44,7 +44,9 @@ from executors.node.state_move.channel import (
 CHUNK = 1 << 20  # a file's content travels in pieces of this size
 Manifest = dict[str, object]
 Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
-AHEAD = 8  # pieces read (or written) ahead of the network, per side
+AHEAD = 8  # batches read (or written) ahead of the network, per side
+BATCH_BYTES = CHUNK  # a batch between threads holds at most this much content…
+BATCH_EVENTS = 512  # …or this many events (headers, pieces, digests)
 
 
 def _empty_manifest() -> dict[str, object]:
@@ -93,10 +95,33 @@ def _entries(transfer: StateTransfer) -> Iterator[tuple[str, str]]:
                 yield os.path.join(top, n), f"{base}/{n}"
 
 
-def _read_ahead(transfer: StateTransfer, out: "queue.Queue[object]",
+class _Batches:
+    """Events handed between threads in batches (a list per hand-over, at most BATCH_BYTES of
+    content or BATCH_EVENTS events): one queue hand-over per small file would cost more than
+    the file (the threads' switches), so a data directory of many small files is not slower
+    per byte than one large file."""
+
+    def __init__(self, out: "queue.Queue[Any]") -> None:
+        self.out, self.size = out, 0
+        self.events: list[Any] = []
+
+    def put(self, event: Any, size: int = 0) -> None:
+        self.events.append(event)
+        self.size += size
+        if self.size >= BATCH_BYTES or len(self.events) >= BATCH_EVENTS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.events:
+            self.out.put(self.events)
+            self.events, self.size = [], 0
+
+
+def _read_ahead(transfer: StateTransfer, queue_out: "queue.Queue[Any]",
                 stop: threading.Event) -> None:
     """The source's reading thread: headers, content pieces and each file's digest, in
-    stream order, into `out`; an error is put last."""
+    stream order, into `queue_out` in batches; an error is put last."""
+    out = _Batches(queue_out)
     try:
         for path, name in _entries(transfer):
             if stop.is_set():
@@ -110,15 +135,20 @@ def _read_ahead(transfer: StateTransfer, out: "queue.Queue[object]",
                 out.put(("H", dict(header, type="link", link=os.readlink(path))))
             elif stat.S_ISREG(facts.st_mode):
                 digest, size = hashlib.sha256(), 0
-                with open(path, "rb", buffering=0) as handle:
+                # a bare descriptor: no file object per file (most files of a data
+                # directory are small); a symbolic link put there since the lstat is refused
+                descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
                     out.put(("H", dict(header, type="file", size=facts.st_size)))
                     while size < facts.st_size:
-                        piece = handle.read(min(CHUNK, facts.st_size - size))
+                        piece = os.read(descriptor, min(CHUNK, facts.st_size - size))
                         if not piece:
                             break
                         digest.update(piece)
                         size += len(piece)
-                        out.put(("D", piece))
+                        out.put(("D", piece), len(piece))
+                finally:
+                    os.close(descriptor)
                 if size != facts.st_size:
                     raise TransferError(f"{path} changed while it was read ({size} bytes "
                                         f"of {facts.st_size}): is the instance stopped?")
@@ -126,8 +156,10 @@ def _read_ahead(transfer: StateTransfer, out: "queue.Queue[object]",
             else:
                 out.put(("S", None))
         out.put(("E", None))
+        out.flush()
     except BaseException as exc:  # handed to the sending thread
         out.put(("X", exc))
+        out.flush()
 
 
 def send(stream: BinaryIO, transfer: StateTransfer, progress: Progress, total: int) -> Manifest:
@@ -136,14 +168,13 @@ def send(stream: BinaryIO, transfer: StateTransfer, progress: Progress, total: i
     files = cast(dict[str, list[object]], manifest["files"])
     dirs, links = cast(list[str], manifest["dirs"]), cast(dict[str, str], manifest["links"])
     meter = _Meter(progress, total)
-    pieces: queue.Queue[object] = queue.Queue(maxsize=AHEAD)
+    pieces: queue.Queue[Any] = queue.Queue(maxsize=AHEAD)
     stop = threading.Event()
     reader = threading.Thread(target=_read_ahead, args=(transfer, pieces, stop),
                               name="mesh-state-reader", daemon=True)
     reader.start()
     try:
-        while True:
-            kind, value = cast(tuple[str, object], pieces.get())
+        for kind, value in _events(pieces):
             if kind == "X":
                 raise cast(BaseException, value)
             if kind == "E":
@@ -177,64 +208,80 @@ def send(stream: BinaryIO, transfer: StateTransfer, progress: Progress, total: i
     return manifest
 
 
+def _events(batches: "queue.Queue[Any]") -> Iterator[tuple[str, object]]:
+    while True:
+        yield from cast(list[tuple[str, object]], batches.get())
+
+
 class _DiskWorker:
     """The target's writing thread: hashes and writes the files' contents while the stream
     is read and decrypted in the caller's. An error stops the writing and is raised by the
     next `put` or by `finish`; the queue is drained so the reader never blocks on it."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[Optional[tuple[object, ...]]] = queue.Queue(maxsize=AHEAD)
+        self.queue: queue.Queue[Optional[list[tuple[object, ...]]]] = queue.Queue(maxsize=AHEAD)
+        self.batch = _Batches(self.queue)
         self.error: Optional[BaseException] = None
         self.written: dict[str, tuple[int, str]] = {}
+        # the file being written (the writing thread's alone)
+        self.descriptor: Optional[int] = None
+        self.digest, self.size, self.name, self.path = hashlib.sha256(), 0, "", ""
+        self.header: dict[str, object] = {}
         self.thread = threading.Thread(target=self._run, name="mesh-state-writer", daemon=True)
         self.thread.start()
 
-    def put(self, item: tuple[object, ...]) -> None:
+    def put(self, item: tuple[object, ...], size: int = 0) -> None:
         if self.error is not None:
             raise self.error
-        self.queue.put(item)
+        self.batch.put(item, size)
 
     def finish(self) -> None:
+        if self.error is None:
+            self.batch.flush()
         self.queue.put(None)
         self.thread.join()
         if self.error is not None:
             raise self.error
 
     def _run(self) -> None:
-        descriptor: Optional[int] = None
         try:
-            digest, size, name, path = hashlib.sha256(), 0, "", ""
-            header: dict[str, object] = {}
             while True:
-                item = self.queue.get()
-                if item is None:
+                items = self.queue.get()
+                if items is None:
                     return
-                if item[0] == "data":
-                    data = memoryview(cast(bytes, item[1]))
-                    digest.update(data)
-                    size += len(data)
-                    while data:
-                        data = data[os.write(cast(int, descriptor), data):]
-                elif item[0] == "open":
-                    name, path = cast(str, item[1]), cast(str, item[2])
-                    header = cast(dict[str, object], item[3])
-                    digest, size = hashlib.sha256(), 0
-                    descriptor = open_new_for_streaming(path, 0o600)
-                elif item[0] == "close" and descriptor is not None:
-                    os.fchown(descriptor, cast(int, header["uid"]), cast(int, header["gid"]))
-                    os.fchmod(descriptor, cast(int, header["mode"]) & 0o7777)
-                    os.close(descriptor)
-                    descriptor = None
-                    mtime = cast(int, header["mtime"])
-                    os.utime(path, (mtime, mtime))
-                    self.written[name] = (size, digest.hexdigest())
+                for item in items:
+                    self._one(item)
         except BaseException as exc:  # handed to the reading thread
             self.error = exc
             while self.queue.get() is not None:
                 pass
         finally:
-            if descriptor is not None:
-                os.close(descriptor)
+            if self.descriptor is not None:
+                os.close(self.descriptor)
+
+    def _one(self, item: tuple[object, ...]) -> None:
+        """One event of a batch: a piece of the open file's content, a file to open, or the
+        open file complete."""
+        if item[0] == "data":
+            data = memoryview(cast(bytes, item[1]))
+            self.digest.update(data)
+            self.size += len(data)
+            while data:
+                data = data[os.write(cast(int, self.descriptor), data):]
+        elif item[0] == "open":
+            self.name, self.path = cast(str, item[1]), cast(str, item[2])
+            self.header = cast(dict[str, object], item[3])
+            self.digest, self.size = hashlib.sha256(), 0
+            self.descriptor = open_new_for_streaming(self.path, 0o600)
+        elif item[0] == "close" and self.descriptor is not None:
+            header, descriptor = self.header, self.descriptor
+            os.fchown(descriptor, cast(int, header["uid"]), cast(int, header["gid"]))
+            os.fchmod(descriptor, cast(int, header["mode"]) & 0o7777)
+            mtime = cast(int, header["mtime"])
+            os.utime(descriptor, (mtime, mtime))  # through the descriptor: no path lookup
+            self.descriptor = None
+            os.close(descriptor)
+            self.written[self.name] = (self.size, self.digest.hexdigest())
 
 
 def _target(staging: Mapping[str, str], name: object) -> str:
@@ -270,7 +317,7 @@ def receive(stream: BinaryIO, staging: Mapping[str, str], progress: Progress,
                 if len(body) > left:
                     raise TransferError("the stream sends more content than a file holds")
                 left -= len(body)
-                disk.put(("data", body))
+                disk.put(("data", body), len(body))
                 meter.tick(len(body))
                 if left == 0:
                     disk.put(("close",))
