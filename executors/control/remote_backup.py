@@ -17,21 +17,17 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-import secrets
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import attrs
 
 from resolver import BackupError, MeshError
 
-from executors.common import amqp, messages
-from executors.common.amqp import BrokerError
+from executors.common import messages
+from executors.control.agent_request import AgentRequest
 from executors.control.delivery_key import DeliveryKey
 from executors.control.fleet import Fleet
-
-if TYPE_CHECKING:  # pika ships no types: its objects are named for the reader
-    from pika.adapters.blocking_connection import BlockingChannel
 
 
 class RemoteBackupError(MeshError):
@@ -73,53 +69,24 @@ def ask(fleet: Fleet, key: DeliveryKey, query: BackupQuery, *, timeout: float,
     """Send the signed request to the node's queue and wait for its agent's answer: the
     result, a BackupError when the node refused the request (nothing changed), a
     RemoteBackupError when it failed or did not answer."""
-    request = secrets.token_hex(16)
     expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=timeout)
-    connection = fleet.connect(deadline=time.monotonic() + min(timeout, 60))
-    try:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.exchange_declare(amqp.LOGS, "direct", durable=True)
-        queue = channel.queue_declare("", exclusive=True, auto_delete=True).method.queue
-        channel.queue_bind(queue, amqp.LOGS, request)
-        envelope = messages.sign(messages.BACKUP_REQUEST,
-                                 request_body(fleet.names.mesh, query, request, expires),
-                                 key.key, key.certificate_pem)
-        try:
-            amqp.publish(channel, amqp.DECLARATIONS, query.node, envelope,
-                         amqp.properties(message_id=f"backup/{query.node}/{request}",
-                                         kind=messages.BACKUP_REQUEST))
-        except BrokerError as error:
-            raise RemoteBackupError(f"node {query.node} has no queue on the mesh's broker (is "
-                                    f"it enrolled?): {error}") from None
+    with AgentRequest(fleet, key, query.node, kind=messages.BACKUP_REQUEST,
+                      answer_format=messages.BACKUP_ANSWER_FORMAT, error=RemoteBackupError,
+                      connect_within=min(timeout, 60)) as asked:
+        asked.send(request_body(fleet.names.mesh, query, asked.id, expires),
+                   f"backup/{query.node}/{asked.id}")
         say(f"asked node {query.node}'s agent to {query.action} {query.instance} "
-            f"(request {request}); waiting up to {timeout:.0f}s")
-        return _wait(channel, queue, fleet.names.node_user(query.node), request, query, timeout)
-    finally:
-        try:
-            connection.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection: nothing left to do
-            pass
-
-
-def _wait(channel: BlockingChannel, queue: str, node_user: str, request: str,
-          query: BackupQuery, timeout: float) -> RemoteBackup:
-    deadline = time.monotonic() + timeout
-    for method, props, body in channel.consume(queue, auto_ack=True, inactivity_timeout=0.5):
-        if method is not None and props.user_id == node_user:
-            try:
-                answer = messages.open_plain(body, messages.BACKUP_ANSWER_FORMAT)
-            except messages.MessageRefused:
-                answer = {}
-            if answer.get("request") == request:
-                channel.cancel()
+            f"(request {asked.id}); waiting up to {timeout:.0f}s")
+        deadline = time.monotonic() + timeout
+        for answer in asked.answers():
+            if answer is not None:
                 return _result(query, answer)
-        if time.monotonic() >= deadline:
-            channel.cancel()
-            raise RemoteBackupError(
-                f"no answer from node {query.node}'s agent within {timeout:.0f}s (is `mesh "
-                f"agent` running there and connected?); the request expires unanswered")
-    raise RemoteBackupError(f"the broker closed the answer queue of request {request}")
+            if time.monotonic() >= deadline:
+                raise RemoteBackupError(
+                    f"no answer from node {query.node}'s agent within {timeout:.0f}s (is "
+                    "`mesh agent` running there and connected?); the request expires "
+                    "unanswered")
+    raise AssertionError("answers() ends by raising")  # pragma: no cover
 
 
 def _result(query: BackupQuery, answer: messages.Document) -> RemoteBackup:

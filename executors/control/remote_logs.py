@@ -21,21 +21,17 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-import secrets
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import attrs
 
 from resolver import MeshError
 
-from executors.common import amqp, messages
-from executors.common.amqp import BrokerError
+from executors.common import messages
+from executors.control.agent_request import AgentRequest
 from executors.control.delivery_key import DeliveryKey
 from executors.control.fleet import Fleet
-
-if TYPE_CHECKING:  # pika ships no types: its objects are named for the reader
-    from pika.adapters.blocking_connection import BlockingChannel
 
 
 class RemoteLogsError(MeshError):
@@ -85,54 +81,32 @@ def follow(fleet: Fleet, key: DeliveryKey, query: LogsQuery, *, timeout: float,
     """Ask the node's agent to follow the instance's output, hand each line to `line` as it
     comes, renew the lease while following; why the agent ended it (KeyboardInterrupt goes
     through: the connection closes and the agent stops)."""
-    request = secrets.token_hex(16)
-    connection = fleet.connect(deadline=time.monotonic() + timeout)
-    try:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.exchange_declare(amqp.LOGS, "direct", durable=True)
-        queue = channel.queue_declare("", exclusive=True, auto_delete=True).method.queue
-        channel.queue_bind(queue, amqp.LOGS, request)
+    with AgentRequest(fleet, key, query.node, kind=messages.LOGS_REQUEST,
+                      answer_format=messages.LOGS_ANSWER_FORMAT, error=RemoteLogsError,
+                      connect_within=timeout) as asked:
 
         def send() -> None:
             expires = (datetime.datetime.now(datetime.timezone.utc)
                        + datetime.timedelta(seconds=lease))
-            envelope = messages.sign(messages.LOGS_REQUEST,
-                                     request_body(fleet.names.mesh, query, request, expires,
-                                                  follow=True),
-                                     key.key, key.certificate_pem)
-            try:
-                amqp.publish(channel, amqp.DECLARATIONS, query.node, envelope,
-                             amqp.properties(message_id=f"logs/{query.node}/{request}/"
-                                                        f"{time.time_ns()}",
-                                             kind=messages.LOGS_REQUEST))
-            except BrokerError as error:
-                raise RemoteLogsError(f"node {query.node} has no queue on the mesh's broker "
-                                      f"(is it enrolled?): {error}") from None
+            asked.send(request_body(fleet.names.mesh, query, asked.id, expires, follow=True),
+                       f"logs/{query.node}/{asked.id}/{time.time_ns()}")
 
         send()
         say(f"following the logs of {query.instance} through node {query.node}'s agent "
-            f"(request {request}, renewed every {lease / 3:.0f}s; Ctrl-C stops)")
+            f"(request {asked.id}, renewed every {lease / 3:.0f}s; Ctrl-C stops)")
         renew_at = time.monotonic() + lease / 3
         heard = False
         deadline = time.monotonic() + timeout
-        node_user = fleet.names.node_user(query.node)
-        for method, props, body in channel.consume(queue, auto_ack=True,
-                                                   inactivity_timeout=0.5):
-            if method is not None and props.user_id == node_user:
-                try:
-                    answer = messages.open_plain(body, messages.LOGS_ANSWER_FORMAT)
-                except messages.MessageRefused:
-                    answer = {}
-                if answer.get("request") == request:
-                    heard = True
-                    if answer.get("error"):
-                        raise RemoteLogsError(f"node {query.node}: {answer['error']}")
-                    lines = answer.get("lines")
-                    for text in lines if isinstance(lines, list) else []:
-                        line(str(text))
-                    if answer.get("end"):
-                        return str(answer["end"])
+        for answer in asked.answers():
+            if answer is not None:
+                heard = True
+                if answer.get("error"):
+                    raise RemoteLogsError(f"node {query.node}: {answer['error']}")
+                lines = answer.get("lines")
+                for text in lines if isinstance(lines, list) else []:
+                    line(str(text))
+                if answer.get("end"):
+                    return str(answer["end"])
             if not heard and time.monotonic() >= deadline:
                 raise RemoteLogsError(
                     f"no answer from node {query.node}'s agent within {timeout:.0f}s (is "
@@ -140,57 +114,23 @@ def follow(fleet: Fleet, key: DeliveryKey, query: LogsQuery, *, timeout: float,
             if time.monotonic() >= renew_at:
                 send()
                 renew_at = time.monotonic() + lease / 3
-        raise RemoteLogsError(f"the broker closed the answer queue of request {request}")
-    finally:
-        try:
-            connection.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection: nothing left to do
-            pass
+    raise AssertionError("answers() ends by raising")  # pragma: no cover
 
 
 def ask(fleet: Fleet, key: DeliveryKey, query: LogsQuery, *, timeout: float,
         say: Callable[[str], None]) -> RemoteLogs:
     """Send the signed request to the node's queue and wait for its agent's answer."""
-    request = secrets.token_hex(16)
     expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=timeout)
-    connection = fleet.connect(deadline=time.monotonic() + timeout)
-    try:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.exchange_declare(amqp.LOGS, "direct", durable=True)
-        queue = channel.queue_declare("", exclusive=True, auto_delete=True).method.queue
-        channel.queue_bind(queue, amqp.LOGS, request)
-        envelope = messages.sign(messages.LOGS_REQUEST,
-                                 request_body(fleet.names.mesh, query, request, expires),
-                                 key.key, key.certificate_pem)
-        try:
-            amqp.publish(channel, amqp.DECLARATIONS, query.node, envelope,
-                         amqp.properties(message_id=f"logs/{query.node}/{request}",
-                                         kind=messages.LOGS_REQUEST))
-        except BrokerError as error:
-            raise RemoteLogsError(f"node {query.node} has no queue on the mesh's broker (is it "
-                                  f"enrolled?): {error}") from None
+    with AgentRequest(fleet, key, query.node, kind=messages.LOGS_REQUEST,
+                      answer_format=messages.LOGS_ANSWER_FORMAT, error=RemoteLogsError,
+                      connect_within=timeout) as asked:
+        asked.send(request_body(fleet.names.mesh, query, asked.id, expires),
+                   f"logs/{query.node}/{asked.id}")
         say(f"asked node {query.node}'s agent for the logs of {query.instance} "
-            f"(request {request}); waiting up to {timeout:.0f}s")
-        return _wait(channel, queue, fleet.names.node_user(query.node), request, query, timeout)
-    finally:
-        try:
-            connection.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection: nothing left to do
-            pass
-
-
-def _wait(channel: BlockingChannel, queue: str, node_user: str, request: str,
-          query: LogsQuery, timeout: float) -> RemoteLogs:
-    deadline = time.monotonic() + timeout
-    for method, props, body in channel.consume(queue, auto_ack=True, inactivity_timeout=0.5):
-        if method is not None and props.user_id == node_user:
-            try:
-                answer = messages.open_plain(body, messages.LOGS_ANSWER_FORMAT)
-            except messages.MessageRefused:
-                answer = {}
-            if answer.get("request") == request:
-                channel.cancel()
+            f"(request {asked.id}); waiting up to {timeout:.0f}s")
+        deadline = time.monotonic() + timeout
+        for answer in asked.answers():
+            if answer is not None:
                 if answer.get("error"):
                     raise RemoteLogsError(f"node {query.node}: {answer['error']}")
                 lines = answer.get("lines")
@@ -198,9 +138,8 @@ def _wait(channel: BlockingChannel, queue: str, node_user: str, request: str,
                 return RemoteLogs(
                     tuple(str(line) for line in lines) if isinstance(lines, list) else (),
                     bool(answer.get("truncated")), scrubbed if isinstance(scrubbed, int) else 0)
-        if time.monotonic() >= deadline:
-            channel.cancel()
-            raise RemoteLogsError(
-                f"no answer from node {query.node}'s agent within {timeout:.0f}s (is `mesh "
-                f"agent` running there and connected?); the request expires unanswered")
-    raise RemoteLogsError(f"the broker closed the answer queue of request {request}")
+            if time.monotonic() >= deadline:
+                raise RemoteLogsError(
+                    f"no answer from node {query.node}'s agent within {timeout:.0f}s (is `mesh "
+                    f"agent` running there and connected?); the request expires unanswered")
+    raise AssertionError("answers() ends by raising")  # pragma: no cover

@@ -17,13 +17,13 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from typing import Mapping
 
 from resolver import BackupError, MeshError
 
 from executors.common import messages
+from executors.node.agent import signed_requests
 from executors.node.backup_schedule import BackupSchedule
 
 ACTIONS = ("backup", "restore")
@@ -31,32 +31,15 @@ ACTIONS = ("backup", "restore")
 
 def is_backup_request(data: bytes) -> bool:
     """Whether a delivery's envelope says it is a backup request (open_signed checks again)."""
-    try:
-        envelope = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(envelope, dict) and envelope.get("kind") == messages.BACKUP_REQUEST
+    return signed_requests.kind_of(data) == messages.BACKUP_REQUEST
 
 
 def check_request(body: Mapping[str, object], mesh: str, node: str,
                   now: datetime.datetime) -> str:
-    """The request's id once its body is this node's, of this mesh, unexpired and whole;
-    otherwise MessageRefused naming why."""
-    request = body.get("request")
-    if not isinstance(request, str) or not request:
-        raise messages.MessageRefused("the backup request has no id")
-    if body.get("mesh") != mesh or body.get("node") != node:
-        raise messages.MessageRefused(f"a backup request for node {body.get('node')!r} of mesh "
-                                      f"{body.get('mesh')!r}, not this node's")
-    try:
-        expires = datetime.datetime.fromisoformat(str(body.get("expires")).replace("Z", "+00:00"))
-    except ValueError:
-        raise messages.MessageRefused("the backup request has no expiry time") from None
-    if now >= expires:
-        raise messages.MessageRefused(f"the backup request {request} expired at "
-                                      f"{body.get('expires')} (nobody waits for it any more)")
-    if not isinstance(body.get("instance"), str):
-        raise messages.MessageRefused("the backup request names no instance")
+    """The request's id once its body is this node's, of this mesh, unexpired and whole
+    (signed_requests.check_request, and an action it can run); otherwise MessageRefused
+    naming why."""
+    request = signed_requests.check_request(body, mesh, node, now, "backup")
     if body.get("action") not in ACTIONS:
         raise messages.MessageRefused(f"the backup request asks for {body.get('action')!r}; "
                                       "expected backup or restore")

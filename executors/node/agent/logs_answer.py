@@ -16,7 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-import json
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
@@ -24,6 +23,7 @@ import docker
 
 from executors.common import messages
 from executors.common.keys import load_private_key, unseal_for_node
+from executors.node.agent import signed_requests
 from executors.node.logs import LogsError, instance_containers, pick, recent
 from resolver.documents import load_ledger
 
@@ -35,33 +35,14 @@ SHORTEST_SECRET = 8  # shorter values are not issued by the mesh; never scrub co
 def is_logs_request(data: bytes) -> bool:
     """Whether a delivery's envelope says it is a logs request (read before any check: the
     kind then decides which checks apply; open_signed checks it again)."""
-    try:
-        envelope = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(envelope, dict) and envelope.get("kind") == messages.LOGS_REQUEST
+    return signed_requests.kind_of(data) == messages.LOGS_REQUEST
 
 
 def check_request(body: Mapping[str, object], mesh: str, node: str,
                   now: datetime.datetime) -> str:
-    """The request's id once its body is this node's, of this mesh, unexpired; otherwise
-    MessageRefused naming why."""
-    request = body.get("request")
-    if not isinstance(request, str) or not request:
-        raise messages.MessageRefused("the logs request has no id")
-    if body.get("mesh") != mesh or body.get("node") != node:
-        raise messages.MessageRefused(f"a logs request for node {body.get('node')!r} of mesh "
-                                      f"{body.get('mesh')!r}, not this node's")
-    try:
-        expires = datetime.datetime.fromisoformat(str(body.get("expires")).replace("Z", "+00:00"))
-    except ValueError:
-        raise messages.MessageRefused("the logs request has no expiry time") from None
-    if now >= expires:
-        raise messages.MessageRefused(f"the logs request {request} expired at "
-                                      f"{body.get('expires')} (nobody waits for it any more)")
-    if not isinstance(body.get("instance"), str):
-        raise messages.MessageRefused("the logs request names no instance")
-    return request
+    """The request's id once its body is this node's, of this mesh, unexpired
+    (signed_requests.check_request); otherwise MessageRefused naming why."""
+    return signed_requests.check_request(body, mesh, node, now, "logs")
 
 
 def secret_tokens(current: Optional[tuple[Path, Path]], key_file: str,

@@ -53,7 +53,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, TypedDict, TypeVar
 
 import attrs
 
@@ -382,25 +382,36 @@ class Agent:
                  + (str(document["error"]) if document.get("error") else
                     f"{len(lines) if isinstance(lines, list) else 0} lines") + ")")
 
+    def _opened(self, delivery: Delivery, kind: str, what: str,
+                check: Callable[[Mapping[str, object], str, str, datetime.datetime], str],
+                answers: list[tuple[Optional[str], ReportBody]]
+                ) -> Optional[tuple[Mapping[str, object], str]]:
+        """A signed request's body and id once its envelope verified against the pinned CA
+        (`kind`) and `check` accepted its body; else None, its refusal said and reported in
+        `answers`."""
+        try:
+            body = messages.open_signed(delivery.body, kind=kind, ca=self.ca,
+                                        mesh=self.config.mesh, revoked=self.revoked.serials())
+            return body, check(body, self.config.mesh, self.config.node,
+                               datetime.datetime.now(datetime.timezone.utc))
+        except messages.MessageRefused as refusal:
+            self.say(f"refused {what} request {delivery.message_id or '(no id)'}: "
+                     f"{refusal.reason}")
+            answers.append((None, self._report("message", result="rejected",
+                                               message_id=delivery.message_id,
+                                               reason=refusal.reason)))
+            return None
+
     def answer_logs(self, asked: list[Delivery]) -> list[tuple[Optional[str], ReportBody]]:
         """Each logs request verified and answered (logs_answer.py): (its id, the answer), or
         (None, a report of its refusal)."""
         answers: list[tuple[Optional[str], ReportBody]] = []
         for delivery in asked:
-            try:
-                body = messages.open_signed(delivery.body, kind=messages.LOGS_REQUEST,
-                                            ca=self.ca, mesh=self.config.mesh,
-                                            revoked=self.revoked.serials())
-                request = logs_answer.check_request(
-                    body, self.config.mesh, self.config.node,
-                    datetime.datetime.now(datetime.timezone.utc))
-            except messages.MessageRefused as refusal:
-                self.say(f"refused logs request {delivery.message_id or '(no id)'}: "
-                         f"{refusal.reason}")
-                answers.append((None, self._report("message", result="rejected",
-                                                   message_id=delivery.message_id,
-                                                   reason=refusal.reason)))
+            opened = self._opened(delivery, messages.LOGS_REQUEST, "logs",
+                                  logs_answer.check_request, answers)
+            if opened is None:
                 continue
+            body, request = opened
             if body.get("follow") is True:  # streamed by a follower; renewed by the asker
                 answers.append((request, self.followers.follow(
                     body, request, engine=engine_client(self.config.docker_host),
@@ -421,20 +432,11 @@ class Agent:
         answer), or (None, a report of its refusal)."""
         answers: list[tuple[Optional[str], ReportBody]] = []
         for delivery in wanted:
-            try:
-                body = messages.open_signed(delivery.body, kind=messages.BACKUP_REQUEST,
-                                            ca=self.ca, mesh=self.config.mesh,
-                                            revoked=self.revoked.serials())
-                request = backup_answer.check_request(
-                    body, self.config.mesh, self.config.node,
-                    datetime.datetime.now(datetime.timezone.utc))
-            except messages.MessageRefused as refusal:
-                self.say(f"refused backup request {delivery.message_id or '(no id)'}: "
-                         f"{refusal.reason}")
-                answers.append((None, self._report("message", result="rejected",
-                                                   message_id=delivery.message_id,
-                                                   reason=refusal.reason)))
+            opened = self._opened(delivery, messages.BACKUP_REQUEST, "backup",
+                                  backup_answer.check_request, answers)
+            if opened is None:
                 continue
+            body, request = opened
             self.say(f"backup request {request}: {body.get('action')} {body.get('instance')}")
             answers.append((request, backup_answer.answer(body, request, self.config.node,
                                                           self.backups)))
