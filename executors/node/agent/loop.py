@@ -6,7 +6,9 @@ Invariants:
   and backup requests are published, in this node's name (the broker validates `user_id`).
 - Scheduled backups (node/backup_schedule.py) start from the idle loop in a thread of their
   own, one at a time, also while the broker is away; each ending is reported (trigger
-  `backup`), and every report carries each instance's last backup. A backup request (`mesh
+  `backup`), and every report carries each instance's last backup. Every apply (a
+  declaration, a drift repair, an arrival tried again) waits for a backup under way and none
+  starts while it runs (BackupSchedule.apart). A backup request (`mesh
   backup|restore DIR INSTANCE`) is verified like a declaration and run apart from them
   (agent/backup_answer.py); it never applies anything.
 - A logs request (`mesh logs DIR INSTANCE`) is verified like a declaration and answered apart
@@ -301,8 +303,8 @@ class Agent:
                     self._publish_report(reports, drift_report)
                 continue
             if self.arrival.due():
-                self._publish_report(reports, self._run_serviced(connection,
-                                                                 self._retry_arrival))
+                self._publish_report(reports, self._run_serviced(
+                    connection, lambda: self.backups.apart(self._retry_arrival)))
                 continue
             self.backups.tick()  # a due backup starts in its own thread
             for record in self.backups.finished():
@@ -362,20 +364,30 @@ class Agent:
                  + (f"serial {report['serial']}" if report.get("serial") is not None
                     else f"{report['trigger']}"))
 
+    def _answered(self, channel: BlockingChannel, routing: Optional[str],
+                  document: ReportBody, kind: str, undelivered: str) -> bool:
+        """An answer to its asker's queue (`routing`: the request's id; message kind `kind`),
+        True once the broker took it; a refused request's report instead (routing None), or
+        `undelivered` said when the asker's queue is gone: False."""
+        if routing is None:
+            self._publish_report(channel, document)
+            return False
+        try:
+            amqp.publish(channel, amqp.LOGS, routing, messages.plain(document),
+                         amqp.properties(message_id=f"{kind}/{self.config.node}/{routing}",
+                                         kind=kind, user_id=self.login.user))
+        except BrokerError as error:  # the asker gave up waiting: its queue is gone
+            self.say(f"{undelivered}: {error}")
+            return False
+        return True
+
     def _publish_logs(self, channel: BlockingChannel, routing: Optional[str],
                       document: ReportBody) -> None:
         """The answer to a logs request to its asker's queue (`routing`: its id), or, for a
         refused request, a report saying why."""
-        if routing is None:
-            self._publish_report(channel, document)
-            return
-        try:
-            amqp.publish(channel, amqp.LOGS, routing, messages.plain(document),
-                         amqp.properties(message_id=f"logs/{self.config.node}/{routing}",
-                                         kind="logs", user_id=self.login.user))
-        except BrokerError as error:  # the asker gave up waiting: its queue is gone
-            self.say(f"logs of {document.get('instance')} for request {routing} not "
-                     f"delivered: {error}")
+        if not self._answered(channel, routing, document, "logs",
+                              f"logs of {document.get('instance')} for request {routing} not "
+                              "delivered"):
             return
         lines = document.get("lines")
         self.say(f"answered logs request {routing} ({document.get('instance')}: "
@@ -445,15 +457,8 @@ class Agent:
     def _publish_answer(self, channel: BlockingChannel, routing: Optional[str],
                         document: ReportBody) -> None:
         """A backup request's answer to its asker's queue, or a refusal's report."""
-        if routing is None:
-            self._publish_report(channel, document)
-            return
-        try:
-            amqp.publish(channel, amqp.LOGS, routing, messages.plain(document),
-                         amqp.properties(message_id=f"backup/{self.config.node}/{routing}",
-                                         kind="backup", user_id=self.login.user))
-        except BrokerError as error:  # the asker gave up waiting: its queue is gone
-            self.say(f"answer to backup request {routing} not delivered: {error}")
+        if not self._answered(channel, routing, document, "backup",
+                              f"answer to backup request {routing} not delivered"):
             return
         self.say(f"answered backup request {routing} ({document.get('action')} "
                  f"{document.get('instance')}: " + (str(document["error"]) if
