@@ -7,7 +7,10 @@ repetition times, in turn, one no-op of: `mesh apply DECLARATION ...` as an oper
 same with `--no-fast` (the full path: render, one list call, diff), apply_declaration() in
 this process (no interpreter start, no imports) and `docker-compose up -d` (Debian's
 docker-compose), beside the floor of any Python command: this interpreter starting and
-doing nothing (`python3 -c pass`, with its site-packages' .pth files, as `mesh` starts). Each
+doing nothing (`python3 -c pass`, with its site-packages' .pth files, as `mesh` starts), and
+the same without the site module (`python3 -S -c pass`: no .pth files run; what the
+difference costs is paid by every Python command here before its first line, `mesh` too,
+and depends on what the environment's .pth files import, not on this project). Each
 CLI run's --json report is checked for zero operations, and the default run for having been
 answered by the quick check. Prints every timing, the best and the median of each, and each
 one's ratio to docker-compose against the target (mesh apply >= 20x faster on the median).
@@ -18,7 +21,7 @@ module that changed since the last one. Needs the Docker Engine (scripts/service
 installed (`pip install -e .`: the `mesh` command beside this interpreter); cleans up its
 containers.
 
-    python3 benchmarks/bench_apply.py [--containers 40] [--repetitions 3]
+    python3 benchmarks/bench_apply.py [--containers 40] [--repetitions 5]
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from resolver.documents import structure  # noqa: E402
 
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 86400 & wait"]
 LABELS = {"mesh": "mesh apply", "full": "mesh apply --no-fast",
-          "start": "python3 -c pass (start only)",
+          "start": "python3 -c pass (start only)", "bare": "python3 -S -c pass (no site)",
           "library": "apply_declaration (in-process)", "compose": "docker-compose up -d"}
 TARGET = 20.0  # mesh apply (the installed command) at least this many times faster, median
 
@@ -96,7 +99,7 @@ def compose_file(project: str, image_tag: str, ports: list[int]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=40)
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--repetitions", type=int, default=5)
     args = parser.parse_args()
     script = shutil.which("mesh", path=os.path.dirname(sys.executable))
     if script is None:
@@ -140,7 +143,7 @@ def main() -> int:
             decl = structure(json.loads(Path(declaration).read_text()), Declaration)
             commands = {"mesh": mesh_command, "full": full_command}
             times: dict[str, list[float]] = {
-                key: [] for key in (*commands, "start", "library", "compose")}
+                key: [] for key in (*commands, "start", "bare", "library", "compose")}
             print(f"  (mesh apply = `{script} apply …`, the installed command, in a fresh "
                   "process, answered by the quick no-op check; --no-fast = the same, full path; "
                   "library = apply_declaration() in this process, i.e. render + one list call "
@@ -158,6 +161,9 @@ def main() -> int:
                     times[key].append(elapsed)
                 elapsed, done = timed([sys.executable, "-c", "pass"], cwd=work_path, env=env)
                 times["start"].append(elapsed)
+                elapsed, done = timed([sys.executable, "-S", "-c", "pass"], cwd=work_path,
+                                      env=env)
+                times["bare"].append(elapsed)
                 began = time.perf_counter()
                 report = apply_declaration(decl, api=api, state_root=work_path / "state")
                 times["library"].append(time.perf_counter() - began)
@@ -178,6 +184,10 @@ def main() -> int:
                 print(f"  {LABELS[key]:32} {best[key] * 1000:6.0f} / {median[key] * 1000:6.0f} ms"
                       f"   {best['compose'] / best[key]:5.1f}x / "
                       f"{median['compose'] / median[key]:5.1f}x faster than docker-compose")
+            print(f"  of mesh apply's median: python3's start {median['start'] * 1000:.0f} ms "
+                  f"(the site module's .pth files {1000 * (median['start'] - median['bare']):.0f}"
+                  f" ms of it), the rest {1000 * (median['mesh'] - median['start']):.0f} ms "
+                  "(its imports and its check, less the interpreter's teardown it skips)")
             ratio = median["compose"] / median["mesh"]
             print(f"  target: mesh apply >= {TARGET:.0f}x faster than docker-compose up -d "
                   f"(median): {ratio:.1f}x, {'met' if ratio >= TARGET else 'NOT met'}")

@@ -18,6 +18,9 @@ Invariants:
   has an entry.
 - `published.json` changes only after the broker confirmed the message (publisher confirms),
   under the ledger lock.
+- Sending costs each message's own work: nothing done per message grows with the mesh (each
+  node's sealed extract is made in one pass over the ledger's credentials, not by scanning
+  them all once per node).
 - A node whose declaration's digest did not change is not touched: its file is not written,
   nothing is signed or sent to it, the ledger records nothing new for it.
 - A long-lived publisher (the control loop) hands `prepare` a Memory kept between rounds: the
@@ -108,22 +111,35 @@ class Published:
     message_id: str
 
 
+def _only(generation: Optional[Generation], node: str) -> Optional[Generation]:
+    """`generation` holding `node`'s box alone (None when it has none for `node`)."""
+    if generation is None or node not in generation.sealed:
+        return None
+    return Generation(generation=generation.generation, slot=generation.slot,
+                      sealed=pmap({node: generation.sealed[node]}))
+
+
 def sealed_extract(ledger: Ledger, node: str) -> Ledger:
     """The credentials sealed to `node`, each generation holding `node`'s box alone."""
+    return sealed_extracts(ledger, (node,))[node]
 
-    def only(generation: Optional[Generation]) -> Optional[Generation]:
-        if generation is None or node not in generation.sealed:
-            return None
-        return Generation(generation=generation.generation, slot=generation.slot,
-                          sealed=pmap({node: generation.sealed[node]}))
 
-    credentials = {}
+def sealed_extracts(ledger: Ledger, nodes: Iterable[str]) -> dict[str, Ledger]:
+    """node → sealed_extract(ledger, node) for each of `nodes`, in one pass over the ledger's
+    credentials (only the nodes a credential is sealed to are visited for it): publishing
+    to every node costs the size of the ledger once, not once per node."""
+    wanted = set(nodes)
+    credentials: dict[str, dict[str, Credential]] = {node: {} for node in wanted}
     for credential_id, credential in sorted(ledger.credentials.items()):
-        kept = Credential(active=only(credential.active), retiring=only(credential.retiring),
-                          pending=only(credential.pending))
-        if (kept.active, kept.retiring, kept.pending) != (None, None, None):
-            credentials[credential_id] = kept
-    return Ledger(credentials=pmap(credentials))
+        holders: set[str] = set()
+        for generation in (credential.active, credential.retiring, credential.pending):
+            if generation is not None:
+                holders.update(generation.sealed)
+        for node in sorted(holders & wanted):
+            credentials[node][credential_id] = Credential(
+                active=_only(credential.active, node), retiring=_only(credential.retiring, node),
+                pending=_only(credential.pending, node))
+    return {node: Ledger(credentials=pmap(kept)) for node, kept in credentials.items()}
 
 
 def message_id(declaration: Declaration) -> str:
@@ -132,12 +148,16 @@ def message_id(declaration: Declaration) -> str:
 
 def declaration_body(declaration: Declaration, ledger: Ledger, published_at: str,
                      document: Optional[Document] = None,
-                     revoked: Sequence[Revocation] = ()) -> Document:
+                     revoked: Sequence[Revocation] = (), *,
+                     secrets: Optional[Ledger] = None) -> Document:
+    """The body of `declaration`'s message. `secrets`: its node's sealed_extract of `ledger`
+    when the caller made it already (send makes every node's in one pass)."""
+    extract = sealed_extract(ledger, declaration.node) if secrets is None else secrets
     body: Document = {
         "mesh": declaration.mesh, "node": declaration.node, "serial": declaration.serial,
         "digest": declaration.digest, "published": published_at,
         "declaration": unstructure(declaration) if document is None else document,
-        "secrets": unstructure(sealed_extract(ledger, declaration.node))}
+        "secrets": unstructure(extract)}
     if revoked:  # the mesh's revocation list, public: the agent refuses a revoked signer
         body["revoked"] = revocation.as_list(revoked)
     return body
@@ -206,12 +226,14 @@ def send(channel: BlockingChannel, key: DeliveryKey, prepared: Prepared,
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     done: list[Published] = []
     declared = set() if declared is None else declared
+    extracts = sealed_extracts(prepared.ledger, (d.node for d in prepared.declarations))
     for declaration in prepared.declarations:
         if declaration.node not in declared:
             amqp.declare_node_queue(channel, declaration.node)
             declared.add(declaration.node)
         body = declaration_body(declaration, prepared.ledger, stamp,
-                                prepared.documents.get(declaration.node), revoked)
+                                prepared.documents.get(declaration.node), revoked,
+                                secrets=extracts[declaration.node])
         data = messages.sign(DECLARATION, body, key.key, key.certificate_pem)
         ident = message_id(declaration)
         amqp.publish(channel, amqp.DECLARATIONS, declaration.node, data,
