@@ -22,8 +22,8 @@ Invariants:
   whose instances did not change gets the same digest as before.
 - Serials come from the record of what was written (resolver/_records.py): the same serial
   for the same digest, one more otherwise.
-- A digest is taken from a previous run (assemble_reusing) only for contents equal to the
-  ones it was computed over.
+- A node's declaration and digest are taken from a previous run (assemble_reusing) only when
+  its key, which holds every value the declaration is made from, equals the kept one.
 """
 
 from __future__ import annotations
@@ -74,8 +74,13 @@ def registry_pullers(mesh: Mesh, store: str, store_node: str,
             if name != store_node and node.address != own]
 
 
-Digests = Mapping[str, tuple[Declaration, str]]
-"""Node → a declaration's contents (serial 0, no digest) and its digest."""
+NodeKey = tuple[object, ...]
+"""Exactly what one node's declaration is made from (assemble_reusing): equal keys, equal
+contents."""
+
+Digests = Mapping[str, tuple[NodeKey, Declaration, str]]
+"""Node → the key its declaration was made from, its contents (serial 0, no digest) and its
+digest."""
 
 
 def assemble(r: "Context", floor_refusals: "FloorRefusals",
@@ -96,12 +101,15 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
                      held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
                      mesh_registry: Optional[MeshRegistry], kept: Optional[Digests] = None,
                      ) -> tuple[PMap[str, Declaration], list[Request], Digests]:
-    """assemble, with the digests a previous run computed (`kept`): a node whose declaration's
-    contents equal the kept contents (the same renderings compare by identity) takes the kept
-    digest instead of encoding it again; the contents and digest of every node are returned
+    """assemble, with the declarations a previous run made (`kept`): a node whose NodeKey
+    (every value its declaration reads: the node, its renderings and held parts, the consumers
+    elsewhere it serves with their renderings, its transfers, guards, backup parts,
+    certificate and registry login, and `run`, what every node reads) equals the kept one
+    takes the kept contents and digest (the same renderings compare by identity) instead of
+    building and encoding them again; the key, contents and digest of every node are returned
     for the next run (none when `kept` is None)."""
     mesh = r.mesh
-    digested: dict[str, tuple[Declaration, str]] = {}
+    digested: dict[str, tuple[NodeKey, Declaration, str]] = {}
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
     where = {name: rendering.node for name, rendering in renderings.items()}
     by_node: dict[str, list[str]] = {}
@@ -130,11 +138,41 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
     transfer_files, transfer_requests = transfer_certificates(r, moving)
     guarded = guards(r, live)  # snapshots before a new image (resolver/_upgrades.py)
     backed = backup_plan(r, live)  # backups into the backup target (resolver/_backup_target)
-    for node_name in sorted(mesh.nodes):
-        node = mesh.nodes[node_name]
+    broker = mesh.substrate.broker
+    keeping = kept is not None
+    run: NodeKey = (mesh.mesh, registry, store, store_node, r.ledger.ca, tuple(mesh.floors),
+                    floor_refusals.floors, broker, tuple(accounts)) if keeping else ()
+    # the mesh's addresses reach a node's declaration only through a floor admitting them all
+    # (a mesh floor, or the broker's on its node): a node added changes no other node's key
+    mesh_wide = any(f.sources == "mesh" for i, f in enumerate(mesh.floors)
+                    if i not in floor_refusals.floors)
+    sources_key = tuple(mesh_sources)
+    for node_name, node in sorted(mesh.nodes.items()):
         names = by_node.get(node_name, [])
-        here = set(names)
         mine = [renderings[n] for n in names]
+        cert = r.ledger.certificates.get(node_name)
+        key: NodeKey = ()
+        if keeping:
+            key = (run, node_name, node, tuple(mine),
+                   sources_key if mesh_wide or broker in names else None,
+                   tuple((n, tuple(held[n][1])) for n in names if n in held),
+                   tuple((consumer, rendering, consumer in held)
+                         for consumer, rendering in foreign.get(node_name, ())),
+                   tuple(backed.allows.get(node_name, ())), tuple(backed.grants.get(node_name, ())),
+                   backed.ca_files.get(node_name), tuple(backed.duties.get(node_name, ())),
+                   tuple(guarded.get(node_name, ())), tuple(moving.get(node_name, ())),
+                   tuple(transfer_files.get(node_name, ())), cert, logins.get(node_name),
+                   tuple(registry_pullers(mesh, store, node_name, int(registry.rsplit(":", 1)[1])))
+                   if registry is not None and store is not None and store_node == node_name
+                   else ())
+            known = kept.get(node_name) if kept is not None else None
+            if known is not None and known[0] == key:
+                digested[node_name] = known
+                declarations[node_name] = attrs.evolve(
+                    known[1], serial=next_serial(r.ledger.nodes.get(node_name), known[2]),
+                    digest=known[2])
+                continue
+        here = set(names)
         accesses: dict[str, tuple[set[str], str]] = {}  # path → (instances, mode)
         for name, rendering in zip(names, mine):
             for access in rendering.accesses:
@@ -160,7 +198,6 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
                 and store in here:
             allow.extend(registry_pullers(mesh, store, node_name, int(registry.rsplit(":", 1)[1])))
         floors = [FirewallFloor(node.ssh_port, "tcp", pvector(), "ssh")]
-        broker = mesh.substrate.broker
         if broker in here:
             port = next((p.port for p in renderings[broker].providers
                          if p.provision == "amqp"), None)
@@ -176,7 +213,6 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
         # the mesh's addresses are part of a node's declaration only where a floor admits them
         # all: adding a node must not change the declaration of a node it has nothing to do with
         admits_mesh = any(list(f.sources) == mesh_sources for f in floors if f.sources)
-        cert = r.ledger.certificates.get(node_name)
         files: list[FileDecl] = []
         if registry is not None and r.ledger.ca:  # every node's runtime pulls from it
             files.append(trust_file(registry, r.ledger.ca))
@@ -221,14 +257,9 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
                 if guard_repository(backed, node_name, g.instance, g.repository)),
             backups=pvector(backed.duties.get(node_name, [])),
         )
-        known = kept.get(node_name) if kept is not None else None
-        if known is not None and known[0] == decl:
-            digest = known[1]
-            digested[node_name] = known
-        else:
-            digest = declaration_digest(decl)
-            if kept is not None:
-                digested[node_name] = (decl, digest)
+        digest = declaration_digest(decl)
+        if keeping:
+            digested[node_name] = (key, decl, digest)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)
         declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
     return (pmap(declarations), [*requests, *transfer_requests, *backed.requests],

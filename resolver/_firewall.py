@@ -24,6 +24,7 @@ import hashlib
 import ipaddress
 from typing import Callable, Iterable, Mapping, Optional, TypeVar, Union
 
+import attrs
 from pyrsistent import pvector
 from pyrsistent.typing import PVector
 
@@ -97,19 +98,58 @@ def consumer_container_macs(mesh: str, bound: Mapping[BoundKey, Bound],
     provider on its own node, in mesh `mesh`; `name_of(mesh, instance, container)` names a
     container, `node` maps every instance to its node, `modules` every bound one to its
     module."""
+    mac_of, consumer_macs, _ = consumer_container_macs_reusing(mesh, bound, name_of, node,
+                                                               instances, modules, None)
+    return mac_of, consumer_macs
+
+
+@attrs.frozen
+class KeptMacs:
+    """What consumer_container_macs_reusing made that a later run may reuse: by consumer, the
+    Instance and Module its containers' names were made from, and those names; by node, the
+    names of its consumers' containers and the MACs assigned to them (in mesh `mesh`)."""
+
+    mesh: str = ""
+    names: Mapping[str, tuple[Instance, Module, list[str]]] = attrs.Factory(dict)
+    nodes: Mapping[str, tuple[list[str], dict[str, str]]] = attrs.Factory(dict)
+
+
+def consumer_container_macs_reusing(
+        mesh: str, bound: Mapping[BoundKey, Bound], name_of: Callable[[str, str, str], str],
+        node: Mapping[str, str], instances: Mapping[str, Instance],
+        modules: Mapping[str, Module], kept: Optional[KeptMacs]
+        ) -> tuple[dict[str, str], dict[str, list[str]], KeptMacs]:
+    """consumer_container_macs, reusing what a previous run made (`kept`; None: keep nothing):
+    a consumer's containers' names when its Instance and Module are the same, a node's MACs
+    when the names of its consumers' containers are the same (in the same mesh)."""
+    if kept is not None and kept.mesh != mesh:
+        kept = KeptMacs()  # every name and MAC reads the mesh's name
     local = sorted({b.consumer for b in bound.values() if node[b.consumer] == node[b.provider]})
     names: dict[str, list[str]] = {}  # instance → its container names (parts switched on)
+    made_names: dict[str, tuple[Instance, Module, list[str]]] = {}
     for name in local:
-        inst = instances[name]
-        names[name] = [name_of(mesh, name, c.name) for c in modules[name].containers
+        inst, module = instances[name], modules[name]
+        before = kept.names.get(name) if kept is not None else None
+        if before is not None and (before[0], before[1]) == (inst, module):  # (identity first)
+            names[name] = before[2]
+            made_names[name] = before
+            continue
+        names[name] = [name_of(mesh, name, c.name) for c in module.containers
                        if c.part is None or c.part in inst.parts]
+        made_names[name] = (inst, module, names[name])
     per_node: dict[str, list[str]] = {}
     for name in local:
         per_node.setdefault(node[name], []).extend(names[name])
     mac_of: dict[str, str] = {}
+    made_nodes: dict[str, tuple[list[str], dict[str, str]]] = {}
     for node_name in sorted(per_node):
-        mac_of.update(assign_macs(mesh, per_node[node_name]))
-    return mac_of, {name: sorted(mac_of[c] for c in names[name]) for name in local}
+        held = kept.nodes.get(node_name) if kept is not None else None
+        macs = held[1] if held is not None and held[0] == per_node[node_name] \
+            else assign_macs(mesh, per_node[node_name])
+        made_nodes[node_name] = (per_node[node_name], macs)
+        mac_of.update(macs)
+    return (mac_of, {name: sorted(mac_of[c] for c in names[name]) for name in local},
+            KeptMacs(mesh, made_names, made_nodes))
 
 
 def check_exposures(r: Context) -> Findings:

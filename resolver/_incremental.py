@@ -7,11 +7,17 @@ Invariants:
   test_incremental_props.py checks it for random meshes and random edits).
 - Reuse is a frozen value handed in and handed back; nothing is cached anywhere else, and
   nothing in it is ever changed. A run reuses only what is keyed by exactly what made it:
-  an instance's rendering by a key holding every input its rendering reads (resolver/
-  _render.py, render_instances_reusing), a node's digest by the whole contents of its
-  declaration (resolver/_assemble.py, assemble_reusing). Everything else (validation,
-  selection, ports, logins, firewall, held instances, requests, the new ledger) is computed
-  anew each run: those stages read the whole mesh.
+  a consumer's bindings by its Instance and recorded bindings in a run whose candidates (and
+  their nodes, refusals and modules) are the same (resolver/_resolve.py, bind_all_reusing); a
+  consumer's parts of the bindings (resolver/_render_bindings.py); a consumer's same-node
+  openings and a node's MACs (resolver/_render.py, local_openings_reusing); an instance's
+  rendering by a key holding every input its rendering reads (render_instances_reusing); a
+  node's declaration and digest by a key holding every value the declaration is made from
+  (resolver/_assemble.py, assemble_reusing); the order of the requests by the set of them
+  (the requests still made keep their order, new ones are put in their places). A
+  consumer with a problem is not kept (problems are located through Sources, no key's part).
+  Everything else (validation, the refusals, ports, logins, held instances, the new ledger)
+  is computed anew each run: those stages read the whole mesh.
 - Pure, as the rest of the resolver: no clock, no randomness, no I/O, no logging.
 """
 
@@ -36,8 +42,8 @@ from ._resolve import Reused, resolution_reusing
 class Reuse:
     """What one resolve_from() run made that the next may reuse: opaque to callers (hand the
     one a run returned to the next run; any Reuse, or None, gives the same Resolution, only
-    sooner or later). It holds each instance's rendering with the key it was made from, and
-    each node's declaration contents with their digest."""
+    sooner or later). It holds what each keyed stage made with the key it was made from
+    (resolver/_resolve.py, Reused)."""
 
     kept: Reused = Reused()
 

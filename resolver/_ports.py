@@ -15,7 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
@@ -109,17 +109,38 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
     unchanged."""
     changes: list[Change] = []
     ports: dict[str, dict[str, PortAssignment]] = {}
+    fixed_of: dict[str, frozenset[str]] = {}  # module → its fixed listens (read once)
     for (name, listen_name), port in assigned.items():
-        if r.placed_module(name).listens[listen_name].fixed is not None:
+        module = r.placed_module(name)
+        fixed = fixed_of.get(module.name)
+        if fixed is None:
+            fixed = fixed_of[module.name] = frozenset(
+                n for n, listen in module.listens.items() if listen.fixed is not None)
+        if listen_name in fixed:
             continue
-        ports.setdefault(name, {})[listen_name] = PortAssignment(
-            r.instances[name].node, port)
+        node = r.instances[name].node
+        recorded = r.recorded_ports.get(name)
+        entry = recorded.get(listen_name) if recorded is not None else None
+        if entry is None or entry.node != node or entry.port != port:
+            entry = PortAssignment(node, port)  # (else the recorded one: equal, kept)
+        ports.setdefault(name, {})[listen_name] = entry
     for name, entries in r.ledger.ports.items():
-        if name not in r.mesh.instances:
+        if name not in r.instances:
             for listen_name, entry in sorted(entries.items()):
                 changes.append(Change("port-released", name,
                                           f"{name} is gone: host port {entry.node}:"
                                           f"{entry.port} ({listen_name}) is released"))
         elif name not in ports or name in blocked:
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return FrozenMap({k: FrozenMap(v) for k, v in ports.items()}), changes
+    return FrozenMap({k: _kept_or_new(v, r.recorded_ports.get(k)) for k, v in ports.items()}), \
+        changes
+
+
+def _kept_or_new(entries: dict[str, PortAssignment],
+                 recorded: Optional[Mapping[str, PortAssignment]]
+                 ) -> FrozenMap[str, PortAssignment]:
+    """`entries` as a FrozenMap: the recorded one itself when it is one and equal (a ledger
+    at its fixed point keeps its objects: fewer made, and the next run compares by identity)."""
+    if isinstance(recorded, FrozenMap) and recorded == entries:
+        return recorded
+    return FrozenMap(entries)

@@ -32,7 +32,7 @@ from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem, Request
 from ._held import KeptPorts, held_candidates
-from ._model import Module
+from ._model import Listen, Module
 from ._render import state_host_path
 
 
@@ -41,9 +41,13 @@ def check_placement(r: Context) -> Findings:
     do not have: each refused where its instance (or its module) says it."""
     found: list[Problem] = []
     unpinned: set[tuple[str, str]] = set()  # (instance, artifact) already reported
+    # what depends on the module or the node alone, read once per module and per node
+    unknown_provides: dict[str, list[tuple[int, str]]] = {}
+    undigested: dict[str, set[str]] = {}  # module → its containers' artifacts with no digest
+    offered_on: dict[str, set[str]] = {}
     for name in r.names:
         inst = r.instances[name]
-        module = r.catalogue.modules.get(inst.module)
+        module = r.modules_of[name]
         if module is None:
             found.append(r.problem(
                 codes.UNKNOWN_MODULE,
@@ -65,24 +69,39 @@ def check_placement(r: Context) -> Findings:
                     f"instance {name} installs part {part!r}, which module "
                     f"{module.name} does not have", path=("instances", name, "parts", i),
                     instance=name, blocks=[name]))
-        for i, provide in enumerate(module.provides):
-            if provide.provision not in r.catalogue.provisions:
-                found.append(r.problem(
-                    codes.UNKNOWN_PROVISION,
-                    f"{name} provides {provide.provision!r}, which provisions.yaml does "
-                    f"not define", doc=f"module:{module.name}",
-                    path=("provides", i, "provision"), instance=name, blocks=[name]))
-        offered = {f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
-        for i, facility in enumerate(module.facilities):
-            if facility not in offered:
-                found.append(r.problem(
-                    codes.FACILITY_MISSING,
-                    f"module {module.name} needs facility {facility!r}, which node "
-                    f"{inst.node} does not offer", doc=f"module:{module.name}",
-                    path=("facilities", i), instance=name, blocks=[name]))
-        for container in module.containers:
-            if container.part is None or container.part in inst.parts:
-                found.extend(check_pinned(r, name, module, container.artifact, unpinned))
+        unknown = unknown_provides.get(module.name)
+        if unknown is None:
+            unknown = unknown_provides[module.name] = [
+                (i, provide.provision) for i, provide in enumerate(module.provides)
+                if provide.provision not in r.catalogue.provisions]
+        for i, provision in unknown:
+            found.append(r.problem(
+                codes.UNKNOWN_PROVISION,
+                f"{name} provides {provision!r}, which provisions.yaml does "
+                f"not define", doc=f"module:{module.name}",
+                path=("provides", i, "provision"), instance=name, blocks=[name]))
+        if module.facilities:
+            offered = offered_on.get(inst.node)
+            if offered is None:
+                offered = offered_on[inst.node] = {
+                    f.split("=", 1)[0] for f in r.mesh.nodes[inst.node].facilities}
+            for i, facility in enumerate(module.facilities):
+                if facility not in offered:
+                    found.append(r.problem(
+                        codes.FACILITY_MISSING,
+                        f"module {module.name} needs facility {facility!r}, which node "
+                        f"{inst.node} does not offer", doc=f"module:{module.name}",
+                        path=("facilities", i), instance=name, blocks=[name]))
+        missing = undigested.get(module.name)
+        if missing is None:
+            missing = undigested[module.name] = {
+                c.artifact for c in module.containers
+                if r.image_digest(module, c.artifact) is None}
+        if missing:
+            for container in module.containers:
+                if container.artifact in missing and \
+                        (container.part is None or container.part in inst.parts):
+                    found.extend(check_pinned(r, name, module, container.artifact, unpinned))
     return tuple(found)
 
 
@@ -143,14 +162,18 @@ def check_claims(r: Context, blocked: Blocked, floor_refusals: FloorRefusals,
     found: list[Problem] = []
     # (node, "claim", claim) or (node, "port", host port, protocol) → its takers
     by_node: dict[Union[tuple[str, str, str], tuple[str, str, int, str]], list[str]] = {}
+    fixed_of: dict[str, list[tuple[int, str]]] = {}  # module → its fixed ports (read once)
     for name in r.placed(blocked):
         module, node = r.placed_module(name), r.instances[name].node
         for claim in module.claims:
             by_node.setdefault((node, "claim", claim), []).append(name)
-        for listen_name, listen in module.listens.items():
-            if listen.fixed is not None:
-                by_node.setdefault((node, "port", listen.fixed, listen.protocol),
-                                   []).append(name)
+        fixed = fixed_of.get(module.name)
+        if fixed is None:
+            fixed = fixed_of[module.name] = [(listen.fixed, listen.protocol)
+                                             for listen in module.listens.values()
+                                             if listen.fixed is not None]
+        for port, protocol in fixed:
+            by_node.setdefault((node, "port", port, protocol), []).append(name)
     for name, rendering in held.items():  # a held instance keeps what it holds
         for claim in rendering.claims:
             by_node.setdefault((rendering.node, "claim", claim), []).append(name)
@@ -194,13 +217,18 @@ def _fixed_on_kept(r: Context, blocked: Blocked, held: Container[str],
     keeps its port. A holder now placed on another node (a move this plan makes) holds
     nothing on the old node any more."""
     found: list[Problem] = []
+    fixed_of: dict[str, list[tuple[str, Listen]]] = {}  # module → its fixed listens, sorted
     for name in r.placed(blocked):
         if name in held:
             continue
         module, node = r.placed_module(name), r.instances[name].node
-        for listen_name, listen in sorted(module.listens.items()):
-            if listen.fixed is None:
-                continue
+        fixed = fixed_of.get(module.name)
+        if fixed is None:
+            fixed = fixed_of[module.name] = [(listen_name, listen) for listen_name, listen
+                                             in sorted(module.listens.items())
+                                             if listen.fixed is not None]
+        for listen_name, listen in fixed:
+            assert listen.fixed is not None  # (only those are kept above)
             holder = kept.get(node, {}).get(listen.fixed)
             if holder is None or holder == f"{name}/{listen_name}":
                 continue
@@ -231,6 +259,8 @@ def check_state_paths(r: Context, blocked: Blocked) -> Findings:
     owners: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # → (instance, module, dir)
     for name in r.placed(blocked):
         module, node = r.placed_module(name), r.instances[name].node
+        if not module.state:
+            continue
         for dir_name, state in module.state.items():
             owners.setdefault((node, state_host_path(name, state.path)), []).append(
                 (name, module.name, dir_name))

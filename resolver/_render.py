@@ -21,7 +21,10 @@ Invariants:
   is compiled there, so filling it per instance only looks up what varies by instance.
 - Reuse (render_instances_reusing, for resolver/incremental.py): a rendering is taken from a
   previous run only when its RenderingKey, which holds every value the rendering reads, equals
-  the kept one; instances that read the ledger's TLS parts are always rendered anew.
+  the kept one; instances that read the ledger's TLS parts are always rendered anew. A
+  consumer's same-node openings are taken from a previous run (local_openings_reusing) only
+  when its key (its node and MACs, each binding with its provider's module, node and port)
+  and the modules' listens are the same; a node's MACs only for the same containers' names.
 """
 
 from __future__ import annotations
@@ -49,10 +52,10 @@ from ._declaration import (
 from ._artifacts import artifact_key, image_reference
 from ._binding_files import mount_files, with_ca_at
 from ._bound import Bound, BoundKey
-from ._firewall import consumer_container_macs, exposures_of
+from ._firewall import KeptMacs, consumer_container_macs_reusing, exposures_of
 from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._ledger import Ledger
-from ._model import EMPTY_VEC, Mesh, Module
+from ._model import EMPTY_VEC, Listen, Mesh, Module
 from ._registry_access import MeshRegistry, with_auth
 from ._tool_tokens import serves_backup_logins, serves_tokens
 from ._render_bindings import Consumed, Live
@@ -118,6 +121,8 @@ class LocalOpenings:
     """Container runtime name → the MAC it is created with (the containers of such consumers)."""
     by_consumer: Mapping[str, FrozenMap[str, PVector[FirewallLocal]]]
     """Consumer → provider node (its own) → the openings of its providers' ports to its MACs."""
+    with_macs: frozenset[str] = frozenset()
+    """The instances any of whose containers has a MAC in `macs` (the others have none)."""
 
 
 def local_openings(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
@@ -125,24 +130,78 @@ def local_openings(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
     """The MACs of the containers of every consumer bound on its own node (in mesh `mesh`),
     and by consumer, the openings of its providers' assigned ports to them (a consumer with no
     container has nothing to let in)."""
-    mac_of, consumer_macs = consumer_container_macs(mesh, bound, container_name, live.node_of,
-                                                    live.instances, live.modules)
+    return local_openings_reusing(mesh, live, bound, assigned, None)[0]
+
+
+@attrs.frozen
+class KeptLocal:
+    """What local_openings_reusing made that a later run may reuse."""
+
+    macs: KeptMacs = KeptMacs()
+    """The containers' names and MACs (resolver/_firewall.py)."""
+    listens: Mapping[str, Mapping[str, Listen]] = EMPTY_FROZEN
+    """Module → its listens (when they differ, no consumer's openings are reused)."""
+    consumers: Mapping[str, tuple[tuple[object, ...],
+                                  FrozenMap[str, PVector[FirewallLocal]]]] = EMPTY_FROZEN
+    """Consumer → the key of its openings (its node and MACs; each binding with its
+    provider's module, node and assigned port) and the openings made from it."""
+
+
+def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
+                           assigned: Mapping[tuple[str, str], int], kept: Optional[KeptLocal]
+                           ) -> tuple[LocalOpenings, KeptLocal]:
+    """local_openings, reusing what a previous run made (`kept`; None: keep nothing, make no
+    keys): a consumer whose key (its node, its MACs, and for each of its bindings the Bound,
+    its provider's module, node and assigned port) equals the kept one gets the kept openings
+    (the same object), when the modules' listens are the same."""
+    keeping = kept is not None
+    mac_of, consumer_macs, kept_macs = consumer_container_macs_reusing(
+        mesh, bound, container_name, live.node_of, live.instances, live.modules,
+        kept.macs if kept is not None else None)
+    if kept is not None and kept.listens != live.listens_of:
+        kept = None  # a listen's protocol changed: no opening is reused
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
     locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
-    openings: dict[str, list[FirewallLocal]] = {}
+    made: dict[str, tuple[tuple[object, ...], FrozenMap[str, PVector[FirewallLocal]]]] = {}
+    node_of, instances = live.node_of, live.instances
     ordered = sorted(bound)  # each consumer's bindings are consecutive
-    for index, key in enumerate(ordered):
-        b = bound[key]
-        provider_node = live.node_of[b.provider]
-        if provider_node == live.node_of[b.consumer] and b.consumer in macs_of:
-            listen = live.listens_of[live.instances[b.provider].module][b.listen]
-            openings.setdefault(provider_node, []).append(FirewallLocal(
-                assigned[(b.provider, b.listen)], listen.protocol,
-                macs_of[b.consumer], f"{b.provider}/{b.listen}"))
-        if openings and (index + 1 == len(ordered) or ordered[index + 1][0] != b.consumer):
-            locals_of[b.consumer] = FrozenMap({node: pvector(o) for node, o in openings.items()})
-            openings = {}
-    return LocalOpenings(macs=mac_of, by_consumer=locals_of)
+    first = 0
+    while first < len(ordered):
+        consumer = ordered[first][0]
+        last = first + 1
+        while last < len(ordered) and ordered[last][0] == consumer:
+            last += 1
+        keys, first = ordered[first:last], last
+        macs = macs_of.get(consumer)
+        if macs is None:
+            continue  # no container bound on its own node: nothing to let in
+        node = node_of[consumer]
+        key: tuple[object, ...] = ()
+        if keeping:
+            parts: list[object] = [node, macs]
+            for k in keys:
+                b = bound[k]
+                parts.append((b, instances[b.provider].module, node_of[b.provider],
+                              assigned.get((b.provider, b.listen))))
+            key = tuple(parts)
+            before = kept.consumers.get(consumer) if kept is not None else None
+            if before is not None and before[0] == key:
+                locals_of[consumer] = before[1]
+                made[consumer] = before
+                continue
+        openings: list[FirewallLocal] = []
+        for k in keys:
+            b = bound[k]
+            if node_of[b.provider] == node:
+                listen = live.listens_of[instances[b.provider].module][b.listen]
+                openings.append(FirewallLocal(assigned[(b.provider, b.listen)],
+                                              listen.protocol, macs, f"{b.provider}/{b.listen}"))
+        if openings:
+            locals_of[consumer] = FrozenMap({node: pvector(openings)})
+            if keeping:
+                made[consumer] = (key, locals_of[consumer])
+    return (LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of)),
+            KeptLocal(kept_macs, live.listens_of, FrozenMap(made)) if keeping else KeptLocal())
 
 
 # ---------------------------------------------------------------------- the renderings
@@ -240,6 +299,9 @@ def render_instances_reusing(
     made: dict[str, tuple[RenderingKey, InstanceRendering]] = {}
     module_keys: dict[str, RenderingKey] = {}  # module name → (module, its images)
     facilities_of: dict[str, dict[str, str]] = {}  # node → facility → its path
+    offered: dict[str, PVector[str]] = {}  # node → its facilities as mesh.yaml says them
+    # module name → (its listens sorted, its secrets, its containers' names): read once each
+    read_by: dict[str, tuple[list[str], list[str], list[str]]] = {}
     shapes: dict[str, ModuleShape] = {}  # module name → its shape
     store = registry.instance if registry is not None else None
     renderings: dict[str, InstanceRendering] = {}
@@ -260,20 +322,22 @@ def render_instances_reusing(
                 module_keys[inst.module] = known if known == module_key else module_key
         facilities = facilities_of.get(node)
         if facilities is None:
-            facilities = facilities_of[node] = _facility_paths(mesh.nodes[node].facilities)
+            node_facilities = offered[node] = mesh.nodes[node].facilities
+            facilities = facilities_of[node] = _facility_paths(node_facilities)
         at = live.address[node]
         tells: Mapping[str, Told] = consumed.told.get(name, TOLD_NOTHING)
         key: Optional[RenderingKey] = None
         if keeping and not (name in servers or name in consumed.verifying or name in served
                             or name == store or serves_tokens(providers.get(name, EMPTY_VEC))
                             or serves_backup_logins(providers.get(name, EMPTY_VEC))):
-            module = live.modules[name]
-            key = (inst, module_keys[inst.module], mesh.nodes[node].facilities, at, tells,
+            listens, secrets, names = read_by.get(inst.module) or read_by.setdefault(
+                inst.module, _read_by(live.modules[name]))
+            key = (inst, module_keys[inst.module], offered[node], at, tells,
                    live.fqdn_of.get(name),
-                   tuple(assigned.get((name, listen)) for listen in sorted(module.listens)),
-                   tuple(own.get((name, secret)) for secret in module.secrets),
-                   tuple(local.macs.get(container_name(mesh_name, name, c.name))
-                         for c in module.containers),
+                   tuple([assigned.get((name, listen)) for listen in listens]),
+                   tuple([own.get((name, secret)) for secret in secrets]) if secrets else (),
+                   tuple([local.macs.get(container_name(mesh_name, name, c)) for c in names])
+                   if name in local.with_macs else (),
                    providers.get(name), consumed.decls.get(name), consumed.grants.get(name),
                    consumed.allows.get(name), local.by_consumer.get(name))
             before = kept.instances.get(name) if kept is not None else None
@@ -355,6 +419,12 @@ def render_instances_reusing(
             made[name] = (key, renderings[name])
     return FrozenMap(renderings), Kept(run, FrozenMap(module_keys), FrozenMap(made)) \
         if keeping else NOTHING_KEPT
+
+
+def _read_by(module: Module) -> tuple[list[str], list[str], list[str]]:
+    """What a rendering key reads of `module`: its listens sorted, its secrets, its
+    containers' names."""
+    return (sorted(module.listens), list(module.secrets), [c.name for c in module.containers])
 
 
 def _ref_order(s: SecretRef) -> tuple[str, Optional[int]]:

@@ -28,11 +28,13 @@ Invariants:
 
 from __future__ import annotations
 
+from bisect import insort
 from operator import attrgetter
 from typing import Iterable, Mapping, Optional, Union
 
 import attrs
 from pyrsistent import pmap, pvector
+from pyrsistent.typing import PVector
 
 from . import _codes as codes
 from ._assemble import Digests, assemble_reusing
@@ -77,7 +79,8 @@ from ._refusals import (
 from ._firewall import check_exposures
 from ._upgrades import check_upgrades
 from ._backup_target import check_backup_target
-from ._render import NOTHING_KEPT, Kept, local_openings, render_instances_reusing
+from ._render import (NOTHING_KEPT, Kept, KeptLocal, local_openings_reusing,
+                      render_instances_reusing)
 from ._render_bindings import (KeptBindings, live_instances, own_secrets,
                                render_bindings_reusing, render_providers)
 from ._resolution import Resolution
@@ -93,14 +96,33 @@ def resolution(r: Context) -> Resolution:
 
 
 @attrs.frozen
+class KeptBinds:
+    """What bind_all made that a later run may reuse: `run`, the values every consumer's
+    selection reads (the catalogue's modules and provisions, the mesh defaults, the
+    candidates of each provision and required module with each candidate's node, whether that
+    node is known, its refusals and its module); and by consumer, its key (its Instance and
+    its recorded bindings) and what it bound. Only consumers that bound without a problem are
+    kept (a problem is located through Sources, which the keys leave out)."""
+
+    run: tuple[object, ...] = ()
+    consumers: Mapping[str, tuple[tuple[object, ...], tuple[tuple[BoundKey, Bound], ...]]] = \
+        EMPTY_FROZEN
+
+
+@attrs.frozen
 class Reused:
     """What one resolution made that the next may reuse (resolver/incremental.py holds it):
     each live instance's rendering with the key it was made from, each node's declaration
-    contents with their digest, each consumer's parts of the bindings with their key."""
+    contents and digest with their key, each consumer's parts of the bindings and its bindings
+    with their keys, the requests' order, the same-node openings and MACs."""
 
     renderings: Kept = NOTHING_KEPT
     digests: Digests = EMPTY_FROZEN
     bindings: KeptBindings = KeptBindings()
+    binds: KeptBinds = KeptBinds()
+    requests: tuple[frozenset[Request], tuple[Request, ...]] = (frozenset(), ())
+    """The requests of the last run, as a set and in order (the same set: the same order)."""
+    local: KeptLocal = KeptLocal()
 
 
 def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution, Reused]:
@@ -127,7 +149,8 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
     stated, blocked = _stated(stated, blocked, check_ca_mounts(r, blocked))
     stated, blocked = _stated(stated, blocked, check_defaults(r))
     stated, blocked = _stated(stated, blocked, check_exposures(r))
-    bound, unbound = bind_all(r, blocked)
+    bound, unbound, kept_binds = bind_all_reusing(
+        r, blocked, reused.binds if reused is not None else None)
     stated, blocked = _stated(stated, blocked, unbound)
     bound, propagated = propagate_blocks(r, blocked, bound)
     stated, blocked = _stated(stated, blocked, propagated)
@@ -146,7 +169,8 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
         live, bound, assigned, logins, r.credentials, own.refs,
         reused.bindings if reused is not None else None)
     providers = render_providers(live, assigned, r.credentials, own.refs)
-    local = local_openings(r.mesh.mesh, live, bound, assigned)
+    local, kept_local = local_openings_reusing(r.mesh.mesh, live, bound, assigned,
+                                               reused.local if reused is not None else None)
     servers = tls_servers(live.names, live.modules, live.node_of,
                           registry.instance if registry is not None else None)
     served, name_holders = served_names(
@@ -192,12 +216,16 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
     ledger = attrs.evolve(
         r.ledger,
         ports=ports,
-        bindings=FrozenMap({k: FrozenMap(v) for k, v in new_bindings.items()}),
+        bindings=FrozenMap({k: _kept_or_new(v, r.ledger.bindings.get(k))
+                            for k, v in new_bindings.items()}),
         logins=FrozenMap({**kept_logins, **logins}),
-        declared=pmap({k: v for k, v in r.ledger.declared.items()
-                       if k in r.mesh.instances}),
+        # (the ledger's own map when no instance of it is gone: 10,000 entries not copied)
+        declared=r.ledger.declared if all(k in r.instances for k in r.declared)
+        else pmap({k: v for k, v in r.ledger.declared.items() if k in r.instances}),
     )
-    requests = _request_order(set(all_requests))
+    made_requests = frozenset(all_requests)
+    requests = _request_order_reusing(made_requests, reused.requests) if reused is not None \
+        else _request_order(made_requests)
     return Resolution(
         declarations=declarations,
         bindings=pvector(bindings),  # (rendered in (consumer, requirement) order)
@@ -210,7 +238,18 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
         registry=registry.address if registry is not None else None,
         registry_instance=registry.instance if registry is not None else None,
         renderings=renderings,
-    ), Reused(kept_renderings, digests, kept_bindings)
+    ), Reused(kept_renderings, digests, kept_bindings, kept_binds,
+              (made_requests, tuple(requests)) if reused is not None else (frozenset(), ()),
+              kept_local)
+
+
+def _kept_or_new(entries: dict[str, str], recorded: Optional[Mapping[str, str]]
+                 ) -> FrozenMap[str, str]:
+    """`entries` as a FrozenMap: the recorded one itself when it is one and equal (a ledger at
+    its fixed point keeps its objects: fewer made, and the next run compares by identity)."""
+    if isinstance(recorded, FrozenMap) and recorded == entries:
+        return recorded
+    return FrozenMap(entries)
 
 
 def _keep_unbound_records(r: Context, consumer: str, recorded: Mapping[str, str],
@@ -220,6 +259,8 @@ def _keep_unbound_records(r: Context, consumer: str, recorded: Mapping[str, str]
     provider is still in mesh.yaml (refused, say, or on an unknown node): the next resolution
     must not pick another (never silently rebound); the record goes with the provider or the
     requirement."""
+    if bindings.keys() >= recorded.keys():
+        return  # every recorded requirement is bound by this resolution: nothing to keep
     inst, module = r.instances[consumer], r.placed_module(consumer)
     wanted = {q.as_ for q in module.requires
               if not q.each and (q.part is None or q.part in inst.parts)}
@@ -237,6 +278,26 @@ def _request_order(requests: Iterable[Request]) -> list[Request]:
     for field in ("holders", "reason", "id", "kind"):  # PVectors compare as tuples do
         ordered.sort(key=attrgetter(field))
     return ordered
+
+
+def _request_order_reusing(requests: frozenset[Request],
+                           before: tuple[frozenset[Request], tuple[Request, ...]]
+                           ) -> list[Request]:
+    """_request_order(requests), from the set a previous run ordered and its order (`before`):
+    its requests still made keep their order, and the few new ones are put in their places."""
+    if requests == before[0]:
+        return list(before[1])
+    new = requests - before[0]
+    if len(new) * 8 > len(requests):
+        return _request_order(requests)  # (many new ones: one sort is as quick)
+    ordered = [q for q in before[1] if q in requests]
+    for request in new:
+        insort(ordered, request, key=_request_key)
+    return ordered
+
+
+def _request_key(request: Request) -> tuple[str, str, str, PVector[str], str]:
+    return (request.kind, request.id, request.reason, request.holders, request.slot or "")
 
 
 def _slot_text(request: Request) -> str:
@@ -275,11 +336,34 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[BoundKey, Bound], Findi
     provider serves (every provider in scope of one that says `each`), the refusals and
     warnings of those none can serve). `blocked`: the instances refused so far (they bind
     nothing; they stay candidate providers, except of a requirement taking every provider)."""
+    bound, found, _ = bind_all_reusing(r, blocked, None)
+    return bound, found
+
+
+def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
+                     ) -> tuple[dict[BoundKey, Bound], Findings, KeptBinds]:
+    """bind_all, reusing what a previous run bound (`kept`; None: keep nothing, make no
+    keys): a consumer whose key equals the kept one, in a run whose KeptBinds.run equals the
+    kept one, gets the kept bindings (the same objects); what this run made is returned."""
     held = held_candidates(r, blocked)
     by_provision, by_module = candidates_index(r, held)
     instance_nodes = {n: r.instances[n].node for n in r.names
                       if r.module_of(n) is not None}
     instance_nodes.update({n: rendering.node for n, rendering in held.items()})
+    keeping = kept is not None
+    run: tuple[object, ...] = ()
+    made: dict[str, tuple[tuple[object, ...], tuple[tuple[BoundKey, Bound], ...]]] = {}
+    if keeping:
+        required = sorted({q.module for m in r.catalogue.modules.values() for q in m.requires
+                           if q.module is not None})
+        modules = {m: by_module[m] for m in required if m in by_module}
+        serving = {c for names in (*by_provision.values(), *modules.values()) for c in names}
+        run = (r.catalogue.modules, r.catalogue.provisions, r.mesh.defaults, by_provision,
+               modules, {c: (instance_nodes.get(c), instance_nodes.get(c) in r.nodes,
+                             blocked.get(c), r.modules_of.get(c) and r.instances[c].module)
+                         for c in sorted(serving)})
+        if kept is not None and kept.run != run:
+            kept = None  # what every selection reads changed: nothing is reused
     bound: dict[BoundKey, Bound] = {}
     found: list[Problem] = []
     local_index: dict[tuple[_Wanted, str], list[str]] = {}  # (what, node) → candidates on it
@@ -297,6 +381,16 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[BoundKey, Bound], Findi
         inst, module = r.instances[name], r.placed_module(name)
         overrides = dict(inst.bind) if inst.bind else None
         recorded = r.recorded_bindings.get(name)
+        consumer_key: tuple[object, ...] = ()
+        if keeping:
+            consumer_key = (inst, recorded)
+            before = kept.consumers.get(name) if kept is not None else None
+            if before is not None and before[0] == consumer_key:
+                bound.update(before[1])
+                made[name] = before
+                continue
+            first_found = len(found)
+        mine: list[tuple[BoundKey, Bound]] = []  # this consumer's, in the order bound
         for index, req in enumerate(module.requires):
             if req.part is not None and req.part not in inst.parts:
                 continue
@@ -325,7 +419,7 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[BoundKey, Bound], Findi
                 every, refused = bind_every(r, name, module, index, req, candidates,
                                             instance_nodes, blocked, overrides, listens)
                 found.extend(refused)
-                bound.update(((name, req.as_, b.provider), b) for b in every)
+                mine.extend(((name, req.as_, b.provider), b) for b in every)
                 continue
             selection = select_provider(
                 consumer_node=inst.node,
@@ -363,9 +457,12 @@ def bind_all(r: Context, blocked: Blocked) -> tuple[dict[BoundKey, Bound], Findi
                 kind = provisions[req.provision].grant
                 if kind != "none":
                     credential = credential_id(req.provision, selection.provider, name)
-            bound[(name, req.as_, selection.provider)] = Bound(
-                name, req, selection.provider, selection.chosen_by, listen, kind, credential)
-    return bound, tuple(found)
+            mine.append(((name, req.as_, selection.provider), Bound(
+                name, req, selection.provider, selection.chosen_by, listen, kind, credential)))
+        bound.update(mine)
+        if keeping and len(found) == first_found:
+            made[name] = (consumer_key, tuple(mine))
+    return bound, tuple(found), KeptBinds(run, FrozenMap(made)) if keeping else KeptBinds()
 
 
 def bind_every(r: Context, name: str, module: Module, index: int, req: Require,
@@ -466,6 +563,8 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[BoundKey, Bound]
     and so, in turn, are its own consumers. A requirement that takes every provider loses the
     entry of a blocked provider instead, and blocks its consumer only when fewer than its
     `at-least` are left. `bound` is not changed."""
+    if not any(b.provider in blocked or b.consumer in blocked for b in bound.values()):
+        return bound, ()  # no binding touches a refused instance: nothing to drop or refuse
     now: dict[str, tuple[str, ...]] = dict(blocked)  # blocked so far, within this stage
     found: list[Problem] = []
     ordered = sorted(bound)  # (the keys sorted once: no (key, value) pair made for each)

@@ -90,8 +90,13 @@ def tls_servers(names: Iterable[str], modules: Mapping[str, Module], node_of: Ma
     """Every TLS server among the live instances `names` → (its node, the uid:gid its key is
     owned by): those whose module marks a listen `tls`, and the artifact store `store`."""
     servers: dict[str, tuple[str, str]] = {}
+    owners: dict[str, tuple[Module, Optional[str]]] = {}  # module name → its key's owner
     for name in names:
-        owner = tls_key_owner(modules[name])
+        module = modules[name]
+        known = owners.get(module.name)
+        if known is None or known[0] is not module:  # (read once per module)
+            known = owners[module.name] = (module, tls_key_owner(module))
+        owner = known[1]
         if owner is not None:
             servers[name] = (node_of[name], owner)
         elif name == store:

@@ -127,12 +127,15 @@ def check_upgrades(r: "Context") -> tuple["Findings", list[Change]]:
     changes: list[Change] = []
     target = r.mesh.backups.target
     store_node = target_node(r)
+    digests_now: dict[str, dict[str, str]] = {}  # module → its digests now (read once each)
     for name in r.names:
         inst, module = r.instances[name], r.module_of(name)
         if module is None or inst.node not in r.nodes:
             continue
         before = r.declared.get(name)
-        now = _digests_now(r, module)
+        now = digests_now.get(module.name)
+        if now is None:
+            now = digests_now[module.name] = _digests_now(r, module)
         refusals = _version_findings(r, name, inst, module, before, now)
         found.extend(refusals)
         if any(p.blocks for p in refusals):

@@ -567,6 +567,10 @@ def _url_template(url: str, keys: Collection[str], path: _Path, f: _Faults) -> N
 # --------------------------------------------------------------------------- mesh.yaml
 
 
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+"""An instance's name (compiled once: it is matched for every instance)."""
+
+
 def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
     f = _Faults(where)
     controls = []
@@ -592,11 +596,12 @@ def validate_mesh(mesh: Mesh, where: DocumentPositions) -> list[Fault]:
         f.at(("nodes", name, "control"), f"node {name!r} is a second control node",
              f"one control node ({controls[0]} is already)", key=True)
     for name, instance in mesh.instances.items():
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$", name):
+        if not _PLAIN_NAME.match(name):
             f.at(("instances", name), f"instance name {name!r} is not a plain name",
                  "letters, digits, '-', '_', '.', '@'", key=True)
-        for listen, exposure in instance.expose.items():
-            _exposure(("instances", name, "expose", listen), listen, exposure, f)
+        if instance.expose:  # (most have none: no iterator made for them)
+            for listen, exposure in instance.expose.items():
+                _exposure(("instances", name, "expose", listen), listen, exposure, f)
         if instance.state_from is not None and instance.fresh:
             f.at(("instances", name, "fresh"), "state-from and fresh: true both say what "
                  "happens to the state of a move", "one of them", key=True)
@@ -672,9 +677,12 @@ def _names(mesh: Mesh, f: _Faults) -> None:
     if mesh.acme is not None:
         _acme(mesh, domain, f)
     claimed: dict[str, str] = {}
+    named = {n: i for n, i in mesh.instances.items() if i.name is not None}
+    if not named:
+        return  # (no instance has a name: nothing below reads one)
     order = f.where.key_order(("instances",)) or tuple(sorted(mesh.instances))
     for name in order:
-        instance = mesh.instances.get(name)
+        instance = named.get(name)
         if instance is None or instance.name is None:
             continue
         path = ("instances", name, "name")

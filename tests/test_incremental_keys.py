@@ -1,0 +1,114 @@
+"""Reuse keys of resolver.incremental that random meshes seldom reach (issue 33).
+
+property_tests/test_incremental_props.py checks resolve_from == resolve for random meshes and
+edits; a few inputs a reuse key must hold change the outcome only in shapes those meshes rarely
+take (two candidates of a provision on two nodes and no recorded binding; a recorded binding
+moved to another candidate; a provider named by `bind:` moved away from its consumer; a provider
+refused under a list that needs at least two). Each case
+here is one such edit: resolved from the reuse of the run before it, it must equal resolve()."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from pyrsistent import pmap, pvector
+
+from resolver import (
+    Artifact,
+    Catalogue,
+    Container,
+    Instance,
+    Ledger,
+    Listen,
+    Mesh,
+    Module,
+    Node,
+    PortRange,
+    Provide,
+    Provision,
+    Require,
+    resolve,
+)
+from resolver.incremental import resolve_from
+
+
+def _module(name: str, provides: tuple[str, ...] = (), requires: tuple[Require, ...] = ()
+            ) -> Module:
+    return Module(
+        name=name,
+        artifacts=pmap({"image": Artifact(repository=f"example.org/{name}", tag="1")}),
+        listens=pmap({"main": Listen(port=5432 if provides else 8080)}),
+        provides=pvector(Provide(p, "main") for p in provides),
+        requires=pvector(requires),
+        containers=pvector([Container(name="main", artifact="image",
+                                      env=pmap({"DB_HOST": "${db.host}"} if name == "app"
+                                               else {}))]),
+    )
+
+
+def _world() -> tuple[Catalogue, Mesh, Ledger]:
+    """Two databases on two nodes, an application on the first, a monitor of every database
+    (at least two) on the third."""
+    modules = {
+        "db": _module("db", ("postgres-database",)),
+        "app": _module("app", requires=(Require(as_="db", provision="postgres-database"),)),
+        "mon": _module("mon", requires=(Require(as_="dbs", provision="postgres-database",
+                                                each=True, at_least=2),)),
+    }
+    provisions = {"postgres-database": Provision(
+        grant="database+login", keys=pvector(["host", "port", "database", "user", "password"]))}
+    nodes = {f"n{i}": Node(address=f"10.9.0.{i + 1}") for i in range(4)}  # n3: empty
+    instances = {"db@n0": Instance("db", "n0"), "db@n1": Instance("db", "n1"),
+                 "app": Instance("app", "n0"), "mon": Instance("mon", "n2")}
+    mesh = Mesh(mesh="keys", nodes=pmap(nodes), instances=pmap(instances),
+                host_ports=PortRange(20000, 20999))
+    pins = {f"example.org/{m}:1": "sha256:" + f"{n + 1:064x}" for n, m in enumerate(modules)}
+    return Catalogue(pmap(modules), pmap(provisions)), mesh, Ledger(pins=pmap(pins))
+
+
+def _with_instance(mesh: Mesh, name: str, **changes: object) -> Mesh:
+    return attrs.evolve(mesh, instances=mesh.instances.set(
+        name, attrs.evolve(mesh.instances[name], **changes)))
+
+
+def _edits() -> dict[str, tuple[Catalogue, Mesh, Ledger, Mesh, Ledger]]:
+    """case → (catalogue, mesh and ledger before, mesh and ledger after)."""
+    catalogue, mesh, ledger = _world()
+    written = resolve(catalogue, mesh, ledger).ledger  # records app → db@n0 (co-located)
+    # the application with a second database on its node, each named by `bind:`
+    two = attrs.evolve(catalogue, modules=catalogue.modules.set("app", _module(
+        "app", requires=(Require(as_="db", provision="postgres-database"),
+                         Require(as_="replica", provision="postgres-database")))))
+    pinned = _with_instance(attrs.evolve(mesh, instances=mesh.instances.set(
+        "db2@n0", Instance("db", "n0"))), "app", bind=pmap({"db": "db@n0", "replica": "db2@n0"}))
+    kept = resolve(two, pinned, ledger).ledger  # its port is kept where it moves
+    rebound = attrs.evolve(written, bindings=written.bindings.set(
+        "app", written.bindings["app"].set("db", "db@n1")))
+    return {
+        # no binding recorded: the co-located database follows the consumer
+        "consumer moved": (catalogue, mesh, ledger, _with_instance(mesh, "app", node="n1"),
+                           ledger),
+        # the ledger decides: another candidate recorded is the one bound
+        "recorded binding changed": (catalogue, mesh, written, mesh, rebound),
+        # the provider named by `bind:` moves away: its binding is the same, the consumer's
+        # same-node opening goes
+        "provider moved": (two, pinned, kept,
+                           _with_instance(pinned, "db@n0", node="n3"), kept),
+        # a refused provider leaves the list with fewer than at-least: the list's own refusal
+        "provider refused": (catalogue, mesh, ledger,
+                             _with_instance(mesh, "db@n1", parts=pvector(["no-such-part"])),
+                             ledger),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_edits()))
+def test_an_edit_resolved_from_the_last_reuse_equals_resolve(case: str) -> None:
+    catalogue, mesh, ledger, after_mesh, after_ledger = _edits()[case]
+    first, reuse = resolve_from(None, catalogue, mesh, ledger)
+    assert first == resolve(catalogue, mesh, ledger)
+    again, _ = resolve_from(reuse, catalogue, after_mesh, after_ledger)
+    expected = resolve(catalogue, after_mesh, after_ledger)
+    assert again.bindings == expected.bindings
+    assert again.problems == expected.problems
+    assert again == expected
+    assert again != first  # (the edit changes the outcome: a stale reuse would show)
