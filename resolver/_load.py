@@ -27,7 +27,7 @@ from cattrs.errors import (
 from ._convert import CONVERTER, _describe, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
-from ._yaml import Positions, read_yaml
+from ._yaml import MANIFEST_LIMITS, Limits, Positions, read_yaml
 
 Path = tuple[Any, ...]
 
@@ -108,11 +108,14 @@ def positionless(document: str, skip: int = 0) -> DocumentPositions:
     return DocumentPositions(document, (0, 0, None), skip)
 
 
-def parse_yaml(text: Union[str, bytes], file: str) -> tuple[Any, DocumentPositions]:
+def parse_yaml(text: Union[str, bytes], file: str, limits: Limits = MANIFEST_LIMITS, *,
+               pure: bool = False) -> tuple[Any, DocumentPositions]:
     """Parse one YAML document (text, or bytes that must be UTF-8) into plain data and its
     positions; every fault (encoding, limits, syntax, duplicate keys) is an InputError
-    located at the offending byte, node or alias."""
-    data, tree = read_yaml(text, file)
+    located at the offending byte, node or alias. `limits`: its kind's (a manifest's unless
+    said: resolver.documents.MESH_LIMITS for mesh.yaml and the ledger). `pure`: read by
+    ruamel's pure parser only, never the C one (the same outcome, slower: for tests)."""
+    data, tree = read_yaml(text, file, limits, pure=pure)
     return data, DocumentPositions(file, tree)
 
 
@@ -125,10 +128,12 @@ class Parsed:
     where: DocumentPositions
 
 
-def parse_document(text: Union[str, bytes], file: str) -> Parsed:
-    """One YAML document read once (bounded, every fault located), to look into before
-    loading it: hand the Parsed to a loader in place of the text and it is not read again."""
-    return Parsed(*parse_yaml(text, file))
+def parse_document(text: Union[str, bytes], file: str,
+                   limits: Limits = MANIFEST_LIMITS) -> Parsed:
+    """One YAML document read once (bounded by `limits`, every fault located), to look into
+    before loading it: hand the Parsed to a loader in place of the text and it is not read
+    again."""
+    return Parsed(*parse_yaml(text, file, limits))
 
 
 T = TypeVar("T")

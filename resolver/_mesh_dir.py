@@ -4,7 +4,9 @@ Invariants:
 - The path rules live here and nowhere else: mesh.yaml in the mesh directory; the catalogue
   where its `catalogue:` names it (relative to the mesh directory, default `catalogue`), with
   provisions.yaml and one directory per module holding module.yaml; the ledger where
-  `ledger:` names it (default `ledger.yaml`), and a missing ledger is the empty ledger.
+  `ledger:` names it (default `ledger.yaml`), and a missing ledger is the empty ledger; beside
+  it, the record of what was declared, one directory per node (`ledger.declared/<node>/
+  declared.json`, resolver/_declared_record.py), joined into the ledger it loads.
 - No I/O here: every read goes through the caller's MeshReader, which says what is wrong with
   a path by raising ReadFault. Paths are plain strings joined with `/`.
 - Faults of every document are gathered before one InputError is raised; a fault that only
@@ -22,9 +24,11 @@ from typing import Any, Optional, Protocol, Sequence
 
 import attrs
 
+from ._declared_record import RECORD_FILE, declared_dir
 from ._documents import Inputs, load_inputs
 from ._errors import Fault, InputError, MeshError
 from ._load import DocumentPositions, Parsed, parse_document
+from ._yaml import MESH_LIMITS
 
 #: The mesh description, in the mesh directory.
 MESH_FILE = "mesh.yaml"
@@ -67,9 +71,10 @@ class MeshReader(Protocol):
         ...
 
     def subdirectories(self, path: str) -> Sequence[str]:
-        """The names of the directories in the directory at `path` (the catalogue's modules),
-        hidden ones (a leading `.`) left out, in any order. Raises ReadFault when `path` is
-        missing, is not a directory or cannot be listed."""
+        """The names of the directories in the directory at `path` (the catalogue's modules,
+        the nodes of the record beside the ledger), hidden ones (a leading `.`) left out, in
+        any order. Raises ReadFault when `path` is missing (missing=True: the record's
+        directory is optional), is not a directory or cannot be listed."""
         ...
 
     def display(self, path: str) -> str:
@@ -119,7 +124,7 @@ def mesh_paths(mesh_dir: str, mesh_text: Optional[str]) -> MeshPaths:
         pass
     elif mesh_text.lstrip().startswith(("{", "---", "%")) or "\t" in mesh_text:
         try:
-            data = parse_document(mesh_text.encode("utf-8"), MESH_FILE).data
+            data = parse_document(mesh_text.encode("utf-8"), MESH_FILE, MESH_LIMITS).data
         except InputError:
             data = None
         if isinstance(data, dict):
@@ -203,10 +208,35 @@ def _read_ledger(reader: MeshReader, named: _Named, documents: Documents,
     try:
         documents["ledger"] = (reader.read(named.path), reader.display(named.path))
     except ReadFault as problem:
-        if problem.missing:
-            return  # a missing ledger is the empty ledger: nothing issued yet
-        faults.append(named.fault(f"the ledger {_shown(reader, named.path)}", problem.problem,
-                                  "a readable ledger file, or no file at all"))
+        if not problem.missing:  # a missing ledger is the empty ledger: nothing issued yet
+            faults.append(named.fault(f"the ledger {_shown(reader, named.path)}",
+                                      problem.problem, "a readable ledger file, or no file at all"))
+            return  # what is wrong with its path is wrong with the record's beside it
+    _read_records(reader, named, documents, faults)
+
+
+def _read_records(reader: MeshReader, named: _Named, documents: Documents,
+                  faults: list[Fault]) -> None:
+    """Each node's record of what was declared, in the directory beside the ledger (none
+    there, or no directory: nothing recorded yet)."""
+    directory = declared_dir(named.path)
+    try:
+        nodes = sorted(name for name in reader.subdirectories(directory)
+                       if not name.startswith("."))
+    except ReadFault as problem:
+        if not problem.missing:
+            faults.append(named.fault(f"the record of what was declared "
+                                      f"{_shown(reader, directory)}", problem.problem,
+                                      "a directory of one directory per node, beside the ledger"))
+        return
+    for node in nodes:
+        path = join(join(directory, node), RECORD_FILE)
+        try:
+            documents[f"declared:{node}"] = (reader.read(path), reader.display(path))
+        except ReadFault as problem:
+            if not problem.missing:  # a node's directory without its record: nothing recorded
+                faults.append(named.fault(f"node {node}'s record {_shown(reader, path)}",
+                                          problem.problem, "a readable record, or none"))
 
 
 def _read_mesh_file(reader: MeshReader, mesh_dir: str) -> tuple[bytes, str]:
@@ -240,7 +270,7 @@ def load_mesh_dir(path: str, reader: MeshReader) -> Inputs:
     ledger: Optional[_Named] = None
     parsed: Optional[Parsed]
     try:
-        parsed = parse_document(mesh_bytes, mesh_file)
+        parsed = parse_document(mesh_bytes, mesh_file, MESH_LIMITS)
     except InputError:
         parsed = None  # load_inputs reports it, once; nothing it names is looked for
     if parsed is not None:

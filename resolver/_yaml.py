@@ -5,7 +5,16 @@ Invariants:
   the fault located at the offending byte, node or alias. Nothing here reads a file.
 - Bounded: every limit (LIMITS, named in docs/schema.md) is checked while the parser's events
   arrive, before the node past it is built; the parser is driven lazily, so a document past a
-  limit is never parsed further. Nothing here recurses on the document's shape.
+  limit is never parsed further. Nothing here recurses on the document's shape. A document's
+  size and value count are bounded by its kind (Limits: MANIFEST_LIMITS for a module or
+  provisions.yaml, MESH_LIMITS for mesh.yaml, the ledger and a node's declared record).
+- One outcome whichever parser runs: plain ASCII text without directives, tabs or control
+  characters is read from ruamel's C parser's events (libyaml, ~20x faster) in one loop
+  (_read_plain) when it is installed, for the common document: no anchor, alias, tag, merge
+  key, empty value (libyaml marks some elsewhere), duplicate key or second document,
+  every limit kept. Any other document, and any the C parser refuses, is read by the pure
+  parser and the builder, so every fault reads exactly as they report it
+  (property_tests/test_canonical_json_props.py holds the two paths to each other).
 - Aliases are counted, not trusted: each alias adds every node its anchor holds (aliases
   inside it included) to the document's alias count, refused past MAX_ALIAS_NODES at the
   alias, before anything is expanded or structured. An alias of an unfinished anchor (a
@@ -19,8 +28,10 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+import re
+from typing import Any, Iterable, Optional, Union
 
+import attrs
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import (
@@ -31,14 +42,22 @@ from ruamel.yaml.events import (
     ScalarEvent,
     SequenceEndEvent,
     SequenceStartEvent,
+    StreamEndEvent,
 )
+import ruamel.yaml.main
 
 from ._errors import Fault, InputError, MeshError
 from ._scalars import CORE, CORE_TAGS, KINDS, MERGE, MERGE_TEXT, convert, plain_kind, shown_tag
 
-#: The largest document read, in bytes (2 MiB: the ledger of a fleet of fifty nodes is below it).
-MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
-MAX_NODES = 50_000  # values (scalars, lists, mappings) written in one document
+#: The largest module manifest or provisions.yaml read, in bytes (2 MiB).
+MANIFEST_DOCUMENT_BYTES = 2 * 1024 * 1024
+MANIFEST_NODES = 50_000  # values (scalars, lists, mappings) written in one manifest
+#: The largest mesh.yaml, ledger or node's declared record read, in bytes (32 MiB: the ledger
+#: of 20,000 instances with every credential issued is about half of it).
+MESH_DOCUMENT_BYTES = 32 * 1024 * 1024
+MESH_NODES = 1_000_000  # values in one of them (a 10,000-instance mesh.yaml holds ~75,000)
+#: The most bytes any document may hold: what a reader needs to read of a file (+ 1).
+MAX_DOCUMENT_BYTES = MESH_DOCUMENT_BYTES
 MAX_DEPTH = 32  # nested lists and mappings (the schemas need fewer than 8)
 MAX_ALIAS_NODES = 10_000  # nodes that aliases would produce, over the whole document
 MAX_STRING = 65_536  # characters in one string (a key or a value)
@@ -46,13 +65,30 @@ MAX_NUMBER = 32  # characters of one number as written
 
 #: Every limit of a document, by name (docs/schema.md names them).
 LIMITS = {
-    "document size": MAX_DOCUMENT_BYTES,
-    "values per document": MAX_NODES,
+    "document size": MANIFEST_DOCUMENT_BYTES,
+    "values per document": MANIFEST_NODES,
+    "mesh and ledger document size": MESH_DOCUMENT_BYTES,
+    "mesh and ledger values per document": MESH_NODES,
     "nesting depth": MAX_DEPTH,
     "nodes produced by aliases": MAX_ALIAS_NODES,
     "string length": MAX_STRING,
     "number length": MAX_NUMBER,
 }
+
+
+
+@attrs.frozen
+class Limits:
+    """The bounds of one kind of document that grow with the mesh: bytes and values."""
+
+    document_bytes: int
+    nodes: int
+
+
+#: A module manifest or provisions.yaml (and any document read without a kind).
+MANIFEST_LIMITS = Limits(MANIFEST_DOCUMENT_BYTES, MANIFEST_NODES)
+#: mesh.yaml, the ledger and a node's declared record: they grow with the mesh.
+MESH_LIMITS = Limits(MESH_DOCUMENT_BYTES, MESH_NODES)
 
 # A position tree: the root is (line, col, child); a mapping's child is a dict
 # key -> (key line, key col, value line, value col, child); a list's child is a list of
@@ -82,19 +118,21 @@ def _byte_position(data: bytes, offset: int) -> tuple[int, int]:
     return data.count(b"\n", 0, offset) + 1, col
 
 
-def decode_document(data: Union[bytes, str], file: str) -> str:
-    """The document's text, refusing one past MAX_DOCUMENT_BYTES or not UTF-8, at the byte."""
+def decode_document(data: Union[bytes, str], file: str,
+                    limits: Limits = MANIFEST_LIMITS) -> str:
+    """The document's text, refusing one past its size limit or not UTF-8, at the byte."""
+    most = limits.document_bytes
     if isinstance(data, str):
-        if len(data) * 4 <= MAX_DOCUMENT_BYTES:
+        if len(data) * 4 <= most:
             return data
         raw = data.encode("utf-8", "surrogatepass")
     else:
         raw = bytes(data)
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        line, col = _byte_position(raw, MAX_DOCUMENT_BYTES)
+    if len(raw) > most:
+        line, col = _byte_position(raw, most)
         raise InputError([Fault(
-            file, line, col, f"the document goes on past {_plural(MAX_DOCUMENT_BYTES)} bytes here",
-            f"at most {_plural(MAX_DOCUMENT_BYTES)} bytes (2 MiB) per document")])
+            file, line, col, f"the document goes on past {_plural(most)} bytes here",
+            f"at most {_plural(most)} bytes ({most // (1024 * 1024)} MiB) per document")])
     if isinstance(data, str):
         return data
     try:
@@ -136,8 +174,9 @@ class _Frame:
 
 
 class _Builder:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, limits: Limits = MANIFEST_LIMITS) -> None:
         self.file = file
+        self.max_nodes = limits.nodes
         self.stack: list[_Frame] = []
         self.anchors: dict[str, Optional[_Held]] = {}  # None while the anchored node is open
         self.root: Optional[tuple[Any, Positions]] = None
@@ -215,9 +254,10 @@ class _Builder:
 
     def _count(self, line: int, col: int) -> None:
         self.nodes += 1
-        if self.nodes > MAX_NODES:
-            raise _Refusal(line, col, f"more than {_plural(MAX_NODES)} values in one document",
-                           f"at most {_plural(MAX_NODES)} values per document")
+        if self.nodes > self.max_nodes:
+            most = self.max_nodes
+            raise _Refusal(line, col, f"more than {_plural(most)} values in one document",
+                           f"at most {_plural(most)} values per document")
 
     def _anchor_open(self, name: Optional[str]) -> None:
         if name is not None:
@@ -327,15 +367,135 @@ def _describe_value(value: Any) -> str:
     return f"a value ({_short(value)})"
 
 
-def read_yaml(source: Union[bytes, str], file: str) -> tuple[Any, Positions]:
+def read_yaml(source: Union[bytes, str], file: str, limits: Limits = MANIFEST_LIMITS, *,
+              pure: bool = False) -> tuple[Any, Positions]:
     """One YAML document as (plain data, position tree); InputError with its position if it
-    is not UTF-8, breaks a limit, is not well-formed, or holds more than one document."""
-    text = decode_document(source, file)
-    builder = _Builder(file)
+    is not UTF-8, breaks a limit, is not well-formed, or holds more than one document.
+    `pure`: by the pure parser only (the reference the C parser's paths are held to)."""
+    text = decode_document(source, file, limits)
+    if not pure and CParser is not None and _PLAIN.fullmatch(text) is not None:
+        try:
+            return _read_plain(text, limits)
+        except _CParserFailed:
+            pass  # read by the pure parser: what it builds, its faults as it reports them
+    return _read(text, file, limits)
+
+
+def _read_plain(text: str, limits: Limits) -> tuple[Any, Positions]:
+    """The common document (no anchor, alias, tag, merge key, duplicate key, directive or
+    second document, every limit kept) read from the C parser's events in one loop: what
+    _read builds from the same events, in a fraction of the calls. Anything else raises
+    _CParserFailed before anything is returned, and _read reads the document instead."""
+    parser = CParser(text)
+    most, nodes = limits.nodes, 0
+    # a frame: [value, child, is_mapping, pending key (_NO_KEY: none), key line, key col,
+    #           line, col]
+    stack: list[list[Any]] = []
+    root: Optional[tuple[Any, Positions]] = None
+    documents = 0
+    kinds: dict[str, Any] = {}
+    try:
+        while True:
+            event = parser.get_event()
+            kind = type(event)
+            if kind is ScalarEvent:
+                mark = event.start_mark
+                line, col = mark.line + 1, mark.column + 1
+                nodes += 1
+                value = event.value
+                if nodes > most or event.anchor is not None or len(value) > MAX_STRING or \
+                        event.tag is not None or not value:
+                    raise _CParserFailed()  # an empty value: libyaml marks some elsewhere
+                data: Any = value
+                if event.implicit[0]:
+                    resolved = kinds.get(value, _UNSEEN)
+                    if resolved is _UNSEEN:  # keys repeat (module, node): resolved once each
+                        resolved = kinds[value] = plain_kind(value)
+                    if resolved is not None and resolved != "str":
+                        if resolved == "merge" or len(value) > MAX_NUMBER:
+                            raise _CParserFailed()
+                        try:
+                            data = convert(resolved, value)
+                        except ValueError:
+                            data = value
+                child: Child = None
+            elif kind is MappingStartEvent or kind is SequenceStartEvent:
+                nodes += 1
+                top = stack[-1] if stack else None
+                if nodes > most or event.anchor is not None or len(stack) >= MAX_DEPTH or \
+                        event.tag is not None or \
+                        (top is not None and top[2] and top[3] is _NO_KEY):
+                    raise _CParserFailed()
+                mark = event.start_mark
+                mapping = kind is MappingStartEvent
+                stack.append([{} if mapping else [], {} if mapping else [], mapping, _NO_KEY,
+                              0, 0, mark.line + 1, mark.column + 1])
+                continue
+            elif kind is MappingEndEvent or kind is SequenceEndEvent:
+                frame = stack.pop()
+                data, child, line, col = frame[0], frame[1], frame[6], frame[7]
+            elif kind is StreamEndEvent:
+                break
+            elif kind is DocumentStartEvent:
+                documents += 1
+                if documents > 1 or event.version is not None:
+                    raise _CParserFailed()
+                continue
+            elif kind is AliasEvent:
+                raise _CParserFailed()
+            else:  # stream start, document end
+                continue
+            if not stack:
+                root = (data, (line, col, child))
+                continue
+            top = stack[-1]
+            if not top[2]:
+                top[0].append(data)
+                top[1].append((line, col, child))
+            elif top[3] is _NO_KEY:
+                if child is not None or data in top[0]:
+                    raise _CParserFailed()  # a collection as a key; a duplicate key
+                top[3], top[4], top[5] = data, line, col
+            else:
+                key = top[3]
+                top[0][key] = data
+                top[1][key] = (top[4], top[5], line, col, child)
+                top[3] = _NO_KEY
+    except (YAMLError, ValueError, TypeError, AttributeError, IndexError, KeyError):
+        raise _CParserFailed() from None
+    finally:
+        parser.dispose()
+    if root is None:
+        return None, (1, 1, None)
+    return root
+
+
+_NO_KEY = object()  # a mapping frame waiting for its next key
+_UNSEEN = object()  # a plain scalar not resolved yet in this document
+
+
+#: ruamel.yaml.clib's C parser (libyaml), None when it is not installed.
+CParser: Any = getattr(ruamel.yaml.main, "CParser", None)
+
+#: Text the C parser reads with the same events and marks as the pure one: printable ASCII
+#: and line feeds, no directive line.
+_PLAIN = re.compile(r"(?![\s\S]*^%)[\x20-\x7e\n]*", re.MULTILINE)
+
+
+
+
+class _CParserFailed(MeshError):
+    """The C parser stopped on something; the pure parser says what, and where."""
+
+
+def _read(text: str, file: str, limits: Limits) -> tuple[Any, Positions]:
+    """The document read by ruamel's pure parser, event by event, through the builder."""
+    builder = _Builder(file, limits)
     last = (1, 1)
     documents = 0
+    events: Iterable[Any] = YAML(typ="safe", pure=True).parse(text)
     try:
-        for event in YAML(typ="safe", pure=True).parse(text):
+        for event in events:
             last = _at(event.start_mark)
             if isinstance(event, ScalarEvent):
                 builder.scalar(event)

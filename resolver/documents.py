@@ -9,20 +9,27 @@ one `resolver.InputError` holding every fault of its document.
 """
 
 from ._convert import document_key, unstructure, unstructure_full, yaml_key
-from ._documents import (dump_ledger, dump_yaml, load_ledger, load_mesh, load_module,
+from ._declared_record import (RECORD_FILE, NodeRecord, declared_dir, dump_record, gains,
+                               load_record, records_of, unchanged, with_records,
+                               without_records)
+from ._documents import (Loaded, canonical_json, dump_ledger, dump_yaml, load_ledger, load_mesh, load_module,
                          load_provisions)
 from ._load import (DocumentPositions, Parsed, load_document, parse_document, parse_yaml,
                     structure)
 from ._mesh_dir import MESH_FILE, MeshPaths, mesh_paths
 from ._schema import document_names, json_schema
-from ._yaml import LIMITS
+from ._yaml import LIMITS, MANIFEST_LIMITS, MESH_LIMITS, Limits
 
 __all__ = [
     # One document from text (or bytes, or a Parsed document), every fault located
     "load_mesh", "load_module", "load_provisions", "load_ledger", "load_document",
     "parse_document", "parse_yaml", "Parsed", "DocumentPositions", "LIMITS",
+    "Limits", "MANIFEST_LIMITS", "MESH_LIMITS",
     # Back to text
-    "dump_ledger", "dump_yaml",
+    "dump_ledger", "dump_yaml", "canonical_json", "Loaded",
+    # The record of what was declared, one document per node beside the ledger
+    "NodeRecord", "RECORD_FILE", "declared_dir", "dump_record", "load_record", "records_of",
+    "with_records", "without_records", "unchanged", "gains",
     # The strict converter between plain data and the model
     "structure", "unstructure", "unstructure_full", "yaml_key", "document_key",
     # The JSON Schema of every document

@@ -128,8 +128,8 @@ class _Raised:
     error: resolver.InputError
 
 
-# (loader, text, file, keyword arguments) → what it returned, or _Raised
-_Key = tuple[str, Union[str, bytes], str, tuple[tuple[str, object], ...]]
+# (loader, text, file, further arguments, keyword arguments) → what it returned, or _Raised
+_Key = tuple[str, Union[str, bytes], str, tuple[object, ...], tuple[tuple[str, object], ...]]
 _MEMO: dict[_Key, object] = {}
 _MEMO_LIMIT = 512
 # the loaders swapped for memoized ones: resolver._documents' per-document loaders, and the
@@ -140,14 +140,14 @@ _SWAPPED = [(documents_module, name) for name in
 
 
 def _memoized(function: Callable[..., object]) -> Callable[..., object]:
-    def call(text: object, file: str, **kwargs: object) -> object:
+    def call(text: object, file: str, *args: object, **kwargs: object) -> object:
         if not isinstance(text, (str, bytes)):  # a Parsed document: parsed already
-            return function(text, file, **kwargs)
-        key = (function.__name__, text, file, tuple(sorted(kwargs.items())))
+            return function(text, file, *args, **kwargs)
+        key = (function.__name__, text, file, args, tuple(sorted(kwargs.items())))
         hit = _MEMO.get(key)
         if hit is None:
             try:
-                hit = function(text, file, **kwargs)
+                hit = function(text, file, *args, **kwargs)
             except resolver.InputError as error:
                 hit = _Raised(error)
             if len(_MEMO) >= _MEMO_LIMIT:

@@ -97,7 +97,7 @@ class Mesh:
             f"host-ports: {{first: 30000, last: 30020}}\n")
         (self.dir / "ledger.yaml").touch()
         ledger = (self.dir / "ledger.yaml").read_text()
-        if "pins:" not in ledger:  # synthetic digests: nothing here runs a container
+        if '"pins":' not in ledger and "pins:" not in ledger:  # synthetic digests: nothing here runs a container
             (self.dir / "ledger.yaml").write_text(
                 "version: 1\npins:\n"
                 f"  registry.invalid/broker:1: \"{DIGEST}\"\n"

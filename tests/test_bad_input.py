@@ -346,20 +346,42 @@ def test_every_limit_is_named_in_the_schema_reference():
 
 
 def test_a_document_past_the_size_limit_is_refused_at_the_first_byte_past_it(tmp_path):
-    limit = LIMITS["document size"]
-    body = MESH + "# " + "x" * 100 + "\n"
-    mesh = body * (limit // len(body) + 2)
+    limit = LIMITS["mesh and ledger document size"]  # mesh.yaml's (it grows with the mesh)
+    body = "# " + "x" * 1000 + "\n"
+    mesh = MESH + body * (limit // len(body) + 2)
     fault = one_fault(meshdir(tmp_path, mesh_yaml=mesh))
     line = mesh.encode()[:limit].count(b"\n") + 1
     assert at(fault) == (line, limit - mesh.encode()[:limit].rfind(b"\n"))
-    assert fault.group("expected") == f"at most {limit:,} bytes (2 MiB) per document"
+    assert fault.group("expected") == f"at most {limit:,} bytes (32 MiB) per document"
+
+
+def test_a_module_past_its_own_size_limit_is_refused_at_the_first_byte_past_it():
+    limit = LIMITS["document size"]
+    doc = WEB + ("# " + "x" * 1000 + "\n") * (limit // 1003 + 2)
+    with pytest.raises(InputError) as caught:
+        load_module(doc, "module.yaml")
+    (fault,) = caught.value.faults
+    assert (fault.line, fault.col) == (doc.encode()[:limit].count(b"\n") + 1,
+                                       limit - doc.encode()[:limit].rfind(b"\n"))
+    assert fault.expected == f"at most {limit:,} bytes (2 MiB) per document"
+
+
+def test_mesh_yaml_and_the_ledger_are_read_within_their_own_larger_limits():
+    """A 10,000-instance mesh holds ~75,000 values: past a manifest's limit, within theirs
+    (the limit itself is the one mechanism, checked at a manifest's size below)."""
+    assert LIMITS["mesh and ledger values per document"] >= 20 * LIMITS["values per document"]
+    count = LIMITS["values per document"] + 10
+    doc = "version: 1\nlogins:\n" + "".join(f"  c{i}: u{i}\n" for i in range(count // 2))
+    assert len(load_ledger(doc, "ledger.yaml")[0].logins) == count // 2
+    with pytest.raises(InputError):
+        parse_yaml(doc, "module.yaml")  # a manifest's limit
 
 
 def test_too_many_values_are_refused_at_the_first_one_past_the_limit():
     limit = LIMITS["values per document"]
     doc = "version: 1\nlogins:\n" + "".join(f"  c{i}: u{i}\n" for i in range(limit))
     with pytest.raises(InputError) as caught:
-        load_ledger(doc, "ledger.yaml")
+        parse_yaml(doc, "module.yaml")  # a manifest's limit; mesh.yaml's and the ledger's above
     (fault,) = caught.value.faults
     # five values before the first login (the document, version, 1, logins, its mapping),
     # then two a line: value limit + 1 is the login u<k>
@@ -516,7 +538,8 @@ def test_limits_are_checked_on_bytes_the_executor_reads_no_more_than_needed(tmp_
         handle.truncate(64 * 1024 * 1024)
     fault = one_fault(directory)
     assert fault.group("file").endswith("ledger.yaml")
-    assert fault.group("what") == "the document goes on past 2,097,152 bytes here"
+    limit = LIMITS["mesh and ledger document size"]  # the ledger's (it grows with the mesh)
+    assert fault.group("what") == f"the document goes on past {limit:,} bytes here"
     assert stat.S_ISREG(big.stat().st_mode)
 
 

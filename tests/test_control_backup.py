@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from executors.control.loading import load_mesh_dir
+
 from _meshdir import run_cli
 from executors.control.backup import HEADER
 
@@ -61,7 +63,9 @@ def control(tmp_path_factory) -> Path:
                         f"    ssh-port: 2222\n    public-key: \"{keys['lab']}\"\n")
     (directory / "mesh.yaml").write_text(text)
     for argv in (("ca", "init", directory),
-                 ("plan", directory, "--issue", "--key", tmp / "keys" / "home.key")):
+                 ("plan", directory, "--issue", "--key", tmp / "keys" / "home.key"),
+                 # declarations written: the record of what was declared, beside the ledger
+                 ("plan", directory, "--out", tmp / "out")):
         code, said = run_cli(*argv)
         assert code == 0, said
     state = directory / ".control"
@@ -114,6 +118,10 @@ def test_backup_then_restore_gives_every_file_back_byte_for_byte_with_its_mode(
     assert after == before
     assert after["ca"][0] == 0o700 and after["ca/mesh-ca.key"][0] == 0o600
     assert after[".control/broker-control.secret"][0] == 0o600
+    for node in ("home", "lab"):  # the per-node records beside the ledger come back too
+        assert after[f"ledger.declared/{node}/declared.json"][0] == 0o600
+    assert load_mesh_dir(target).ledger == load_mesh_dir(control / "mesh").ledger
+    assert load_mesh_dir(target).ledger.declared
     assert key.read_bytes() == (control / "keys" / "home.key").read_bytes()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert sorted(os.listdir(target.parent)) == ["mesh", "node.key"]  # no staging left

@@ -338,7 +338,7 @@ def scenario(machines: Machines) -> tuple[float, float]:
     password = Path(machines.broker.password_file).read_text().strip()
     assert password not in (machines.dir / ".control" / "settings.json").read_text()
     ledger = (machines.dir / "ledger.yaml").read_text()
-    assert "control/control:" in ledger and "local: true" in ledger, ledger
+    assert '"control/control":' in ledger and '"local":true' in ledger, ledger
 
     # the control loop crashes: the Engine's restart policy starts it again
     crashed = machines.control_state()["Pid"]

@@ -76,7 +76,7 @@ def test_ledger_written_only_when_asked_and_then_a_fixed_point(homelab):
     assert ledger.read_text() == before
     assert mesh("plan", homelab, "--write-ledger").returncode == 0
     written = ledger.read_text()
-    assert written != before and "ports:" in written and "logins:" in written
+    assert written != before and '"ports":' in written and '"logins":' in written
     assert not list(homelab.glob(".ledger.yaml.*")), "no temp file left behind"
     assert mesh("plan", homelab, "--write-ledger").returncode == 0
     assert ledger.read_text() == written

@@ -107,8 +107,11 @@ def write(directory: Path, upstream: str, *, with_registry: bool, mirror: str = 
     (directory / "mesh.yaml").write_text(MESH.format(registry=REGISTRY_INSTANCE if with_registry else ""))
     if registry_port is not None:  # the port the mesh assigned its registry, kept in the ledger
         ledger = directory / "ledger.yaml"
-        text = ledger.read_text() if ledger.exists() else "version: 1\n"
-        ledger.write_text(text + f"ports:\n  registry:\n    api:\n      node: anchor\n      port: {registry_port}\n")
+        # the mesh writes its ledger as canonical JSON (which is YAML 1.2): read it as JSON
+        document = json.loads(ledger.read_text()) if ledger.exists() else {"version": 1}
+        document.setdefault("ports", {})["registry"] = {
+            "api": {"node": "anchor", "port": registry_port}}
+        ledger.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def mesh(capsys, *argv: str) -> tuple[int, str]:

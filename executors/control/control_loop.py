@@ -1,8 +1,9 @@
 """The control plane's loop (`mesh control DIR`), and its one-shot steps (`publish`, `collect`).
 
 Invariants:
-- One cycle: when the mesh's inputs changed (mesh.yaml, the catalogue, the ledger: by an
-  operator, or by this loop recording a report), resolve, issue what can be issued, write,
+- One cycle: when the mesh's inputs changed (mesh.yaml, the catalogue, the ledger and the
+  per-node records of what was declared beside it: by an operator, or by this loop recording
+  a report), resolve, issue what can be issued, write,
   record and publish every node whose declaration changed (control/publish.py); take every
   report and enrolment request waiting (control/inbox.py), each acknowledged only once it is
   kept, and the requests of tokens made with --auto-accept accepted; then again. A rotation
@@ -26,9 +27,10 @@ Invariants:
   nothing is published until it is fixed; what runs stays as it is.
 - One line per event on stderr, never a secret.
 - Between rounds the loop keeps, in memory, what the next round can reuse (publish.Memory: the
-  documents parsed, the declarations written, the last resolution's reuse): a round after a
-  one-line edit parses only the file that changed and re-reads only the declarations it
-  wrote; what it publishes is what a fresh process would (nothing kept is trusted over the
+  documents parsed, the ledger loaded, each node's record and their join, the declarations
+  written, the last resolution's reuse): a round after a one-line edit parses only the file
+  that changed, re-reads only the declarations it wrote and writes only the records of the
+  nodes that changed (ledger.yaml only when something was issued); what it publishes is what a fresh process would (nothing kept is trusted over the
   files: each is checked by its bytes or its stat).
 """
 

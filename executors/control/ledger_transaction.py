@@ -8,7 +8,21 @@ Invariants:
   `mesh control` records a report) never lose either change.
 - The computation is handed the inputs as they are on disk under the lock and returns the
   ledger to keep with its result; the ledger is written (loading.write_ledger: read back
-  first, atomically) only when it differs from the one loaded.
+  first, atomically) only when it differs from the one loaded (or its files need tidying: an
+  older ledger.yaml's record moved out, an instance in two records), and then only its parts that
+  changed: the record of what was declared is one file per node beside ledger.yaml
+  (resolver.documents.NodeRecord), and a node's file is written only when its record
+  changed, ledger.yaml only when what it holds (ports, logins, credentials, certificates,
+  pins...) changed.
+- Crash safety, in the order of the writes: the declarations are written before the
+  transaction records them; then the changed node records, those that gain an instance
+  first; then ledger.yaml. Each file is replaced whole (write_atomic). A crash between them
+  leaves a record ahead of ledger.yaml, never behind the declarations written, and never an
+  instance unrecorded: an instance found in two records (a crash in the middle of a move) is
+  read from the newer (each record carries the epoch of the transaction that wrote it), and
+  the next transaction writes the other again. An older ledger.yaml still holding `nodes:`
+  and `declared:` is read with the records winning, and written without them only after
+  every record is on disk.
 - Work done outside the lock (a registry asked, an image built and pushed) is merged into the
   ledger as it is under the lock (`merge_into_ledger`): a change applied to the ledger loaded
   now, never a ledger read before the lock replacing it.
@@ -28,7 +42,6 @@ from resolver import Inputs, Ledger
 from executors.control.loading import (
     MemoLoader,
     PathLike,
-    load_mesh_dir,
     mesh_lock,
     write_ledger,
 )
@@ -63,10 +76,13 @@ def transact(mesh_dir: PathLike, compute: Compute[T], *, write: bool = True,
     (no lock, nothing written). `say` announces a wait for another writer; `memo` keeps the
     ledger written as parsed (loading.write_ledger)."""
     held = mesh_lock(mesh_dir, say=say) if write else contextlib.nullcontext()
+    # one-shot verbs load through a loader of their own too: write_ledger then knows what is
+    # on disk, and writes only what changed
+    memo = memo if memo is not None else MemoLoader()
     with held:
-        inputs = load() if load is not None else load_mesh_dir(mesh_dir)
+        inputs = load() if load is not None else memo.load(mesh_dir)
         ledger, result = compute(inputs)
-        written = write and ledger != inputs.ledger
+        written = write and (ledger != inputs.ledger or memo.untidy(inputs.ledger_path))
         if written:
             write_ledger(inputs.ledger_path, ledger, memo=memo)
     return Transacted(inputs, ledger, written, result)

@@ -5,8 +5,9 @@ Invariants:
   provisions.yaml) and all parsing and validation are the resolver's (resolver.load_mesh_dir);
   this module is the file-system reader it reads through (FileReader) and a thin
   load_mesh_dir(DIR) over it.
-- The reader reads at most resolver.MAX_DOCUMENT_BYTES + 1 bytes of a file (so an oversized
-  file is refused at its position, never read whole), and only regular files (a FIFO or a
+- The reader reads at most resolver.MAX_DOCUMENT_BYTES + 1 bytes of a file (the largest
+  document kind's limit: so an oversized file is refused at its position, never read
+  whole), and only regular files (a FIFO or a
   device is never opened). What is wrong with a path (missing, a directory where a file
   belongs, permission denied, a name too long) is a resolver.ReadFault; the library locates
   it where the path was named.
@@ -14,13 +15,20 @@ Invariants:
   paste them into an editor.
 - Files are written whole or not at all: a temp file in the same directory, fsync, rename,
   fsync of the directory. A ledger on disk is never replaced by one that does not load.
+- write_ledger writes the ledger as two things (resolver.documents: records_of,
+  without_records): each node's record of what was declared beside ledger.yaml, written only
+  when that node's record changed (those gaining an instance first), and ledger.yaml, written
+  last and only when what it holds changed; ledger_transaction.py says why that order.
 - The ledger is written only under its lock (control/ledger_lock.py): every writer goes
   through the one transaction (control/ledger_transaction.transact: `mesh_lock(DIR)` around
   a whole load → compute → write); `write_ledger` takes the lock itself for the one write.
 - A long-lived loader (MemoLoader: the control loop's) parses a document again only when its
-  bytes changed (SHA-256 of what was read), and the ledger it wrote itself (write_ledger with
+  bytes changed (SHA-256 of what was read; a node's record is not even read again while its
+  inode, size and mtime are the ones it read or wrote), and the ledger it wrote itself (write_ledger with
   the memo) not even then; when every document is the one it parsed last time, it returns the
-  Inputs it made last time (frozen); what it returns equals load_mesh_dir(DIR) for the same files (a
+  Inputs it made last time (frozen). It keeps the ledger loaded (structured again only when
+  ledger.yaml's bytes change), each node's record by its bytes, and their join (changed only
+  where a record changed). What it returns equals load_mesh_dir(DIR) for the same files (a
   document's loader may normalize its parsed data in place, idempotently: a ledger's
   `declared` JSON texts, mesh.yaml's `backups: target:`; reading it again gives the same).
   Anything off the plain path (a file missing or unreadable, a document that does
@@ -32,6 +40,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import os
 import stat
@@ -52,11 +61,24 @@ from resolver import (
     ReadFault,
 )
 from resolver.documents import (
+    Loaded,
+    MANIFEST_LIMITS,
     MESH_FILE,
+    MESH_LIMITS,
+    RECORD_FILE,
+    NodeRecord,
     Parsed,
+    declared_dir,
     dump_ledger,
+    dump_record,
+    gains,
     load_ledger,
+    load_record,
     parse_document,
+    records_of,
+    unchanged,
+    with_records,
+    without_records,
 )
 
 #: A path as callers hand it: a str or a pathlib.Path.
@@ -127,6 +149,24 @@ class FileReader:
         return display_path(path)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic collector paused for a load or a write, and restored as the caller had
+    it: they build hundreds of thousands of small acyclic objects (parsed values, positions,
+    records), and with a large mesh in memory each full collection they would trigger walks
+    all of it (a third of a 10,000-instance ledger's read). They make no reference cycle of
+    their own (tests/test_declared_record.py): only ruamel's pure parser, for a document it
+    reads (non-ASCII text), leaves its parser objects in one, a few dozen objects freed at
+    the next collection."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def load_mesh_dir(path: PathLike) -> Inputs:
     """Load mesh.yaml, the catalogue it names and the ledger from disk; one InputError for all
     faults (resolver.load_mesh_dir through FileReader)."""
@@ -146,22 +186,193 @@ class MemoLoader:
     reader: FileReader = attrs.field(factory=FileReader)
     # path → (SHA-256 of its bytes, the document parsed from them)
     _parsed: dict[str, tuple[bytes, Parsed]] = attrs.field(init=False, factory=dict)
+    # a node's record path → (SHA-256 of its bytes, the record read from them)
+    _records: dict[str, tuple[bytes, NodeRecord]] = attrs.field(init=False, factory=dict)
     parses: int = attrs.field(init=False, default=0)  # documents parsed (for tests, benches)
+    _records_read: Optional[str] = attrs.field(init=False, default=None)  # their directory
+    _doubled: bool = attrs.field(init=False, default=False)  # an instance in two records
+    # a node's record path → its (inode, size, mtime) when read or written last: 400 records
+    # of a 10,000-instance mesh (25 MB) are not read again each round to find them unchanged
+    _stamps: dict[str, Optional[tuple[int, int, int]]] = attrs.field(init=False, factory=dict)
+    # the last join of ledger.yaml and the records: (ledger.yaml loaded, records, joined)
+    _merge: Optional[tuple[Loaded, dict[str, NodeRecord], Loaded]] = attrs.field(
+        init=False, default=None)
+    # ledger path → (its document, the ledger it holds without records, as loaded)
+    _cores: dict[str, tuple[Parsed, Ledger, Loaded]] = attrs.field(init=False, factory=dict)
     # the last Inputs loaded: its directory and the parsed documents it was made of
     _last: Optional[tuple[str, tuple[tuple[str, Parsed], ...], Inputs]] = attrs.field(
         init=False, default=None)
 
     def load(self, path: PathLike) -> Inputs:
-        try:
-            return self._plain(str(path))
-        except _OffThePlainPath:
-            return load_mesh_dir(path)
+        with collector_paused():
+            try:
+                return self._plain(str(path))
+            except _OffThePlainPath:
+                return load_mesh_dir(path)
 
-    def remember(self, path: str, data: bytes, parsed: Parsed) -> None:
-        """`data`, just written at `path` by this process, as parsed (write_ledger)."""
+    def remember(self, path: str, data: bytes, parsed: Parsed,
+                 core: Optional[Ledger] = None) -> None:
+        """`data`, just written at `path` by this process, as parsed (write_ledger); `core`:
+        the ledger it holds, as loaded from `parsed` (a ledger written without its records)."""
         self._parsed[path] = (hashlib.sha256(data).digest(), parsed)
+        if core is not None:
+            self._cores[path] = (parsed, core, Loaded(core, parsed.where))
 
-    def _document(self, path: str, data: Optional[bytes] = None) -> Parsed:
+    def untidy(self, path: str) -> bool:
+        """The ledger at `path` and its records, as last read, need writing again though the
+        ledger they make did not change: ledger.yaml still holds `nodes:`/`declared:` (an
+        older version wrote it), or an instance is in two records (a crash mid-move)."""
+        kept = self._parsed.get(path)
+        legacy = kept is not None and isinstance(kept[1].data, dict) and (
+            "nodes" in kept[1].data or "declared" in kept[1].data)
+        return legacy or (self._doubled and self._records_read == str(
+            PurePosixPath(declared_dir(path))))
+
+    def _merged(self, loaded: Loaded, records: dict[str, NodeRecord]) -> Loaded:
+        """The ledger `loaded` with the records joined (resolver.documents.with_records),
+        changed from the last join by the records that changed (a round's edit rewrites a
+        record or two: the 10,000 other renderings are not joined again) while ledger.yaml
+        holds no record of its own. No instance is in two records here (_doubled:
+        with_records decides those)."""
+        last = self._merge
+        model = loaded.model
+        if last is None or model.nodes or model.declared or last[0].model.nodes or \
+                last[0].model.declared:  # an older ledger.yaml's own record: joined whole
+            merged = with_records(model, records.values())
+        else:  # `nodes` and `declared` are the records' alone: changed where they changed
+            before, kept = last[1], last[2].model
+            changed = [node for node in set(before) | set(records)
+                       if before.get(node) is not records.get(node)]
+            if not changed and last[0] is loaded:
+                return last[2]
+            declared, nodes = kept.declared.evolver(), kept.nodes.evolver()
+            for node in changed:  # every removal before any addition: a move is in two
+                old, new = before.get(node), records.get(node)
+                if old is None:
+                    continue
+                for name in old.declared:
+                    if (new is None or name not in new.declared) and name in declared:
+                        declared.remove(name)
+                if node in nodes and (new is None or new.node_serial is None):
+                    nodes.remove(node)
+            for node in changed:
+                new = records.get(node)
+                if new is None:
+                    continue
+                for name, rendering in new.declared.items():
+                    declared[name] = rendering
+                if new.node_serial is not None:
+                    nodes[node] = new.node_serial
+            merged = attrs.evolve(model, declared=declared.persistent(),
+                                  nodes=nodes.persistent())
+        result = Loaded(merged, loaded.where)
+        self._merge = (loaded, dict(records), result)
+        return result
+
+    def _ledger(self, path: str, parsed: Parsed) -> Union[Parsed, Loaded]:
+        """The ledger loaded from `parsed` (kept while the file is the same: a mesh.yaml edit
+        does not structure the ledger again); `parsed` itself when it does not load, so
+        load_inputs reports why."""
+        kept = self._cores.get(path)
+        if kept is not None and kept[0] is parsed:
+            return kept[2]
+        try:
+            ledger, where = load_ledger(parsed, parsed.where.file)
+        except MeshError:
+            return parsed
+        loaded = Loaded(ledger, where)
+        self._cores[path] = (parsed, without_records(ledger), loaded)
+        return loaded
+
+    def kept_core(self, path: str) -> Optional[Ledger]:
+        """The ledger in the file at `path` as last read or written by this loader, when it
+        holds no record of what was declared (an older ledger.yaml that does is written
+        again without them); None when not known."""
+        kept = self._parsed.get(path)
+        if kept is None or not isinstance(kept[1].data, dict):
+            return None
+        if "nodes" in kept[1].data or "declared" in kept[1].data:
+            return None
+        core = self._cores.get(path)
+        if core is not None and core[0] is kept[1]:
+            return core[1]
+        return None
+
+    def remember_record(self, path: str, data: bytes, record: NodeRecord) -> None:
+        """A node's record `data`, just written at `path` by this process (write_ledger)."""
+        self._records[path] = (hashlib.sha256(data).digest(), record)
+        self._stamps[path] = _stamp(path)
+
+    def forget_record(self, path: str) -> None:
+        self._records.pop(path, None)
+        self._stamps.pop(path, None)
+
+    def records(self, ledger: str) -> Optional[dict[str, NodeRecord]]:
+        """The records beside `ledger` as last read or written, by node (None: not read)."""
+        directory = str(PurePosixPath(declared_dir(ledger)))
+        if self._records_read != directory:
+            return None
+        return {record.node: record for path, (_, record) in self._records.items()
+                if str(PurePosixPath(path).parent.parent) == directory}
+
+    def _record(self, path: str, node: str) -> Optional[NodeRecord]:
+        stamp = _stamp(path)
+        seen = self._stamps.get(path)
+        kept = self._records.get(path)
+        if stamp is not None and seen == stamp and kept is not None:
+            return kept[1]  # the file as read or written last (write_atomic: a new inode)
+        try:
+            data = self.reader.read(path)
+        except ReadFault as problem:
+            if problem.missing:
+                self._records.pop(path, None)
+                return None
+            raise _OffThePlainPath() from None
+        digest = hashlib.sha256(data).digest()
+        if kept is not None and kept[0] == digest:
+            self._stamps[path] = stamp
+            return kept[1]
+        try:
+            record = load_record(data, self.reader.display(path), node)
+        except MeshError:
+            self._records.pop(path, None)
+            raise _OffThePlainPath() from None
+        self.parses += 1
+        self._records[path] = (digest, record)
+        self._stamps[path] = stamp
+        return record
+
+    def _read_records(self, ledger: str) -> list[tuple[str, NodeRecord, str]]:
+        """(node, record, file) of each node's record beside `ledger`."""
+        directory = str(PurePosixPath(declared_dir(ledger)))
+        try:
+            nodes = sorted(name for name in self.reader.subdirectories(directory)
+                           if not name.startswith("."))
+        except ReadFault as problem:
+            if not problem.missing:
+                raise _OffThePlainPath() from None
+            nodes = []
+        found = []
+        live = set()
+        instances: set[str] = set()
+        doubled = False
+        for node in nodes:
+            path = str(PurePosixPath(directory) / node / RECORD_FILE)
+            record = self._record(path, node)
+            if record is not None:
+                live.add(path)
+                found.append((node, record, path))
+                doubled = doubled or not instances.isdisjoint(record.declared)
+                instances.update(record.declared)
+        self._doubled = doubled
+        for gone in [p for p in self._records if p not in live]:
+            del self._records[gone]
+            self._stamps.pop(gone, None)
+        self._records_read = directory
+        return found
+
+    def _document(self, path: str, data: Optional[bytes] = None, *,
+                  large: bool = False, ledger: bool = False) -> Parsed:
         if data is None:
             try:
                 data = self.reader.read(path)
@@ -172,7 +383,8 @@ class MemoLoader:
         if kept is not None and kept[0] == digest:
             return kept[1]
         try:
-            parsed = parse_document(data, self.reader.display(path))
+            parsed = parse_document(data, self.reader.display(path),
+                                    MESH_LIMITS if large or ledger else MANIFEST_LIMITS)
         except MeshError:
             self._parsed.pop(path, None)
             raise _OffThePlainPath() from None
@@ -184,7 +396,7 @@ class MemoLoader:
         if mesh_dir.startswith("//"):  # pathlib keeps a leading `//`; the resolver does not
             raise _OffThePlainPath()
         mesh_dir = str(PurePosixPath(mesh_dir))  # as the resolver writes it (normal)
-        mesh = self._document(str(PurePosixPath(mesh_dir) / MESH_FILE))
+        mesh = self._document(str(PurePosixPath(mesh_dir) / MESH_FILE), large=True)
         if not isinstance(mesh.data, dict):
             raise _OffThePlainPath()
         catalogue = _named_path(mesh_dir, mesh.data, "catalogue", "catalogue")
@@ -207,8 +419,16 @@ class MemoLoader:
             if not problem.missing:
                 raise _OffThePlainPath() from None
         else:  # missing: the empty ledger, as load_mesh_dir has it
-            parsed = self._document(ledger, ledger_bytes)
-            docs["ledger"] = (parsed, parsed.where.file)
+            parsed = self._document(ledger, ledger_bytes, ledger=True)
+            docs["ledger"] = (self._ledger(ledger, parsed), parsed.where.file)
+        found = self._read_records(ledger)
+        given = docs.get("ledger")
+        if given is not None and isinstance(given[0], Loaded) and not self._doubled:
+            docs["ledger"] = (self._merged(given[0], {node: r for node, r, _ in found}),
+                              given[1])
+        else:  # load_inputs joins them (and reports an unloadable ledger)
+            for node, record, path in found:
+                docs[f"declared:{node}"] = (record, self.reader.display(path))
         used = tuple((key, parsed) for key, (parsed, _) in sorted(docs.items()))
         live = set(file for _, file in named) | {ledger, str(PurePosixPath(mesh_dir) / MESH_FILE)}
         for gone in set(self._parsed) - live:  # a module removed: its parse is not kept
@@ -261,25 +481,75 @@ def mesh_lock(path: PathLike,
 
 
 def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = None) -> None:
-    """Write the ledger under its lock, after proving the text reads back as the same ledger.
-    `memo`: a MemoLoader that keeps the text as parsed for that proof, so its next load does
-    not parse the file this wrote again."""
-    text = dump_ledger(ledger)
-    parsed = parse_document(text, (memo.reader if memo else FileReader()).display(str(path)))
-    reread, _ = load_ledger(parsed, str(path))
-    if reread != ledger:  # never replace a good ledger with one that reads differently
-        raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
-    with ledger_lock.locked(path):
+    """Write the ledger under its lock: each node's record of what was declared that changed
+    (resolver.documents.NodeRecord, in declared_dir(path): those gaining an instance first,
+    then the rest, then those of nodes no longer recorded removed), then ledger.yaml without
+    them, when that changed; each proven to read back as what it records before it replaces
+    anything. `memo`: a MemoLoader that read the ledger and the records (the transaction's),
+    so only what changed is written and its next load parses nothing this wrote."""
+    path = str(path)
+    memo = memo if memo is not None else MemoLoader()
+    display = memo.reader.display
+    with ledger_lock.locked(path), collector_paused():
+        on_disk = memo.records(path)
+        if on_disk is None:
+            try:
+                on_disk = {node: record for node, record, _ in memo._read_records(path)}
+            except _OffThePlainPath:
+                raise MeshError(f"{declared_dir(path)}: a node's record of what was declared "
+                                "cannot be read; nothing written (`mesh plan DIR` says where)"
+                                ) from None
+        epoch = max((record.epoch for record in on_disk.values()), default=0) + 1
+        records = records_of(ledger, epoch)
+        changed = [node for node, record in records.items()
+                   if not unchanged(record, on_disk.get(node))]
+        changed.sort(key=lambda node: (not gains(records[node], on_disk.get(node)), node))
+        directory = PurePosixPath(declared_dir(path))
+        for node in changed:
+            file = str(directory / node / RECORD_FILE)
+            text = dump_record(records[node])
+            if load_record(text, display(file), node) != records[node]:
+                raise MeshError(f"{file}: node {node}'s record would not read back "
+                                "unchanged; not written")
+            write_atomic(file, text, mode=0o600)
+            memo.remember_record(file, text.encode("utf-8"), records[node])
+        for node in sorted(set(on_disk) - set(records)):
+            file = str(directory / node / RECORD_FILE)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
+            with contextlib.suppress(OSError):
+                os.rmdir(directory / node)
+            memo.forget_record(file)
+        core = without_records(ledger)
+        if memo.kept_core(path) == core:
+            return  # ledger.yaml holds this already (and no record of what was declared)
+        text = dump_ledger(core)
+        parsed = parse_document(text, display(path), MESH_LIMITS)
+        reread, _ = load_ledger(parsed, path)
+        if reread != core:  # never replace a good ledger with one that reads differently
+            raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
         write_atomic(path, text, mode=0o600)
-    if memo is not None:
-        memo.remember(str(path), text.encode("utf-8"), parsed)
+        memo.remember(path, text.encode("utf-8"), parsed, reread)
+
+
+def _stamp(path: str) -> Optional[tuple[int, int, int]]:
+    """(inode, size, mtime) of a file, None when it cannot be looked at."""
+    try:
+        facts = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return facts.st_ino, facts.st_size, facts.st_mtime_ns
 
 
 def inputs_fingerprint(mesh_dir: PathLike) -> Fingerprint:
     """What a change of the mesh's inputs changes: each file's path, inode, size and mtime (a
-    write replaces the file: a new inode)."""
+    write replaces the file: a new inode), the records of what was declared included."""
     catalogue, ledger = mesh_paths(mesh_dir)
     files = [Path(mesh_dir) / MESH_FILE, ledger]
+    records = Path(declared_dir(str(ledger)))
+    with contextlib.suppress(OSError):
+        files.extend(Path(entry.path) / RECORD_FILE for entry in os.scandir(records)
+                     if not entry.name.startswith("."))
     for root, _, names in os.walk(catalogue):
         files.extend(Path(root) / name for name in names if name.endswith(".yaml"))
     entries: list[tuple[str, Optional[int], Optional[int], Optional[int]]] = []
