@@ -46,6 +46,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -334,6 +335,9 @@ class Agent:
                 values.append(work())
             except BaseException as error:  # noqa: BLE001 - re-raised below
                 errors.append(error)
+            finally:  # wake the servicing thread now, not at the end of its time slice
+                with contextlib.suppress(Exception):
+                    connection.add_callback_threadsafe(lambda: None)
 
         worker = threading.Thread(target=target, name="mesh-agent-apply", daemon=True)
         worker.start()
