@@ -73,6 +73,7 @@ from resolver.documents import (
     dump_record,
     gains,
     load_ledger,
+    load_module,
     load_record,
     parse_document,
     records_of,
@@ -197,6 +198,9 @@ class MemoLoader:
     # the last join of ledger.yaml and the records: (ledger.yaml loaded, records, joined)
     _merge: Optional[tuple[Loaded, dict[str, NodeRecord], Loaded]] = attrs.field(
         init=False, default=None)
+    # a module's path → (its document, the module loaded from it): an edit of mesh.yaml does
+    # not structure the catalogue again, and the resolver compares the same Module objects
+    _modules: dict[str, tuple[Parsed, Loaded]] = attrs.field(init=False, factory=dict)
     # ledger path → (its document, the ledger it holds without records, as loaded)
     _cores: dict[str, tuple[Parsed, Ledger, Loaded]] = attrs.field(init=False, factory=dict)
     # the last Inputs loaded: its directory and the parsed documents it was made of
@@ -282,6 +286,20 @@ class MemoLoader:
             return parsed
         loaded = Loaded(ledger, where)
         self._cores[path] = (parsed, without_records(ledger), loaded)
+        return loaded
+
+    def _module(self, path: str, name: str, parsed: Parsed) -> Union[Parsed, Loaded]:
+        """The module loaded from `parsed` (kept while its file is the same); `parsed` itself
+        when it does not load, so load_inputs reports why."""
+        kept = self._modules.get(path)
+        if kept is not None and kept[0] is parsed:
+            return kept[1]
+        try:
+            module, where = load_module(parsed, parsed.where.file, name=name)
+        except MeshError:
+            return parsed
+        loaded = Loaded(module, where)
+        self._modules[path] = (parsed, loaded)
         return loaded
 
     def kept_core(self, path: str) -> Optional[Ledger]:
@@ -412,7 +430,10 @@ class MemoLoader:
                   for name in modules]
         for key, file in named:
             parsed = self._document(file)
-            docs[key] = (parsed, parsed.where.file)
+            document: Union[Parsed, Loaded] = parsed
+            if key.startswith("module:"):
+                document = self._module(file, key[len("module:"):], parsed)
+            docs[key] = (document, parsed.where.file)
         try:
             ledger_bytes = self.reader.read(ledger)
         except ReadFault as problem:
@@ -433,6 +454,8 @@ class MemoLoader:
         live = set(file for _, file in named) | {ledger, str(PurePosixPath(mesh_dir) / MESH_FILE)}
         for gone in set(self._parsed) - live:  # a module removed: its parse is not kept
             del self._parsed[gone]
+        for gone in set(self._modules) - live:
+            del self._modules[gone]
         last = self._last
         if last is not None and last[0] == mesh_dir and len(last[1]) == len(used) and all(
                 a[0] == b[0] and a[1] is b[1] for a, b in zip(last[1], used)):
