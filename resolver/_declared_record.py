@@ -22,8 +22,9 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import attrs
 from pyrsistent import pmap
@@ -175,6 +176,41 @@ def with_records(ledger: Ledger, records: Iterable[NodeRecord]) -> Ledger:
             nodes[record.node] = serial
         declared.update(record.declared)
     return attrs.evolve(ledger, nodes=pmap(nodes), declared=pmap(declared))
+
+
+def rejoined(joined: Ledger, before: Mapping[str, NodeRecord],
+             after: Mapping[str, NodeRecord]) -> Ledger:
+    """with_records(core, after.values()), from `joined` = with_records(core, before.values())
+    and changed only where a record changed (a record is compared by identity: one read again
+    is a change), for a long-lived reader whose records change one or two at a time. Holds
+    when the core keeps no `nodes`/`declared` of its own (a ledger.yaml written since the
+    records moved out) and no instance is in two of `after`'s records (else with_records,
+    which takes the newer, must join them whole)."""
+    changed = [node for node in set(before) | set(after)
+               if before.get(node) is not after.get(node)]
+    if not changed:
+        return joined
+    declared, nodes = joined.declared.evolver(), joined.nodes.evolver()
+    for node in changed:  # every removal before any addition: a move is in two records
+        old, new = before.get(node), after.get(node)
+        if old is None:
+            continue
+        for name in old.declared:
+            if new is None or name not in new.declared:
+                with contextlib.suppress(KeyError):  # not joined: nothing to remove
+                    declared.remove(name)
+        if new is None or new.node_serial is None:
+            with contextlib.suppress(KeyError):
+                nodes.remove(node)
+    for node in changed:
+        new = after.get(node)
+        if new is None:
+            continue
+        for name, rendering in new.declared.items():
+            declared[name] = rendering
+        if new.node_serial is not None:
+            nodes[node] = new.node_serial
+    return attrs.evolve(joined, declared=declared.persistent(), nodes=nodes.persistent())
 
 
 def unchanged(new: NodeRecord, old: Optional[NodeRecord]) -> bool:

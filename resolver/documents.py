@@ -10,7 +10,7 @@ one `resolver.InputError` holding every fault of its document.
 
 from ._convert import document_key, unstructure, unstructure_full, yaml_key
 from ._declared_record import (RECORD_FILE, NodeRecord, declared_dir, dump_record, gains,
-                               load_record, records_of, unchanged, with_records,
+                               load_record, records_of, rejoined, unchanged, with_records,
                                without_records)
 from ._documents import (Loaded, canonical_json, dump_ledger, dump_yaml, load_ledger, load_mesh, load_module,
                          load_provisions)
@@ -29,7 +29,7 @@ __all__ = [
     "dump_ledger", "dump_yaml", "canonical_json", "Loaded",
     # The record of what was declared, one document per node beside the ledger
     "NodeRecord", "RECORD_FILE", "declared_dir", "dump_record", "load_record", "records_of",
-    "with_records", "without_records", "unchanged", "gains",
+    "with_records", "without_records", "rejoined", "unchanged", "gains",
     # The strict converter between plain data and the model
     "structure", "unstructure", "unstructure_full", "yaml_key", "document_key",
     # The JSON Schema of every document

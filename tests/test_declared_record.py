@@ -192,7 +192,7 @@ def test_the_control_loops_loader_joins_changed_records_as_a_whole_load_does(tmp
 
 
 def test_loading_and_writing_make_no_reference_cycles(tmp_path):
-    """The loader and the writer pause the cyclic collector (loading.collector_paused): they
+    """The loader and the writer pause the cyclic collector (runtime.collector_paused): they
     must leave nothing only it could free."""
     import gc
 

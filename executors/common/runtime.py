@@ -4,7 +4,8 @@ CPython's cyclic garbage collector rescans every live object at each full collec
 resolution allocates hundreds of thousands of small immutable objects and no cycles, so with
 the default thresholds the collector, not the resolver, dominates large meshes (measured in
 benchmarks/bench_resolve.py). `resolving()` freezes what exists (the loaded inputs) and raises
-the first threshold while it runs, then restores the settings. `now_iso()` is the clock the
+the first threshold while it runs, then restores the settings; `collector_paused()` turns it
+off for the control loop's loads and ledger writes, which build as many objects. `now_iso()` is the clock the
 resolving commands pass in (`now`, for certificate renewal windows).
 """
 
@@ -31,3 +32,21 @@ def resolving() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic collector paused for a load or a write, and restored as the caller had
+    it: they build hundreds of thousands of small acyclic objects (parsed values, positions,
+    records), and with a large mesh in memory each full collection they would trigger walks
+    all of it (a third of a 10,000-instance ledger's read). They make no reference cycle of
+    their own (tests/test_declared_record.py): only ruamel's pure parser, for a document it
+    reads (non-ASCII text), leaves its parser objects in one, a few dozen objects freed at
+    the next collection."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

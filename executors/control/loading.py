@@ -40,7 +40,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import os
 import stat
@@ -52,6 +51,7 @@ import attrs
 import resolver
 from resolver import documents
 from executors.common.atomic import write_atomic
+from executors.common.runtime import collector_paused
 from executors.control import ledger_lock
 from resolver import (
     MAX_DOCUMENT_BYTES,
@@ -77,6 +77,7 @@ from resolver.documents import (
     load_record,
     parse_document,
     records_of,
+    rejoined,
     unchanged,
     with_records,
     without_records,
@@ -148,24 +149,6 @@ class FileReader:
 
     def display(self, path: str) -> str:
         return display_path(path)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic collector paused for a load or a write, and restored as the caller had
-    it: they build hundreds of thousands of small acyclic objects (parsed values, positions,
-    records), and with a large mesh in memory each full collection they would trigger walks
-    all of it (a third of a 10,000-instance ledger's read). They make no reference cycle of
-    their own (tests/test_declared_record.py): only ruamel's pure parser, for a document it
-    reads (non-ASCII text), leaves its parser objects in one, a few dozen objects freed at
-    the next collection."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def load_mesh_dir(path: PathLike) -> Inputs:
@@ -244,31 +227,11 @@ class MemoLoader:
                 last[0].model.declared:  # an older ledger.yaml's own record: joined whole
             merged = with_records(model, records.values())
         else:  # `nodes` and `declared` are the records' alone: changed where they changed
-            before, kept = last[1], last[2].model
-            changed = [node for node in set(before) | set(records)
-                       if before.get(node) is not records.get(node)]
-            if not changed and last[0] is loaded:
+            joined = last[2].model if last[0] is loaded else attrs.evolve(
+                model, declared=last[2].model.declared, nodes=last[2].model.nodes)
+            merged = rejoined(joined, last[1], records)
+            if merged is last[2].model:
                 return last[2]
-            declared, nodes = kept.declared.evolver(), kept.nodes.evolver()
-            for node in changed:  # every removal before any addition: a move is in two
-                old, new = before.get(node), records.get(node)
-                if old is None:
-                    continue
-                for name in old.declared:
-                    if (new is None or name not in new.declared) and name in declared:
-                        declared.remove(name)
-                if node in nodes and (new is None or new.node_serial is None):
-                    nodes.remove(node)
-            for node in changed:
-                new = records.get(node)
-                if new is None:
-                    continue
-                for name, rendering in new.declared.items():
-                    declared[name] = rendering
-                if new.node_serial is not None:
-                    nodes[node] = new.node_serial
-            merged = attrs.evolve(model, declared=declared.persistent(),
-                                  nodes=nodes.persistent())
         result = Loaded(merged, loaded.where)
         self._merge = (loaded, dict(records), result)
         return result
