@@ -13,6 +13,12 @@ Invariants:
   entry of each section a line. Each rendering under `declared` (an older ledger's record of
   what was declared: now one file per node, _declared_record) is one canonical JSON text;
   load_ledger also reads one written as a mapping.
+- written_ledger(x) is (dump_ledger(x), what parse_document reads from that text) without the
+  YAML reader's pass: the data is json's reading; the positions are laid out from dump_ledger's
+  layout down to each section's entries, each entry's value (a collection) held as its one
+  line of text that the positions read when a path descends into it (resolver/_load.py); a
+  text that might break a limit of the reader, or not laid out as expected, is parsed by it
+  (property_tests/test_written_ledger_props.py holds both to the reader).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from ._load import DocumentPositions, Parsed, Precheck, Text, load_document, par
 from ._model import Mesh, Module, Provisions
 from ._resolution import Resolution
 from ._resolve import resolve
-from ._yaml import MESH_LIMITS
+from ._yaml import MAX_DEPTH, MAX_NUMBER, MAX_STRING, MESH_LIMITS, Limits, Positions
 from ._validate import (
     ledger_version_fault,
     validate_catalogue,
@@ -164,6 +170,109 @@ def dump_ledger(ledger: Ledger) -> str:
             parts.append(encode(key) + ":" + encode(value))
     # the characters YAML reads otherwise are inside strings only: escaped in one pass
     return _yaml_safe(",\n".join(parts) + "}\n")
+
+
+def written_ledger(ledger: Ledger, file: str) -> tuple[str, Parsed]:
+    """The ledger's text (dump_ledger) and what parse_document(text, file, MESH_LIMITS) reads
+    from it, without the YAML reader's pass over the text (~0.25 s at 10,000 instances): the
+    data is json's reading of the text (~0.01 s), which the document reader's is, and the
+    positions are laid out from the text's known layout (_laid_out), each entry's value
+    read by the document reader only when a path descends into it (a fault's), as the reader
+    reads it (property_tests/test_written_ledger_props.py). A text that might break a limit
+    of the reader (bounded from its layout by _reads_within), or that is not laid out as
+    dump_ledger lays it out, is parsed now, so its fault is raised as parse_document raises
+    it."""
+    text = dump_ledger(ledger)
+    if _reads_within(text, MESH_LIMITS):
+        data = json.loads(text)
+        tree = _laid_out(text, data) if isinstance(data, dict) else None
+        if tree is not None:
+            return text, Parsed(data, DocumentPositions(file, tree))
+    return text, parse_document(text, file, MESH_LIMITS)
+
+
+def _laid_out(text: str, data: dict[str, Any]) -> Optional[Positions]:
+    """The position tree of dump_ledger's `text` (whose reading is `data`) from its layout:
+    `{"version":N,` on line 1; then each section on lines of its own, `"key":{`, one entry a
+    line (`"name":VALUE` and a `,` but the last), then `}` (and the `,` or `}` after it); or
+    `"key":VALUE` on one line, an empty or non-mapping one. Every key starts its line (col 1;
+    the first after the root's `{`), its value right after its `:`. A scalar value's child is
+    None; a collection's is its one line of text, VALUE (see resolver/_load.py). None when a
+    line is not as this expects (the reader then reads the text)."""
+    lines = text.split("\n")
+    decode = _DECODER.raw_decode
+    sections: dict[str, Any] = {}
+    number = 0  # the 0-based index of the line a key starts
+    last = len(data) - 1
+    try:
+        for place, (key, value) in enumerate(data.items()):
+            line = lines[number]
+            start = 1 if place == 0 else 0  # the root's `{` before the first key
+            written, end = decode(line, start)
+            if written != key or line[end] != ":":
+                return None
+            if place and isinstance(value, dict) and value and len(line) == end + 2 and \
+                    line[end + 1] == "{":
+                header, value_col = number + 1, end + 2
+                entries = {}
+                for name, item in value.items():
+                    number += 1
+                    line = lines[number]
+                    written, end = decode(line)
+                    if written != name or line[end] != ":":
+                        return None
+                    entries[name] = (number + 1, 1, number + 1, end + 2,
+                                     line[end + 1:].removesuffix(",")
+                                     if isinstance(item, (dict, list)) else None)
+                number += 1
+                if lines[number] != ("}}" if place == last else "},"):
+                    return None
+                sections[key] = (header, 1, header, value_col, entries)
+            else:
+                if line[-1] != ("}" if place == last else ","):
+                    return None
+                sections[key] = (number + 1, start + 1, number + 1, end + 2, line[end + 1:-1]
+                                 if isinstance(value, (dict, list)) else None)
+            number += 1
+    except (ValueError, IndexError):  # a line not as expected
+        return None
+    if lines[number:] != [""]:
+        return None
+    return 1, 1, sections
+
+
+#: Reads the JSON value (a key) a line starts with, and where it ends.
+_DECODER = json.JSONDecoder()
+
+
+def _reads_within(text: str, limits: Limits) -> bool:
+    """Whether dump_ledger's `text` certainly keeps every limit of the document reader
+    (resolver/_yaml.py), from upper bounds that cost a few passes of C over it (~0.01 s at
+    10,000 instances): its bytes; its values (each but the root follows one of `[{,:`:
+    those in strings only raise the bound); its nesting (at most two mappings are open where
+    a line starts, the rest open on the line); a string's length (none spans a line); a
+    number's (json writes a float in at most 24 characters, an integer as its digits, after
+    `":`, `[` or `,`)."""
+    if len(text.encode("utf-8")) > limits.document_bytes:
+        return False
+    if 1 + sum(text.count(mark) for mark in "[{,:") > limits.nodes:
+        return False
+    if max(map(len, text.split("\n"))) > MAX_STRING:
+        return False
+    if any(number.search(text) is not None for number in _LONG_NUMBERS):
+        return False
+    return 2 + max(map(len, text.translate(_OPENERS_ONLY).split("\n"))) <= MAX_DEPTH
+
+
+#: Where a number of more than MAX_NUMBER characters may be written: a value (after `":`) or
+#: an item (after `[` or `,`) that begins with that many digits, its sign aside (a string
+#: holding one of these only raises the bound). One pattern each: a literal first character
+#: is what the regex engine searches fastest.
+_LONG_NUMBERS = tuple(re.compile(re.escape(after) + "-?[0-9]{%d}" % MAX_NUMBER)
+                      for after in ('":', "[", ","))
+#: Every ASCII character but a line break and the two that open a list or a mapping, deleted
+#: (str.translate): what is left of a line counts the collections it opens, and more.
+_OPENERS_ONLY = {code: None for code in range(128) if chr(code) not in "\n[{"}
 
 
 #: Characters YAML does not read as themselves inside a double-quoted string though JSON

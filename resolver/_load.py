@@ -7,7 +7,13 @@ Invariants:
 - Positions are kept apart from the model and from the parser: a document's source map
   (DocumentPositions) is plain data, key path → (line, col) of the key and of the value plus
   the order keys are written in, held as a trie of tuples, dicts and lists of ints and strings;
-  no object of the YAML parser is reachable from it (tests/test_source_map.py).
+  no object of the YAML parser is reachable from it (tests/test_source_map.py). It is never
+  changed once made, and nothing of a reading is kept between calls.
+- A tree a writer lays out (resolver.documents.written_ledger) may hold, in place of a
+  value's subtree, that value's text written on one line at its (line, col): a str, which a
+  tree the reader makes never holds. position() and key_order() read it with the document
+  reader when a path descends into it, shifted to where it is written: the same answers as
+  the reader's tree of the whole text (property_tests/test_written_ledger_props.py).
 - Every fault of a document is reported, not the first; a fault under a key points at the key
   as the user wrote it (`run-once`, not `run_once`).
 """
@@ -27,7 +33,7 @@ from cattrs.errors import (
 from ._convert import CONVERTER, _describe, yaml_key
 from ._errors import Fault, InputError
 from ._repair import repair
-from ._yaml import MANIFEST_LIMITS, Limits, Positions, read_yaml
+from ._yaml import MANIFEST_LIMITS, MESH_LIMITS, Child, Limits, Positions, read_yaml
 
 Path = tuple[Any, ...]
 
@@ -41,7 +47,8 @@ class DocumentPositions:
     file: str
     #: The root's (line, col, child): a mapping's child maps each key to (key line, key col,
     #: value line, value col, child), a list's child holds (line, col, child) per item, a
-    #: scalar's child is None.
+    #: scalar's child is None; in a tree a writer lays out, a child may be the text of a value
+    #: written on one line at (line, col), read when a path descends into it (see _in_line).
     tree: Positions = attrs.field(eq=False, repr=False)
     #: Leading path elements that are not in the text (a wrapping key).
     skip: int = 0
@@ -49,9 +56,12 @@ class DocumentPositions:
     def position(self, path: Path, *, at_key: bool = False) -> tuple[int, int]:
         """1-based (line, col) of the value at `path` (or of its key with at_key); the
         deepest place along `path` that the document has."""
+        child: Any  # a position subtree, or a value's text (a tree a writer laid out)
         line, col, child = self.tree
         key_at = None
         for key in path[self.skip:]:
+            if type(child) is str:  # a value written on one line: its tree, read now
+                child = _in_line(child, line, col, self.file)
             try:
                 if isinstance(child, dict) and key in child:
                     k_line, k_col, line, col, child = child[key]
@@ -71,14 +81,19 @@ class DocumentPositions:
     def key_order(self, path: Path) -> tuple[str, ...]:
         """The keys of the mapping at `path` in the order the document writes them (the model's
         maps do not keep it); empty when nothing at `path` is a mapping. Plain strings only."""
-        _line, _col, child = self.tree
+        child: Any
+        line, col, child = self.tree
         for key in path[self.skip:]:
+            if type(child) is str:
+                child = _in_line(child, line, col, self.file)
             if isinstance(child, dict) and isinstance(key, str) and key in child:
-                child = child[key][4]
+                _k_line, _k_col, line, col, child = child[key]
             elif isinstance(child, list) and type(key) is int and 0 <= key < len(child):
-                child = child[key][2]
+                line, col, child = child[key]
             else:
                 return ()
+        if type(child) is str:
+            child = _in_line(child, line, col, self.file)
         if not isinstance(child, dict):
             return ()
         return tuple(k for k in child if isinstance(k, str))
@@ -106,6 +121,32 @@ def key_path(path: Iterable[Any]) -> str:
 def positionless(document: str, skip: int = 0) -> DocumentPositions:
     """The positions of a document built in code: none, so its faults name key paths."""
     return DocumentPositions(document, (0, 0, None), skip)
+
+
+def _in_line(text: str, line: int, col: int, file: str) -> Child:
+    """The child of the value whose text, on one line, is `text`, written at (line, col): the
+    document reader's tree of `text` alone, every position moved to where it is written. A
+    flow collection or scalar reads alone as it reads in place (json's compact text: no
+    indentation, no plain scalar that a flow context would end); the writer's text reads
+    within the mesh's limits, so its part does. Made anew each call, kept nowhere."""
+    try:
+        _data, (_line, _col, child) = read_yaml(text, file, MESH_LIMITS)
+    except InputError:  # not reached: the whole text this was part of reads
+        return None
+    return _moved(child, line - 1, col - 1)
+
+
+def _moved(child: Child, lines: int, cols: int) -> Child:
+    """A position subtree `lines` lines further, and `cols` columns on its first line."""
+    if isinstance(child, dict):
+        return {key: (k_line + lines, k_col + cols if k_line == 1 else k_col,
+                      v_line + lines, v_col + cols if v_line == 1 else v_col,
+                      _moved(sub, lines, cols))
+                for key, (k_line, k_col, v_line, v_col, sub) in child.items()}
+    if isinstance(child, list):
+        return [(i_line + lines, i_col + cols if i_line == 1 else i_col, _moved(sub, lines, cols))
+                for i_line, i_col, sub in child]
+    return child
 
 
 def parse_yaml(text: Union[str, bytes], file: str, limits: Limits = MANIFEST_LIMITS, *,

@@ -13,10 +13,11 @@ from ._declared_record import (RECORD_FILE, NodeRecord, declared_dir, dump_recor
                                load_record, records_of, rejoined, unchanged, with_records,
                                without_records)
 from ._documents import (Loaded, canonical_json, dump_ledger, dump_yaml, load_ledger, load_mesh, load_module,
-                         load_provisions)
+                         load_provisions, written_ledger)
 from ._load import (DocumentPositions, Parsed, load_document, parse_document, parse_yaml,
                     structure)
 from ._mesh_dir import MESH_FILE, MeshPaths, mesh_paths
+from ._reparse import ParsedText, load_mesh_again, parse_again
 from ._schema import document_names, json_schema
 from ._yaml import LIMITS, MANIFEST_LIMITS, MESH_LIMITS, Limits
 
@@ -25,8 +26,10 @@ __all__ = [
     "load_mesh", "load_module", "load_provisions", "load_ledger", "load_document",
     "parse_document", "parse_yaml", "Parsed", "DocumentPositions", "LIMITS",
     "Limits", "MANIFEST_LIMITS", "MESH_LIMITS",
+    # A document parsed again after an edit: only the entries the edit touched
+    "parse_again", "ParsedText", "load_mesh_again",
     # Back to text
-    "dump_ledger", "dump_yaml", "canonical_json", "Loaded",
+    "dump_ledger", "written_ledger", "dump_yaml", "canonical_json", "Loaded",
     # The record of what was declared, one document per node beside the ledger
     "NodeRecord", "RECORD_FILE", "declared_dir", "dump_record", "load_record", "records_of",
     "with_records", "without_records", "rejoined", "unchanged", "gains",

@@ -177,8 +177,27 @@ def _same(memo, full) -> None:
     for field in ("catalogue", "mesh", "ledger", "mesh_dir", "ledger_path"):
         assert getattr(memo, field) == getattr(full, field), field
     assert dict(memo.sources.documents) == dict(full.sources.documents)
-    for key, where in full.sources.documents.items():
-        assert memo.sources.documents[key].tree == where.tree, key
+    for key, where in full.sources.documents.items():  # a written ledger's laid out, not read
+        for path in _tree_paths(where.tree):
+            for at_key in (False, True):
+                assert memo.sources.documents[key].position(path, at_key=at_key) == \
+                    where.position(path, at_key=at_key), (key, path, at_key)
+            assert memo.sources.documents[key].key_order(path) == where.key_order(path), \
+                (key, path)
+
+
+def _tree_paths(tree, path=()):
+    """Every key path of a position tree the reader made, and one past each of its ends."""
+    child = tree[-1]
+    yield path
+    if isinstance(child, dict):
+        for name, entry in child.items():
+            yield from _tree_paths(entry, path + (name,))
+        yield path + ("not-a-key",)
+    elif isinstance(child, list):
+        for index, item in enumerate(child):
+            yield from _tree_paths(item, path + (index,))
+        yield path + (len(child),)
 
 
 def _outcome(load, directory):
@@ -234,7 +253,16 @@ def test_the_loader_memo_loads_what_load_mesh_dir_loads_through_edits_and_faults
     write_mesh(directory, "memo", "  app.again@n3: {module: app, node: n3}")
     # a mesh.yaml edit does not structure the catalogue again: the resolver then compares
     # the very same Module objects (0.4 s of comparisons at 10,000 instances otherwise)
-    assert memo.load(directory).catalogue.modules["app"] is kept
+    before = memo.load(directory)
+    assert before.catalogue.modules["app"] is kept
+    # nor the instances and nodes it did not change (mesh.yaml parsed again in part)
+    _replace_line(directory, "  app@n2: ", "  app@n2: {module: app, node: n3}")
+    after = memo.load(directory)
+    _same(after, load_mesh_dir(directory))
+    assert after.mesh.instances["app@n2"].node == "n3"
+    assert all(after.mesh.instances[name] is instance
+               for name, instance in before.mesh.instances.items() if name != "app@n2")
+    assert all(after.mesh.nodes[name] is node for name, node in before.mesh.nodes.items())
 
 
 def test_a_relative_mesh_directory_loads_as_load_mesh_dir_has_it(tmp_path, monkeypatch):
@@ -281,7 +309,32 @@ EDITS = {
     "provisions broken": lambda d, k: (d / "catalogue" / "provisions.yaml").write_text("[\n"),
     "provisions plain": lambda d, k: (d / "catalogue" / "provisions.yaml").write_text("{}\n"),
     "nothing": lambda d, k: None,
+    # one line of mesh.yaml: parsed again in part, the other instances and nodes kept
+    "move an instance": lambda d, k: _replace_line(
+        d, "  app@n2: ", f"  app@n2: {{module: app, node: n{1 + k % 3}}}"),
+    "an instance on no node": lambda d, k: _replace_line(
+        d, "  app@n2: ", "  app@n2: {module: app, node: nowhere}"),
+    "an instance of the wrong type": lambda d, k: _replace_line(
+        d, "  app@n2: ", "  app@n2: {module: [app], node: n2}"),
+    "an instance removed": lambda d, k: _replace_line(d, "  app@n3: ", None),
+    "a node moved": lambda d, k: _replace_line(
+        d, "  n3: ", f"  n3: {{address: 10.9.1.{k + 1}, public-key: \"{KEYS['n3']}\"}}"),
+    "a node line added": lambda d, k: _replace_line(
+        d, "  n3: ", f"  n3: {{address: 10.9.0.3, public-key: \"{KEYS['n3']}\"}}\n"
+        f"  n{k + 4}: {{address: 10.9.2.{k + 1}, public-key: \"{KEYS['n1']}\"}}"),
 }
+
+
+def _replace_line(directory: Path, start: str, line) -> None:
+    """mesh.yaml with its line starting `start` replaced by `line` (None: removed); as it is
+    when no line starts so."""
+    path = directory / "mesh.yaml"
+    lines = path.read_text().split("\n")
+    for number, text in enumerate(lines):
+        if text.startswith(start):
+            lines[number:number + 1] = [] if line is None else [line]
+            break
+    path.write_text("\n".join(lines))
 
 
 @settings(max_examples=25, deadline=None,

@@ -31,6 +31,10 @@ Invariants:
   where a record changed). What it returns equals load_mesh_dir(DIR) for the same files (a
   document's loader may normalize its parsed data in place, idempotently: a ledger's
   `declared` JSON texts, mesh.yaml's `backups: target:`; reading it again gives the same).
+  An edit of mesh.yaml is parsed again in part (resolver.documents.parse_again: the entries
+  it touched, spliced into the last parse; exactly what parsing it whole gives), and loaded
+  structuring again only the instances and nodes whose parsed data changed (load_mesh_again:
+  an unchanged one is the very same Instance or Node; the whole Mesh validated as always).
   Anything off the plain path (a file missing or unreadable, a document that does
   not parse or load, `catalogue:`/`ledger:` not a string) is loaded again whole by
   load_mesh_dir, so every fault reads exactly as it does there. The one-shot verbs (`mesh
@@ -68,19 +72,22 @@ from resolver.documents import (
     RECORD_FILE,
     NodeRecord,
     Parsed,
+    ParsedText,
     declared_dir,
-    dump_ledger,
     dump_record,
     gains,
     load_ledger,
+    load_mesh_again,
     load_module,
     load_record,
+    parse_again,
     parse_document,
     records_of,
     rejoined,
     unchanged,
     with_records,
     without_records,
+    written_ledger,
 )
 
 #: A path as callers hand it: a str or a pathlib.Path.
@@ -184,6 +191,10 @@ class MemoLoader:
     # a module's path → (its document, the module loaded from it): an edit of mesh.yaml does
     # not structure the catalogue again, and the resolver compares the same Module objects
     _modules: dict[str, tuple[Parsed, Loaded]] = attrs.field(init=False, factory=dict)
+    # mesh.yaml's path → its text as last parsed (resolver.documents.parse_again)
+    _texts: dict[str, ParsedText] = attrs.field(init=False, factory=dict)
+    # mesh.yaml's path → (its document, the mesh loaded from it)
+    _meshes: dict[str, tuple[Parsed, Loaded]] = attrs.field(init=False, factory=dict)
     # ledger path → (its document, the ledger it holds without records, as loaded)
     _cores: dict[str, tuple[Parsed, Ledger, Loaded]] = attrs.field(init=False, factory=dict)
     # the last Inputs loaded: its directory and the parsed documents it was made of
@@ -263,6 +274,22 @@ class MemoLoader:
             return parsed
         loaded = Loaded(module, where)
         self._modules[path] = (parsed, loaded)
+        return loaded
+
+    def _mesh(self, path: str, parsed: Parsed) -> Union[Parsed, Loaded]:
+        """The mesh loaded from `parsed`, structuring again only the instances and nodes an
+        edit changed (resolver.documents.load_mesh_again); `parsed` itself when it does not
+        load, so load_inputs reports why."""
+        kept = self._meshes.get(path)
+        if kept is not None and kept[0] is parsed:
+            return kept[1]
+        try:
+            mesh, where = load_mesh_again(parsed, parsed.where.file, None if kept is None
+                                          else (kept[0], kept[1].model))
+        except MeshError:  # the last load stays the one to reuse from
+            return parsed
+        loaded = Loaded(mesh, where)
+        self._meshes[path] = (parsed, loaded)
         return loaded
 
     def kept_core(self, path: str) -> Optional[Ledger]:
@@ -364,10 +391,17 @@ class MemoLoader:
         if kept is not None and kept[0] == digest:
             return kept[1]
         try:
-            parsed = parse_document(data, self.reader.display(path),
-                                    MESH_LIMITS if large or ledger else MANIFEST_LIMITS)
+            if large:  # mesh.yaml: only the entries an edit touched are read again
+                text = parse_again(data, self.reader.display(path), MESH_LIMITS,
+                                   self._texts.get(path))
+                self._texts[path] = text
+                parsed = text.parsed
+            else:
+                parsed = parse_document(data, self.reader.display(path),
+                                        MESH_LIMITS if ledger else MANIFEST_LIMITS)
         except MeshError:
             self._parsed.pop(path, None)
+            self._texts.pop(path, None)
             raise _OffThePlainPath() from None
         self.parses += 1
         self._parsed[path] = (digest, parsed)
@@ -387,7 +421,8 @@ class MemoLoader:
                              if not name.startswith("."))
         except ReadFault:
             raise _OffThePlainPath() from None
-        docs: dict[str, tuple[Any, str]] = {"mesh": (mesh, mesh.where.file)}
+        docs: dict[str, tuple[Any, str]] = {
+            "mesh": (self._mesh(str(PurePosixPath(mesh_dir) / MESH_FILE), mesh), mesh.where.file)}
         named = [("provisions", str(PurePosixPath(catalogue) / "provisions.yaml"))]
         named += [(f"module:{name}", str(PurePosixPath(catalogue) / name / "module.yaml"))
                   for name in modules]
@@ -419,6 +454,10 @@ class MemoLoader:
             del self._parsed[gone]
         for gone in set(self._modules) - live:
             del self._modules[gone]
+        for gone in set(self._texts) - live:
+            del self._texts[gone]
+        for gone in set(self._meshes) - live:
+            del self._meshes[gone]
         last = self._last
         if last is not None and last[0] == mesh_dir and len(last[1]) == len(used) and all(
                 a[0] == b[0] and a[1] is b[1] for a, b in zip(last[1], used)):
@@ -470,9 +509,15 @@ def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = 
     """Write the ledger under its lock: each node's record of what was declared that changed
     (resolver.documents.NodeRecord, in declared_dir(path): those gaining an instance first,
     then the rest, then those of nodes no longer recorded removed), then ledger.yaml without
-    them, when that changed; each proven to read back as what it records before it replaces
-    anything. `memo`: a MemoLoader that read the ledger and the records (the transaction's),
-    so only what changed is written and its next load parses nothing this wrote."""
+    them, when that changed; each read back before it replaces anything and written only if
+    it reads as what it records: a record through load_record; ledger.yaml's text as json
+    reads it, structured and validated by load_ledger (resolver.documents.written_ledger:
+    that the document reader reads the text as json does, within its limits, and finds
+    every position where the writer's layout puts it, is its property,
+    property_tests/test_written_ledger_props.py; a text that might break a limit is read by
+    the document reader itself). `memo`: a MemoLoader that read the ledger and the
+    records (the transaction's), so only what changed is written and its next load parses
+    nothing this wrote."""
     path = str(path)
     memo = memo if memo is not None else MemoLoader()
     display = memo.reader.display
@@ -509,8 +554,9 @@ def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = 
         core = without_records(ledger)
         if memo.kept_core(path) == core:
             return  # ledger.yaml holds this already (and no record of what was declared)
-        text = dump_ledger(core)
-        parsed = parse_document(text, display(path), MESH_LIMITS)
+        # the text, and what the document reader reads from it (its data as json reads it,
+        # its positions laid out as written: property_tests/test_written_ledger_props.py)
+        text, parsed = written_ledger(core, display(path))
         reread, _ = load_ledger(parsed, path)
         if reread != core:  # never replace a good ledger with one that reads differently
             raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
