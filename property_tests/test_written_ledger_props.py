@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterator
 
+import attrs
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -112,3 +114,25 @@ def test_the_positions_it_keeps_are_plain_data_and_never_change():
         stack.extend(value if isinstance(value, (tuple, list)) else
                      [x for kv in value.items() for x in kv] if isinstance(value, dict) else [])
     assert set(found) <= set(plain)
+
+
+@given(LEDGERS, LEDGERS, st.data())
+def test_a_ledger_written_after_another_is_the_text_written_whole(first, second, data):
+    """dump_ledger(x, previous=(y, dump_ledger(y))) is dump_ledger(x): the lines kept from
+    the last text are those of equal entries only, for any two ledgers and for a ledger
+    edited from another (entries changed, added and removed in one section)."""
+    edited = second
+    for section in ("ports", "bindings", "logins", "pins"):
+        mine, theirs = getattr(first, section), getattr(second, section)
+        names = sorted(set(mine) | set(theirs), key=repr)
+        chosen = data.draw(st.lists(st.sampled_from(names), unique=True), label=section) \
+            if names else []
+        edited = attrs.evolve(edited, **{section: pmap({
+            **{n: v for n, v in mine.items() if n not in chosen},
+            **{n: theirs[n] for n in chosen if n in theirs}})})
+    for before, after in ((first, second), (first, edited), (edited, first)):
+        text = dump_ledger(before)
+        assert dump_ledger(after, (before, text)) == dump_ledger(after)
+        assert written_ledger(after, "ledger.yaml", (before, text))[0] == dump_ledger(after)
+    # a text not laid out for its ledger is not used
+    assert dump_ledger(second, (first, dump_ledger(second))) == dump_ledger(second)

@@ -195,6 +195,8 @@ class MemoLoader:
     _texts: dict[str, ParsedText] = attrs.field(init=False, factory=dict)
     # mesh.yaml's path → (its document, the mesh loaded from it)
     _meshes: dict[str, tuple[Parsed, Loaded]] = attrs.field(init=False, factory=dict)
+    # ledger path → (the ledger without records this loader wrote there, the text written)
+    _written: dict[str, tuple[Ledger, str]] = attrs.field(init=False, factory=dict)
     # ledger path → (its document, the ledger it holds without records, as loaded)
     _cores: dict[str, tuple[Parsed, Ledger, Loaded]] = attrs.field(init=False, factory=dict)
     # the last Inputs loaded: its directory and the parsed documents it was made of
@@ -209,12 +211,23 @@ class MemoLoader:
                 return load_mesh_dir(path)
 
     def remember(self, path: str, data: bytes, parsed: Parsed,
-                 core: Optional[Ledger] = None) -> None:
+                 core: Optional[Ledger] = None, text: Optional[str] = None) -> None:
         """`data`, just written at `path` by this process, as parsed (write_ledger); `core`:
-        the ledger it holds, as loaded from `parsed` (a ledger written without its records)."""
+        the ledger it holds, as loaded from `parsed` (a ledger written without its records);
+        `text`: `data` as dump_ledger wrote it for `core` (its next write keeps its lines)."""
         self._parsed[path] = (hashlib.sha256(data).digest(), parsed)
         if core is not None:
             self._cores[path] = (parsed, core, Loaded(core, parsed.where))
+            if text is not None:
+                self._written[path] = (core, text)
+
+    def written(self, path: str) -> Optional[tuple[Ledger, str]]:
+        """(the ledger in the file at `path`, the text dump_ledger wrote for it) when this
+        loader wrote that file and it is unchanged since; None otherwise."""
+        written = self._written.get(path)
+        if written is None or self.kept_core(path) is not written[0]:
+            return None
+        return written
 
     def untidy(self, path: str) -> bool:
         """The ledger at `path` and its records, as last read, need writing again though the
@@ -556,12 +569,13 @@ def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = 
             return  # ledger.yaml holds this already (and no record of what was declared)
         # the text, and what the document reader reads from it (its data as json reads it,
         # its positions laid out as written: property_tests/test_written_ledger_props.py)
-        text, parsed = written_ledger(core, display(path))
+        # (the lines of the entries that did not change kept from the last text written)
+        text, parsed = written_ledger(core, display(path), memo.written(path))
         reread, _ = load_ledger(parsed, path)
         if reread != core:  # never replace a good ledger with one that reads differently
             raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
         write_atomic(path, text, mode=0o600)
-        memo.remember(path, text.encode("utf-8"), parsed, reread)
+        memo.remember(path, text.encode("utf-8"), parsed, reread, text)
 
 
 def _stamp(path: str) -> Optional[tuple[int, int, int]]:
