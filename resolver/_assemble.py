@@ -28,7 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -111,15 +111,21 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
     mesh = r.mesh
     digested: dict[str, tuple[NodeKey, Declaration, str]] = {}
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
-    where = {name: rendering.node for name, rendering in renderings.items()}
     by_node: dict[str, list[str]] = {}
-    for name in sorted(renderings):
-        by_node.setdefault(where[name], []).append(name)
     foreign: dict[str, list[tuple[str, InstanceRendering]]] = {}  # provider node → consumers
     for name in sorted(renderings):
         rendering = renderings[name]
-        for provider_node in sorted(set(rendering.grants) | set(rendering.allows)
-                                    | set(rendering.locals)):
+        by_node.setdefault(rendering.node, []).append(name)
+        grants_, allows_, locals_ = rendering.grants, rendering.allows, rendering.locals
+        if not (grants_ or allows_ or locals_):
+            continue
+        provider_nodes: Iterable[str]
+        if (grants_ and (allows_ or locals_)) or (allows_ and locals_):
+            provider_nodes = sorted({*grants_, *allows_, *locals_})
+        else:  # (most: one map, of one node; no set made for them)
+            only = grants_ or allows_ or locals_
+            provider_nodes = only if len(only) == 1 else sorted(only)
+        for provider_node in provider_nodes:
             foreign.setdefault(provider_node, []).append((name, rendering))
     mesh_sources = sorted({n.address for n in mesh.nodes.values()})
     registry = mesh_registry.address if mesh_registry is not None else None
@@ -156,8 +162,10 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
             key = (run, node_name, node, tuple(mine),
                    sources_key if mesh_wide or broker in names else None,
                    tuple((n, tuple(held[n][1])) for n in names if n in held),
-                   tuple((consumer, rendering, consumer in held)
-                         for consumer, rendering in foreign.get(node_name, ())),
+                   # (no instance held: none of them is; the pairs as they are)
+                   tuple(foreign.get(node_name, ())) if not held
+                   else tuple((consumer, rendering, consumer in held)
+                              for consumer, rendering in foreign.get(node_name, ())),
                    tuple(backed.allows.get(node_name, ())), tuple(backed.grants.get(node_name, ())),
                    backed.ca_files.get(node_name), tuple(backed.duties.get(node_name, ())),
                    tuple(guarded.get(node_name, ())), tuple(moving.get(node_name, ())),

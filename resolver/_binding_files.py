@@ -276,8 +276,15 @@ def check_ca_mounts(r: Context, blocked: Blocked) -> Findings:
     if r.ledger.ca:
         return ()
     found = []
+    mounting: dict[str, bool] = {}  # module name → whether any container of it mounts the CA
     for name in r.placed(blocked):
         module = r.placed_module(name)
+        mounts_ca = mounting.get(module.name)
+        if mounts_ca is None:
+            mounts_ca = mounting[module.name] = any(
+                m.ca for container in module.containers for m in container.mounts)
+        if not mounts_ca:
+            continue  # (most modules: no container of theirs mounts it)
         parts = r.instances[name].parts
         for i, container in enumerate(module.containers):
             if container.part is not None and container.part not in parts:

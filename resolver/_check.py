@@ -13,6 +13,10 @@ Invariants:
 
 from __future__ import annotations
 
+from typing import Optional
+
+import attrs
+
 from ._artifacts import validate_artifact_store_modules, validate_build_graph
 from ._errors import Fault
 from ._inputs import NO_SOURCES, Catalogue, Sources
@@ -38,10 +42,47 @@ def validate(catalogue: Catalogue, mesh: Mesh, ledger: Ledger = EMPTY_LEDGER,
     """Every fault of the inputs, sorted, each once: addresses and ports, names, placeholders
     naming requirements and keys that exist, containers naming artifacts their module has,
     ledger values, the artifact rules. Empty when resolve() can take them."""
+    return validate_reusing(catalogue, mesh, ledger, sources, None)[0]
+
+
+@attrs.frozen(eq=False)
+class Clean:
+    """Inputs an earlier validate_reusing found without a fault (None: not known clean): the
+    Ledger, and the Catalogue (its own rules and the artifact rules all passed)."""
+
+    ledger: Optional[Ledger] = None
+    catalogue: Optional[Catalogue] = None
+
+
+def validate_reusing(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
+                     clean: Optional[Clean]) -> tuple[list[Fault], Clean]:
+    """(validate(catalogue, mesh, ledger, sources), what of them is clean), skipping the rules
+    of the ledger when `clean` holds the very same Ledger object, and those of the catalogue
+    (its documents' and the artifact rules) when it holds the very same Catalogue (the inputs
+    are frozen values: the same object has the same faults, none; `sources` only locates a
+    fault, so a clean input is clean wherever it was read from)."""
     faults = list(validate_mesh(mesh, _where(sources, "mesh")))
-    faults += validate_ledger(ledger, _where(sources, "ledger"))
-    faults += validate_provisions(Provisions(catalogue.provisions),
-                                  _where(sources, "provisions", skip=1))
+    ledger_clean = clean is not None and clean.ledger is ledger
+    if not ledger_clean:
+        ledger_faults = validate_ledger(ledger, _where(sources, "ledger"))
+        faults += ledger_faults
+        ledger_clean = not ledger_faults
+    catalogue_clean = clean is not None and clean.catalogue is catalogue
+    if not catalogue_clean:
+        own = _catalogue_faults(catalogue, sources)
+        if not own and not faults:  # the artifact rules need references that already hold
+            own += validate_artifact_store_modules(catalogue, sources)
+            own += validate_build_graph(catalogue, sources)
+            catalogue_clean = not own  # (clean only once the artifact rules have passed too)
+        faults += own
+    return sorted(set(faults)), Clean(ledger if ledger_clean else None,
+                                      catalogue if catalogue_clean else None)
+
+
+def _catalogue_faults(catalogue: Catalogue, sources: Sources) -> list[Fault]:
+    """The faults of the catalogue's documents (provisions, each module, between them)."""
+    faults = list(validate_provisions(Provisions(catalogue.provisions),
+                                      _where(sources, "provisions", skip=1)))
     for name, module in catalogue.modules.items():
         where = _where(sources, f"module:{name}")
         faults += validate_module(module, where)
@@ -49,10 +90,7 @@ def validate(catalogue: Catalogue, mesh: Mesh, ledger: Ledger = EMPTY_LEDGER,
             faults.append(where.fault(("name",), f"module name {module.name!r} differs from "
                                       "the name it is catalogued under", repr(name)))
     faults += validate_catalogue(catalogue.modules, catalogue.provisions, sources)
-    if not faults:  # the artifact rules need a catalogue whose references already hold
-        faults += validate_artifact_store_modules(catalogue, sources)
-        faults += validate_build_graph(catalogue, sources)
-    return sorted(set(faults))
+    return faults
 
 
 # What the package's root takes from this module (resolver/__init__.py joins these lists).

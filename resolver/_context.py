@@ -4,7 +4,8 @@ Invariants:
 - A Context is frozen and built once per resolve() (`Context.of`): the inputs, and plain
   dicts derived from them for the hot lookups (a pmap lookup costs several times a dict's).
   Nothing writes to it or to those dicts after construction; a stage that needs more returns
-  it as a value.
+  it as a value. (So resolve_from may share the lookups of an earlier run's Context made from
+  the very same input objects: Context.of_reusing.)
 - A stage states what it finds as values: a tuple of Problems (Findings), each naming the
   instances it blocks (Problem.blocks). resolve() merges them in stage order; `blocked_by`
   turns findings into the next "blocked so far" (instance → codes, in the order stated), which
@@ -92,13 +93,41 @@ class Context:
     def of(cls, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
            now: Optional[str]) -> "Context":
         """The context of resolving `mesh` with `catalogue` and `ledger`."""
-        instances = dict(mesh.instances)
-        modules = dict(catalogue.modules)
+        return cls.of_reusing(catalogue, mesh, ledger, sources, now, None)
+
+    @classmethod
+    def of_reusing(cls, catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
+                   now: Optional[str], previous: Optional["Context"]) -> "Context":
+        """Context.of(catalogue, mesh, ledger, sources, now), taking from `previous` (the
+        Context of an earlier run; None: take nothing) the lookups made from the very same
+        input objects (the inputs are frozen values: the same object is the same value; the
+        lookups are never written): the ledger's when `ledger` is previous's; the instances'
+        (names, instances) when mesh.instances is previous's, and their modules too when
+        catalogue.modules is previous's; the nodes' when mesh.nodes is previous's."""
+        if previous is not None and previous.mesh.instances is mesh.instances:
+            names, instances = previous.names, previous.instances
+            modules_of = previous.modules_of \
+                if previous.catalogue.modules is catalogue.modules else None
+        else:
+            instances = dict(mesh.instances.items())  # (a PMap's items: 3x dict(PMap))
+            names, modules_of = tuple(sorted(instances)), None
+        if modules_of is None:
+            modules = dict(catalogue.modules.items())
+            modules_of = {n: modules.get(i.module) for n, i in instances.items()}
+        nodes = previous.nodes if previous is not None and previous.mesh.nodes is mesh.nodes \
+            else frozenset(mesh.nodes)
+        if previous is not None and previous.ledger is ledger:
+            return cls(
+                catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources, now=now,
+                names=names, nodes=nodes, instances=instances, modules_of=modules_of,
+                recorded_bindings=previous.recorded_bindings,
+                recorded_ports=previous.recorded_ports,
+                recorded_logins=previous.recorded_logins, credentials=previous.credentials,
+                recorded_providers=previous.recorded_providers, declared=previous.declared)
         recorded_bindings = {k: _plain(v) for k, v in ledger.bindings.items()}
         return cls(
             catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources, now=now,
-            names=tuple(sorted(instances)), nodes=frozenset(mesh.nodes), instances=instances,
-            modules_of={n: modules.get(i.module) for n, i in instances.items()},
+            names=names, nodes=nodes, instances=instances, modules_of=modules_of,
             recorded_bindings=recorded_bindings,
             recorded_ports={k: _plain(v) for k, v in ledger.ports.items()},
             recorded_logins=_plain(ledger.logins), credentials=_plain(ledger.credentials),
@@ -169,4 +198,4 @@ class Context:
 def _plain(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:
     """`mapping` for fast lookups: a FrozenMap (what the resolver puts in a ledger) as it is,
     any other mapping (a PMap a program built) copied into a dict."""
-    return mapping if isinstance(mapping, FrozenMap) else dict(mapping)
+    return mapping if isinstance(mapping, FrozenMap) else dict(mapping.items())

@@ -478,7 +478,7 @@ class Problem:
         return f"{self.where} (and {', '.join(self.also)})" if self.also else self.where
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)  # (hashed once: sets of tens of thousands of them)
 class Request:
     """Something the issuer (outside the resolver) must issue: a credential or a certificate."""
 

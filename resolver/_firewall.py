@@ -130,7 +130,8 @@ def consumer_container_macs_reusing(
     for name in local:
         inst, module = instances[name], modules[name]
         before = kept.names.get(name) if kept is not None else None
-        if before is not None and (before[0], before[1]) == (inst, module):  # (identity first)
+        if before is not None and (before[0] is inst or before[0] == inst) \
+                and (before[1] is module or before[1] == module):  # (identity first)
             names[name] = before[2]
             made_names[name] = before
             continue
@@ -148,8 +149,12 @@ def consumer_container_macs_reusing(
             else assign_macs(mesh, per_node[node_name])
         made_nodes[node_name] = (per_node[node_name], macs)
         mac_of.update(macs)
-    return (mac_of, {name: sorted(mac_of[c] for c in names[name]) for name in local},
-            KeptMacs(mesh, made_names, made_nodes))
+    consumer_macs: dict[str, list[str]] = {}
+    for name in local:
+        mine = names[name]  # (one container, the most: no sort)
+        consumer_macs[name] = [mac_of[mine[0]]] if len(mine) == 1 \
+            else sorted([mac_of[c] for c in mine])
+    return mac_of, consumer_macs, KeptMacs(mesh, made_names, made_nodes)
 
 
 def check_exposures(r: Context) -> Findings:

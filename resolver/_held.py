@@ -51,7 +51,8 @@ def kept_ports(ports: Mapping[str, Mapping[str, PortAssignment]], instances: Con
     kept: dict[str, dict[int, str]] = {}
     for name, entries in sorted(ports.items()):
         if name in instances:
-            for listen_name, entry in sorted(entries.items()):
+            for listen_name, entry in (entries.items() if len(entries) == 1
+                                       else sorted(entries.items())):
                 kept.setdefault(entry.node, {}).setdefault(entry.port,
                                                            f"{name}/{listen_name}")
     for name, rendering in sorted(declared.items()):

@@ -10,14 +10,21 @@ Invariants:
   a consumer's bindings by its Instance and recorded bindings in a run whose candidates (and
   their nodes, refusals and modules) are the same (resolver/_resolve.py, bind_all_reusing); a
   consumer's parts of the bindings (resolver/_render_bindings.py); a consumer's same-node
-  openings and a node's MACs (resolver/_render.py, local_openings_reusing); an instance's
+  openings and a node's MACs (resolver/_render.py, local_openings_reusing: for a consumer
+  whose parts of the bindings were reused, whose key holds every part of the openings' key
+  but the MACs, only the MACs are compared); an instance's
   rendering by a key holding every input its rendering reads (render_instances_reusing); a
   node's declaration and digest by a key holding every value the declaration is made from
   (resolver/_assemble.py, assemble_reusing); the order of the requests by the set of them
   (the requests still made keep their order, new ones are put in their places). A
   consumer with a problem is not kept (problems are located through Sources, no key's part).
-  Everything else (validation, the refusals, ports, logins, held instances, the new ledger)
-  is computed anew each run: those stages read the whole mesh.
+  The validation of the ledger and of the catalogue is skipped when it is the very same
+  object an earlier run found clean, and the Context's lookups made from the ledger, the
+  instances and the nodes are shared when they are made from the very same objects (the
+  inputs are frozen values: the same object is the same value; resolver/_check.py
+  validate_reusing, resolver/_context.py Context.of_reusing). Everything else (the mesh's
+  validation, the refusals, ports, logins, held instances, the new ledger) is computed anew
+  each run: those stages read the whole mesh.
 - Pure, as the rest of the resolver: no clock, no randomness, no I/O, no logging.
 """
 
@@ -27,7 +34,7 @@ from typing import Optional
 
 import attrs
 
-from ._check import validate
+from ._check import Clean, validate_reusing
 from ._collector import collector_paused
 from ._context import Context
 from ._errors import InputError
@@ -46,6 +53,11 @@ class Reuse:
     (resolver/_resolve.py, Reused)."""
 
     kept: Reused = Reused()
+    context: Optional[Context] = None
+    """The run's Context: the next shares its lookups of the very same inputs
+    (Context.of_reusing)."""
+    clean: Clean = Clean()
+    """The inputs the run found without a fault (resolver/_check.py, validate_reusing)."""
 
     def __repr__(self) -> str:
         return (f"Reuse({len(self.kept.renderings.instances)} renderings, "
@@ -60,10 +72,12 @@ def resolve_from(previous: Optional[Reuse], catalogue: Catalogue, mesh: Mesh, le
     nothing). The inputs are validated as resolve() validates them (InputError with every
     fault), and the collector is paused as resolve() pauses it."""
     with collector_paused():
-        faults = validate(catalogue, mesh, ledger, sources)
+        faults, clean = validate_reusing(catalogue, mesh, ledger, sources,
+                                         previous.clean if previous is not None else None)
         if faults:
             raise InputError(faults)
+        context = Context.of_reusing(catalogue, mesh, ledger, sources, now,
+                                     previous.context if previous is not None else None)
         resolution, kept = resolution_reusing(
-            Context.of(catalogue, mesh, ledger, sources, now),
-            previous.kept if previous is not None else Reused())
-        return resolution, Reuse(kept)
+            context, previous.kept if previous is not None else Reused())
+        return resolution, Reuse(kept, context, clean)

@@ -97,8 +97,11 @@ def in_domain(name: str, domain: str) -> bool:
 def fqdns(mesh: Mesh) -> dict[str, str]:
     """Every named instance of `mesh` → its DNS name."""
     found: dict[str, str] = {}
+    domain = mesh.domain
+    if domain is None:
+        return found  # (no domain: no name, and no walk of every instance)
     for instance, described in mesh.instances.items():
-        full = fqdn(described.name, mesh.domain)
+        full = fqdn(described.name, domain)
         if full is not None:
             found[instance] = full
     return found

@@ -48,9 +48,8 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
             found = listens_of[module_name] = sorted(r.placed_module(name).listens.items())
         return found
 
-    for name in r.names:  # a refused instance keeps its ports (held, or until fixed)
-        if name not in blocked:
-            continue
+    # a refused instance keeps its ports (held, or until fixed); in name order, as r.names
+    for name in sorted(n for n in blocked if n in r.instances):
         for kept in r.recorded_ports.get(name, {}).values():
             if kept.node in books:
                 books[kept.node].reserve(kept.port)
@@ -59,17 +58,27 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
             for container in rendering.containers:
                 for p in container.ports:
                     books[rendering.node].reserve(p.host_port)
-    for name in live:  # fixed ports first: they are claims (conflicts refused already)
-        node = r.instances[name].node
-        for listen_name, listen in listens(name):
+    # each live instance with its node and its module's listens, and whether one is fixed
+    placed: list[tuple[str, str, list[tuple[str, Listen]], bool]] = []
+    fixed_in: dict[str, bool] = {}  # module → whether a listen of it is fixed (read once)
+    for name in live:
+        inst, of = r.instances[name], listens(name)
+        fixed = fixed_in.get(inst.module)
+        if fixed is None:
+            fixed = fixed_in[inst.module] = any(listen.fixed is not None for _, listen in of)
+        placed.append((name, inst.node, of, fixed))
+    for name, node, of, fixed in placed:  # fixed ports first: they are claims (refused already)
+        if not fixed:
+            continue  # (most modules: no fixed port)
+        for listen_name, listen in of:
             if listen.fixed is not None:
                 books[node].reserve(listen.fixed)
                 assigned[(name, listen_name)] = listen.fixed
     pending: list[tuple[str, str, Optional[PortAssignment]]] = []
-    for name in live:  # recorded ports next, so a newcomer never takes them
-        node = r.instances[name].node
-        recorded = r.recorded_ports.get(name, {})
-        for listen_name, listen in listens(name):
+    no_ports: Mapping[str, PortAssignment] = {}
+    for name, node, of, _fixed in placed:  # recorded ports next: a newcomer never takes them
+        recorded = r.recorded_ports.get(name, no_ports)
+        for listen_name, listen in of:
             if listen.fixed is not None:
                 continue
             entry = recorded.get(listen_name)
@@ -110,16 +119,18 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
     changes: list[Change] = []
     ports: dict[str, dict[str, PortAssignment]] = {}
     fixed_of: dict[str, frozenset[str]] = {}  # module → its fixed listens (read once)
+    instances, recorded_ports = r.instances, r.recorded_ports
     for (name, listen_name), port in assigned.items():
-        module = r.placed_module(name)
-        fixed = fixed_of.get(module.name)
+        inst = instances[name]
+        fixed = fixed_of.get(inst.module)
         if fixed is None:
-            fixed = fixed_of[module.name] = frozenset(
-                n for n, listen in module.listens.items() if listen.fixed is not None)
-        if listen_name in fixed:
+            fixed = fixed_of[inst.module] = frozenset(
+                n for n, listen in r.placed_module(name).listens.items()
+                if listen.fixed is not None)
+        if fixed and listen_name in fixed:
             continue
-        node = r.instances[name].node
-        recorded = r.recorded_ports.get(name)
+        node = inst.node
+        recorded = recorded_ports.get(name)
         entry = recorded.get(listen_name) if recorded is not None else None
         if entry is None or entry.node != node or entry.port != port:
             entry = PortAssignment(node, port)  # (else the recorded one: equal, kept)

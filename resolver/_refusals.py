@@ -333,13 +333,14 @@ def check_moves(r: Context) -> tuple[Findings, list[Change]]:
     its data; a `state-left-behind` change for each move that says it (returned)."""
     found: list[Problem] = []
     changes: list[Change] = []
+    instances, modules_of, nodes, declared_of = r.instances, r.modules_of, r.nodes, r.declared
     for name in r.names:
-        inst, module = r.instances[name], r.module_of(name)
-        if module is None or inst.node not in r.nodes:
+        inst, module = instances[name], modules_of[name]
+        if module is None or inst.node not in nodes:
             continue
-        before = previous_node(r, name)
+        declared = declared_of.get(name)  # (previous_node's first answer, read once here)
+        before = declared.node if declared is not None else previous_node(r, name)
         if before is None or before == inst.node:
-            declared = r.declared.get(name)
             if inst.state_from is not None and declared is not None \
                     and declared.carried_from == inst.state_from:
                 found.append(r.problem(

@@ -30,7 +30,9 @@ Invariants:
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Optional, Sequence
+from collections import Counter
+from operator import itemgetter
+from typing import AbstractSet, Iterable, Mapping, Optional, Sequence
 
 import attrs
 from pyrsistent import pvector
@@ -123,6 +125,9 @@ class LocalOpenings:
     """Consumer → provider node (its own) → the openings of its providers' ports to its MACs."""
     with_macs: frozenset[str] = frozenset()
     """The instances any of whose containers has a MAC in `macs` (the others have none)."""
+    names: Mapping[str, tuple[object, object, list[str]]] = EMPTY_FROZEN
+    """Instance bound on its own node → (its Instance, its Module, the runtime names of its
+    containers (parts switched on, in the module's order)): container_name's, made once."""
 
 
 def local_openings(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
@@ -148,12 +153,17 @@ class KeptLocal:
 
 
 def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
-                           assigned: Mapping[tuple[str, str], int], kept: Optional[KeptLocal]
+                           assigned: Mapping[tuple[str, str], int], kept: Optional[KeptLocal],
+                           same: AbstractSet[str] = frozenset()
                            ) -> tuple[LocalOpenings, KeptLocal]:
     """local_openings, reusing what a previous run made (`kept`; None: keep nothing, make no
     keys): a consumer whose key (its node, its MACs, and for each of its bindings the Bound,
     its provider's module, node and assigned port) equals the kept one gets the kept openings
-    (the same object), when the modules' listens are the same."""
+    (the same object), when the modules' listens are the same. `same`: consumers whose
+    bindings' _GroupKey equals the one kept by the same earlier run (Consumed.same): that key
+    holds every part of this one but the MACs (the consumer's node; each Bound, its provider's
+    node and module, and the ports of every listen of that module), so for them only the MACs
+    are compared (the key is not made again: the kept one is equal)."""
     keeping = kept is not None
     mac_of, consumer_macs, kept_macs = consumer_container_macs_reusing(
         mesh, bound, container_name, live.node_of, live.instances, live.modules,
@@ -165,16 +175,21 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
     made: dict[str, tuple[tuple[object, ...], FrozenMap[str, PVector[FirewallLocal]]]] = {}
     node_of, instances = live.node_of, live.instances
     ordered = sorted(bound)  # each consumer's bindings are consecutive
-    first = 0
-    while first < len(ordered):
-        consumer = ordered[first][0]
-        last = first + 1
-        while last < len(ordered) and ordered[last][0] == consumer:
-            last += 1
-        keys, first = ordered[first:last], last
+    last = 0
+    # (consumer → its number of bindings, counted in C, in the order of `ordered`)
+    for consumer, count in Counter(map(itemgetter(0), ordered)).items():
+        start = last
+        last += count
         macs = macs_of.get(consumer)
         if macs is None:
             continue  # no container bound on its own node: nothing to let in
+        if consumer in same and kept is not None:
+            before = kept.consumers.get(consumer)
+            if before is not None and before[0][1] == macs:
+                locals_of[consumer] = before[1]
+                made[consumer] = before
+                continue
+        keys = ordered[start:last]
         node = node_of[consumer]
         key: tuple[object, ...] = ()
         if keeping:
@@ -200,7 +215,8 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
             locals_of[consumer] = FrozenMap({node: pvector(openings)})
             if keeping:
                 made[consumer] = (key, locals_of[consumer])
-    return (LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of)),
+    return (LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of),
+                          names=kept_macs.names),
             KeptLocal(kept_macs, live.listens_of, FrozenMap(made)) if keeping else KeptLocal())
 
 
@@ -300,13 +316,21 @@ def render_instances_reusing(
     module_keys: dict[str, RenderingKey] = {}  # module name → (module, its images)
     facilities_of: dict[str, dict[str, str]] = {}  # node → facility → its path
     offered: dict[str, PVector[str]] = {}  # node → its facilities as mesh.yaml says them
-    # module name → (its listens sorted, its secrets, its containers' names): read once each
-    read_by: dict[str, tuple[list[str], list[str], list[str]]] = {}
+    # module name → (its listens sorted, its secrets): read once each
+    read_by: dict[str, tuple[list[str], list[str]]] = {}
     shapes: dict[str, ModuleShape] = {}  # module name → its shape
     store = registry.instance if registry is not None else None
     renderings: dict[str, InstanceRendering] = {}
     mesh_name = mesh.mesh
     logs = LogsDecl(mesh.logs.driver, mesh.logs.max_size, mesh.logs.max_files)
+    macs_get, assigned_get = local.macs.get, assigned.get
+    # (what the loop reads of each instance, looked up once: 10,000 instances read them)
+    told_get, decls_get, grants_get, allows_get = (consumed.told.get, consumed.decls.get,
+                                                   consumed.grants.get, consumed.allows.get)
+    openings_get, fqdn_get, providers_get = (local.by_consumer.get, live.fqdn_of.get,
+                                             providers.get)
+    verifying, with_macs, runtime_names_of = consumed.verifying, local.with_macs, local.names
+    kept_get = kept.instances.get if kept is not None else None
     for name in live.names:
         inst = live.instances[name]
         node = inst.node
@@ -325,22 +349,27 @@ def render_instances_reusing(
             node_facilities = offered[node] = mesh.nodes[node].facilities
             facilities = facilities_of[node] = _facility_paths(node_facilities)
         at = live.address[node]
-        tells: Mapping[str, Told] = consumed.told.get(name, TOLD_NOTHING)
+        tells: Mapping[str, Told] = told_get(name, TOLD_NOTHING)
+        provided = providers_get(name, EMPTY_VEC)
+        # the registry, a tool server: their accounts (htpasswd, tokens) are mounted
+        auth = name == store or (bool(provided) and (serves_tokens(provided)
+                                                     or serves_backup_logins(provided)))
         key: Optional[RenderingKey] = None
-        if keeping and not (name in servers or name in consumed.verifying or name in served
-                            or name == store or serves_tokens(providers.get(name, EMPTY_VEC))
-                            or serves_backup_logins(providers.get(name, EMPTY_VEC))):
-            listens, secrets, names = read_by.get(inst.module) or read_by.setdefault(
+        if keeping and not (auth or name in servers or name in verifying or name in served):
+            listens, secrets = read_by.get(inst.module) or read_by.setdefault(
                 inst.module, _read_by(live.modules[name]))
+            runtime_names = runtime_names_of[name][2] if name in with_macs else ()
             key = (inst, module_keys[inst.module], offered[node], at, tells,
-                   live.fqdn_of.get(name),
-                   tuple([assigned.get((name, listen)) for listen in listens]),
+                   fqdn_get(name),
+                   # (one listen, one container: the most; their tuples made without a loop)
+                   (assigned_get((name, listens[0])),) if len(listens) == 1
+                   else tuple([assigned_get((name, listen)) for listen in listens]),
                    tuple([own.get((name, secret)) for secret in secrets]) if secrets else (),
-                   tuple([local.macs.get(container_name(mesh_name, name, c)) for c in names])
-                   if name in local.with_macs else (),
-                   providers.get(name), consumed.decls.get(name), consumed.grants.get(name),
-                   consumed.allows.get(name), local.by_consumer.get(name))
-            before = kept.instances.get(name) if kept is not None else None
+                   (macs_get(runtime_names[0]),) if len(runtime_names) == 1
+                   else tuple([macs_get(c) for c in runtime_names]),
+                   provided, decls_get(name), grants_get(name), allows_get(name),
+                   openings_get(name))
+            before = kept_get(name) if kept_get is not None else None
             if before is not None and before[0] == key:
                 renderings[name] = before[1]
                 made[name] = before
@@ -393,8 +422,7 @@ def render_instances_reusing(
         containers, files = tls_parts(ledger, name, servers, name in consumed.verifying,
                                       containers, served.get(name, ()))
         files = mounted + [f for f in files if f not in mounted]
-        if name == store or serves_tokens(providers.get(name, EMPTY_VEC)) \
-                or serves_backup_logins(providers.get(name, EMPTY_VEC)):
+        if auth:
             # the registry's htpasswd, a tool server's tokens (resolver/_tool_tokens.py)
             containers = [with_auth(c, name) for c in containers]
         state_dirs = [StateDirDecl(path=state_host_path(name, path), uid=uid, gid=gid,
@@ -406,7 +434,7 @@ def render_instances_reusing(
             state_dirs=pvector(sorted(state_dirs)),
             accesses=pvector(AccessDecl(path, mode, pvector([name]))
                              for path, mode in shape.accesses),
-            providers=providers.get(name, EMPTY_VEC),
+            providers=provided,
             bindings=consumed.decls.get(name, EMPTY_VEC),
             grants=consumed.grants.get(name, EMPTY_FROZEN),
             allows=consumed.allows.get(name, EMPTY_FROZEN),
@@ -421,10 +449,9 @@ def render_instances_reusing(
         if keeping else NOTHING_KEPT
 
 
-def _read_by(module: Module) -> tuple[list[str], list[str], list[str]]:
-    """What a rendering key reads of `module`: its listens sorted, its secrets, its
-    containers' names."""
-    return (sorted(module.listens), list(module.secrets), [c.name for c in module.containers])
+def _read_by(module: Module) -> tuple[list[str], list[str]]:
+    """What a rendering key reads of `module`: its listens sorted, its secrets."""
+    return (sorted(module.listens), list(module.secrets))
 
 
 def _ref_order(s: SecretRef) -> tuple[str, Optional[int]]:

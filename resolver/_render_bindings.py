@@ -26,7 +26,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from operator import itemgetter
 from typing import Iterable, Mapping, Optional
 
 import attrs
@@ -157,6 +158,10 @@ class Consumed:
     """What the references given out need issued or re-sealed, in binding order."""
     verifying: frozenset[str] = frozenset()
     """The consumers with a TLS binding: they verify against the mesh CA (resolver/_tls.py)."""
+    same: frozenset[str] = frozenset()
+    """The consumers whose _GroupKey equals the kept one (render_bindings_reusing): every
+    value their bindings are made from is the previous run's (local_openings_reusing reads
+    it: what it keys a consumer by, bar its MACs, is part of that key)."""
 
 
 _ProviderKey = tuple[object, ...]
@@ -207,29 +212,6 @@ def _provider_key(live: Live, provider: str, assigned: Mapping[tuple[str, str], 
     return known if known is not None and known == key else key
 
 
-def _group_key(live: Live, bound: Mapping[BoundKey, Bound], keys: list[BoundKey],
-               logins: Mapping[str, str], credentials: Mapping[str, Credential],
-               provider_keys: dict[str, _ProviderKey], kept: Mapping[str, _ProviderKey],
-               assigned: Mapping[tuple[str, str], int],
-               own: Mapping[tuple[str, str], SecretRef]) -> _GroupKey:
-    """The _GroupKey of the consumer of `keys` (all its bindings, in order); `provider_keys`
-    gathers each provider's key once per run."""
-    consumer = keys[0][0]
-    node = live.node_of[consumer]
-    parts: list[object] = [node, live.address[node], live.instances[consumer],
-                           live.modules[consumer]]
-    for key in keys:
-        b = bound[key]
-        provider = provider_keys.get(b.provider)
-        if provider is None:
-            provider = provider_keys[b.provider] = _provider_key(live, b.provider, assigned,
-                                                                 own, kept)
-        cred = b.credential
-        parts.append((b, provider, logins.get(cred) if cred is not None else None,
-                      credentials.get(cred) if cred is not None else None))
-    return tuple(parts)
-
-
 def render_bindings(live: Live, bound: Mapping[BoundKey, Bound],
                     assigned: Mapping[tuple[str, str], int], logins: Mapping[str, str],
                     credentials: Mapping[str, Credential],
@@ -256,8 +238,10 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
         kept = KeptBindings()  # the provisions every binding reads changed: nothing is kept
     made: dict[str, tuple[_GroupKey, _Piece]] = {}
     provider_keys: dict[str, _ProviderKey] = {}
+    same: list[str] = []  # the consumers whose key equals the kept one
 
-    node_of, address, instances = live.node_of, live.address, live.instances
+    node_of, address, instances, modules = live.node_of, live.address, live.instances, \
+        live.modules
     # one SecretRef per (credential, generation): references are values, so sharing is
     # invisible (keyed by itself: no key tuple kept for each)
     interned: dict[SecretRef, SecretRef] = {}
@@ -278,18 +262,34 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
     lists_of: dict[str, tuple[Require, ...]] = {}  # module → its requirements taking every one
     grants: defaultdict[str, list[GrantDecl]] = defaultdict(list)
     allows: defaultdict[str, list[FirewallAllow]] = defaultdict(list)
-    groups: list[tuple[int, int]] = []  # each consumer's bindings: [start, end) of `ordered`
-    for index in range(1, len(ordered) + 1):
-        if index == len(ordered) or ordered[index][0] != ordered[index - 1][0]:
-            groups.append((groups[-1][1] if groups else 0, index))
-    for first, last in groups:
-        consumer = ordered[first][0]
+    last = 0
+    # (consumer → its number of bindings, counted in C: each consumer's bindings are the
+    # [first, last) of `ordered`)
+    for consumer, count in Counter(map(itemgetter(0), ordered)).items():
+        first = last
+        last += count
         group: Optional[_GroupKey] = None
-        if kept is not None:
-            group = _group_key(live, bound, ordered[first:last], logins, credentials,
-                               provider_keys, kept.providers, assigned, own)
+        if kept is not None:  # its _GroupKey: its node, address, instance and module; each
+            # binding with its provider's _ProviderKey, its login and its credential
+            consumer_node = node_of[consumer]
+            parts: list[object] = [consumer_node, address[consumer_node], instances[consumer],
+                                   modules[consumer]]
+            for at in range(first, last):
+                one = bound[ordered[at]]
+                provider_key = provider_keys.get(one.provider)
+                if provider_key is None:
+                    provider_key = provider_keys[one.provider] = _provider_key(
+                        live, one.provider, assigned, own, kept.providers)
+                credential = one.credential
+                if credential is None:
+                    parts.append((one, provider_key, None, None))
+                else:
+                    parts.append((one, provider_key, logins.get(credential),
+                                  credentials.get(credential)))
+            group = tuple(parts)
             known = kept.consumers.get(consumer)
             if known is not None and known[0] == group:
+                same.append(consumer)
                 piece = known[1]
                 bindings.extend(piece.bindings)
                 requests.extend(piece.requests)
@@ -414,7 +414,7 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
                 told_of[name] = {d.requirement: d for d in listed_only}
     consumed = Consumed(bindings=tuple(bindings), decls=decls_of, told=told_of,
                         grants=granted_of, allows=allowed_of, requests=tuple(requests),
-                        verifying=frozenset(verifying))
+                        verifying=frozenset(verifying), same=frozenset(same))
     if kept is None:
         return consumed, KeptBindings()
     return consumed, KeptBindings(live.provisions, FrozenMap(provider_keys), FrozenMap(made))

@@ -170,7 +170,8 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
         reused.bindings if reused is not None else None)
     providers = render_providers(live, assigned, r.credentials, own.refs)
     local, kept_local = local_openings_reusing(r.mesh.mesh, live, bound, assigned,
-                                               reused.local if reused is not None else None)
+                                               reused.local if reused is not None else None,
+                                               consumed.same)
     servers = tls_servers(live.names, live.modules, live.node_of,
                           registry.instance if registry is not None else None)
     served, name_holders = served_names(
@@ -203,11 +204,13 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
             new_bindings.setdefault(consumer, {})[as_] = b.provider
     for consumer, recorded in r.recorded_bindings.items():
         if consumer in r.instances and consumer not in blocked:
-            _keep_unbound_records(r, consumer, recorded, new_bindings.setdefault(consumer, {}))
-            if not new_bindings[consumer]:
+            mine = new_bindings.setdefault(consumer, {})
+            if not mine.keys() >= recorded.keys():  # (else every one is bound: none to keep)
+                _keep_unbound_records(r, consumer, recorded, mine)
+            if not mine:
                 del new_bindings[consumer]
-    for consumer, recorded in r.ledger.bindings.items():
-        if consumer in r.mesh.instances and consumer in blocked:
+    for consumer, recorded in r.recorded_bindings.items():  # (the ledger's, in its order)
+        if consumer in blocked and consumer in r.mesh.instances:
             new_bindings[consumer] = dict(recorded)  # kept while it is refused
     live_creds = set(logins)
     kept_logins = {k: v for k, v in r.ledger.logins.items()
@@ -317,16 +320,19 @@ def candidates_index(r: Context, held: dict[str, InstanceRendering]
     instance whose module is unknown provides what its rendering says."""
     by_provision: dict[str, list[str]] = {}
     by_module: dict[str, list[str]] = {}
+    modules_of = r.modules_of
+    provides_of: dict[str, list[str]] = {}  # module name → the provisions it provides
     for name in r.names:  # blocked providers stay candidates: see propagate_blocks
-        module = r.module_of(name)
+        module = modules_of[name]
         if module is None:  # a held one still provides what its rendering says
             provides = [p.provision for p in held[name].providers] if name in held else []
         else:
             by_module.setdefault(module.name, []).append(name)
-            provides = [p.provision for p in module.provides]
+            provides = provides_of.get(module.name) or provides_of.setdefault(
+                module.name, [p.provision for p in module.provides])
         for provision in provides:
             lst = by_provision.setdefault(provision, [])
-            if name not in lst:
+            if not lst or lst[-1] != name:  # (names come in order: a repeat is the last)
                 lst.append(name)
     return by_provision, by_module
 
@@ -347,16 +353,17 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
     kept one, gets the kept bindings (the same objects); what this run made is returned."""
     held = held_candidates(r, blocked)
     by_provision, by_module = candidates_index(r, held)
-    instance_nodes = {n: r.instances[n].node for n in r.names
-                      if r.module_of(n) is not None}
+    instances, modules_of = r.instances, r.modules_of
+    instance_nodes = {n: instances[n].node for n in r.names if modules_of[n] is not None}
     instance_nodes.update({n: rendering.node for n, rendering in held.items()})
     keeping = kept is not None
     run: tuple[object, ...] = ()
     made: dict[str, tuple[tuple[object, ...], tuple[tuple[BoundKey, Bound], ...]]] = {}
+    # the modules some module requires (a requirement of a placed instance names no other)
+    required = sorted({q.module for m in r.catalogue.modules.values() for q in m.requires
+                       if q.module is not None})
+    modules = {m: by_module[m] for m in required if m in by_module}
     if keeping:
-        required = sorted({q.module for m in r.catalogue.modules.values() for q in m.requires
-                           if q.module is not None})
-        modules = {m: by_module[m] for m in required if m in by_module}
         serving = {c for names in (*by_provision.values(), *modules.values()) for c in names}
         run = (r.catalogue.modules, r.catalogue.provisions, r.mesh.defaults, by_provision,
                modules, {c: (instance_nodes.get(c), instance_nodes.get(c) in r.nodes,
@@ -366,20 +373,19 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
             kept = None  # what every selection reads changed: nothing is reused
     bound: dict[BoundKey, Bound] = {}
     found: list[Problem] = []
-    local_index: dict[tuple[_Wanted, str], list[str]] = {}  # (what, node) → candidates on it
-    by_wanted: list[tuple[_Wanted, list[str]]] = [*by_provision.items()]
-    for wanted, names in by_wanted + [(("module", m), n) for m, n in by_module.items()]:
-        for n in names:
-            local_index.setdefault((wanted, instance_nodes[n]), []).append(n)
-    sets: dict[_Wanted, set[str]] = {p: set(v) for p, v in by_provision.items()}
-    sets.update({("module", m): set(v) for m, v in by_module.items()})
+    # (what, node) → candidates on it, and what → its candidates as a set: of the provisions
+    # and the required modules (what a requirement can name), made when a consumer is bound
+    # anew (none when every one is reused)
+    local_index: dict[tuple[_Wanted, str], list[str]] = {}
+    sets: dict[_Wanted, set[str]] = {}
+    by_wanted: list[tuple[_Wanted, list[str]]] = [
+        *by_provision.items(), *((("module", m), n) for m, n in modules.items())]
     provisions = dict(r.catalogue.provisions)
     defaults = dict(r.mesh.defaults)  # (plain dicts: a miss in a PMap costs a raised KeyError)
     # (provider's module, provision, listen asked) → the listen serving it
     listens: dict[tuple[str, Optional[str], Optional[str]], str] = {}
     for name in r.placed(blocked):
-        inst, module = r.instances[name], r.placed_module(name)
-        overrides = dict(inst.bind) if inst.bind else None
+        inst = instances[name]
         recorded = r.recorded_bindings.get(name)
         consumer_key: tuple[object, ...] = ()
         if keeping:
@@ -390,6 +396,13 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
                 made[name] = before
                 continue
             first_found = len(found)
+        if not sets and by_wanted:  # the first consumer bound anew: make the indexes
+            for wanted, names in by_wanted:
+                for n in names:
+                    local_index.setdefault((wanted, instance_nodes[n]), []).append(n)
+                sets[wanted] = set(names)
+        module = r.placed_module(name)
+        overrides = dict(inst.bind) if inst.bind else None
         mine: list[tuple[BoundKey, Bound]] = []  # this consumer's, in the order bound
         for index, req in enumerate(module.requires):
             if req.part is not None and req.part not in inst.parts:
@@ -563,7 +576,8 @@ def propagate_blocks(r: Context, blocked: Blocked, bound: dict[BoundKey, Bound]
     and so, in turn, are its own consumers. A requirement that takes every provider loses the
     entry of a blocked provider instead, and blocks its consumer only when fewer than its
     `at-least` are left. `bound` is not changed."""
-    if not any(b.provider in blocked or b.consumer in blocked for b in bound.values()):
+    if not blocked or not any(b.provider in blocked or b.consumer in blocked
+                              for b in bound.values()):
         return bound, ()  # no binding touches a refused instance: nothing to drop or refuse
     now: dict[str, tuple[str, ...]] = dict(blocked)  # blocked so far, within this stage
     found: list[Problem] = []
@@ -614,13 +628,18 @@ def assign_logins(recorded: Mapping[str, str], bound: Mapping[BoundKey, Bound]
     ledger records (`recorded`), else a new one derived (unique among the logins recorded and
     given)."""
     logins: dict[str, str] = {}
-    used = set(recorded.values())
-    for key in sorted(bound):  # (consumer, as, provider): the keys are that order, made once
-        b = bound[key]
-        if b.credential is None or b.credential in logins:
+    used: Optional[set[str]] = None  # the logins taken: made when the first is derived
+    # in (consumer, as, provider) order: the keys sorted, made once
+    for b in map(bound.__getitem__, sorted(bound)):
+        credential = b.credential
+        if credential is None or credential in logins:
             continue
-        logins[b.credential] = (recorded.get(b.credential)
-                                or derive_login(b.credential, b.consumer, used))
+        login = recorded.get(credential)
+        if not login:
+            if used is None:
+                used = set(recorded.values())
+            login = derive_login(credential, b.consumer, used)
+        logins[credential] = login
     return logins
 
 

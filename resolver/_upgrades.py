@@ -128,11 +128,14 @@ def check_upgrades(r: "Context") -> tuple["Findings", list[Change]]:
     target = r.mesh.backups.target
     store_node = target_node(r)
     digests_now: dict[str, dict[str, str]] = {}  # module → its digests now (read once each)
+    instances, modules_of, nodes, declared = r.instances, r.modules_of, r.nodes, r.declared
     for name in r.names:
-        inst, module = r.instances[name], r.module_of(name)
-        if module is None or inst.node not in r.nodes:
+        inst, module = instances[name], modules_of[name]
+        if module is None or inst.node not in nodes:
             continue
-        before = r.declared.get(name)
+        before = declared.get(name)
+        if inst.upgrade is None and module.upgrades is None and not module.state:
+            continue  # (most: no rule, no confirmation, no state: nothing below applies)
         now = digests_now.get(module.name)
         if now is None:
             now = digests_now[module.name] = _digests_now(r, module)

@@ -17,6 +17,7 @@ from resolver import (
     Artifact,
     Catalogue,
     Container,
+    InputError,
     Instance,
     Ledger,
     Listen,
@@ -94,6 +95,10 @@ def _edits() -> dict[str, tuple[Catalogue, Mesh, Ledger, Mesh, Ledger]]:
         # same-node opening goes
         "provider moved": (two, pinned, kept,
                            _with_instance(pinned, "db@n0", node="n3"), kept),
+        # every MAC changes (derived from the mesh's name), and nothing the bindings are
+        # made from: the same-node opening of the consumer must not keep its old MACs
+        "mesh renamed": (catalogue, mesh, written, attrs.evolve(mesh, mesh="renamed"),
+                         written),
         # a refused provider leaves the list with fewer than at-least: the list's own refusal
         "provider refused": (catalogue, mesh, ledger,
                              _with_instance(mesh, "db@n1", parts=pvector(["no-such-part"])),
@@ -112,3 +117,58 @@ def test_an_edit_resolved_from_the_last_reuse_equals_resolve(case: str) -> None:
     assert again.problems == expected.problems
     assert again == expected
     assert again != first  # (the edit changes the outcome: a stale reuse would show)
+
+
+def _same_objects_edits() -> dict[str, tuple[Catalogue, Mesh, Ledger, Catalogue, Mesh, Ledger]]:
+    """case → (inputs before, inputs after) where the edit keeps some input objects and
+    changes another: what an earlier run made from the kept objects is shared
+    (Context.of_reusing); what it made from the changed one must not be."""
+    catalogue, mesh, ledger = _world()
+    written = resolve(catalogue, mesh, ledger).ledger
+    rebound = attrs.evolve(written, bindings=written.bindings.set(
+        "app", written.bindings["app"].set("db", "db@n1")))
+    # the same instances object under a catalogue whose monitor needs three databases
+    bare = attrs.evolve(catalogue, modules=catalogue.modules.set("mon", _module(
+        "mon", requires=(Require(as_="dbs", provision="postgres-database", each=True,
+                                 at_least=3),))))
+    # the same instances object, node n1 (where db@n1 is) gone from the nodes
+    fewer = attrs.evolve(mesh, nodes=mesh.nodes.remove("n1"))
+    return {
+        # the same mesh and catalogue objects, another ledger
+        "ledger changed": (catalogue, mesh, written, catalogue, mesh, rebound),
+        # the same mesh object, another catalogue
+        "catalogue changed": (catalogue, mesh, written, bare, mesh, written),
+        # the same instances object, other nodes
+        "nodes changed": (catalogue, mesh, written, catalogue, fewer, written),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_same_objects_edits()))
+def test_inputs_kept_by_object_share_only_what_they_make(case: str) -> None:
+    catalogue, mesh, ledger, after_catalogue, after_mesh, after_ledger = \
+        _same_objects_edits()[case]
+    first, reuse = resolve_from(None, catalogue, mesh, ledger)
+    again, _ = resolve_from(reuse, after_catalogue, after_mesh, after_ledger)
+    expected = resolve(after_catalogue, after_mesh, after_ledger)
+    assert again == expected
+    assert again != first  # (the edit changes the outcome: a stale lookup would show)
+
+
+def test_a_fault_after_a_clean_run_is_found() -> None:
+    """An earlier run's inputs were clean; a ledger, or a catalogue, with a fault handed to the
+    next run is refused as resolve() refuses it (only the very same objects skip their
+    rules: resolver/_check.py validate_reusing)."""
+    catalogue, mesh, ledger = _world()
+    written = resolve(catalogue, mesh, ledger).ledger
+    _, reuse = resolve_from(None, catalogue, mesh, written)
+    port = written.ports["app"]["main"]
+    bad_ledger = attrs.evolve(written, ports=written.ports.set(
+        "app", written.ports["app"].set("main", attrs.evolve(port, port=70000))))
+    bad_catalogue = attrs.evolve(catalogue, modules=catalogue.modules.set(
+        "app", attrs.evolve(catalogue.modules["app"], name="other")))
+    for after_catalogue, after_ledger in ((catalogue, bad_ledger), (bad_catalogue, written)):
+        with pytest.raises(InputError) as expected:
+            resolve(after_catalogue, mesh, after_ledger)
+        with pytest.raises(InputError) as raised:
+            resolve_from(reuse, after_catalogue, mesh, after_ledger)
+        assert str(raised.value) == str(expected.value)
