@@ -29,6 +29,13 @@ def kept_pairs(mesh, ledger) -> dict:
             for listen, entry in entries.items()}
 
 
+def protocol(world, instance: str, listen: str):
+    """The protocol of `instance`'s listen `listen`, None when its module has no such listen
+    (a kept record of a listen since removed)."""
+    found = world.catalogue.modules[world.mesh.instances[instance].module].listens.get(listen)
+    return found.protocol if found is not None else None
+
+
 def added(world, ledger, node: str, port: int, how: str):
     """(catalogue, mesh, ledger) with one addition claiming `port` on `node`."""
     catalogue, mesh = world.catalogue, world.mesh
@@ -55,6 +62,8 @@ def test_an_addition_never_moves_a_kept_port_without_a_refusal_naming_its_holder
     assume(kept)
     (holder, listen), (node, port) = data.draw(st.sampled_from(sorted(kept.items())))
     how = data.draw(st.sampled_from(ADDITIONS))
+    if how == "ssh-port":  # a port kept on a node the mesh no longer has: no node to move
+        assume(node in world.mesh.nodes)
     if how == "fixed-elsewhere":
         others = sorted(set(world.mesh.nodes) - {node})
         assume(others)
@@ -70,10 +79,13 @@ def test_an_addition_never_moves_a_kept_port_without_a_refusal_naming_its_holder
         naming = [p for p in errors if name in p.candidates or name in p.message]
         assert naming, (f"{name}/{listen_name} moved from {where} to "
                         f"{after.get((name, listen_name))} and no error names {name}")
-    if how == "fixed-elsewhere":  # a port kept on another node is no collision
+    if how == "fixed-elsewhere" and not any(  # a port kept on another node is no collision
+            name == holder and where == (node, port) for (name, _), where in kept.items()):
         assert not [p for p in errors if p.instance == f"newcomer@{node}"
                     and p.code == "port-conflict" and holder in p.candidates]
-    if how == "fixed":
+    if how == "fixed" and any(protocol(world, name, listen_name) == "tcp"
+                              for (name, listen_name), where in kept.items()
+                              if where == (node, port)):  # the newcomer fixes a TCP port
         conflict = [p for p in errors if p.instance == f"newcomer@{node}"
                     and p.code == "port-conflict"]
         refused_otherwise = [p for p in errors if p.instance == f"newcomer@{node}"]
