@@ -116,14 +116,10 @@ class Context:
             modules_of = {n: modules.get(i.module) for n, i in instances.items()}
         nodes = previous.nodes if previous is not None and previous.mesh.nodes is mesh.nodes \
             else frozenset(mesh.nodes)
-        if previous is not None and previous.ledger is ledger:
-            return cls(
-                catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources, now=now,
-                names=names, nodes=nodes, instances=instances, modules_of=modules_of,
-                recorded_bindings=previous.recorded_bindings,
-                recorded_ports=previous.recorded_ports,
-                recorded_logins=previous.recorded_logins, credentials=previous.credentials,
-                recorded_providers=previous.recorded_providers, declared=previous.declared)
+        if previous is not None and previous.ledger is ledger:  # its lookups as they are
+            return attrs.evolve(previous, catalogue=catalogue, mesh=mesh, sources=sources,
+                                now=now, names=names, nodes=nodes, instances=instances,
+                                modules_of=modules_of)
         recorded_bindings = {k: _plain(v) for k, v in ledger.bindings.items()}
         return cls(
             catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources, now=now,
