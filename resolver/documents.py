@@ -12,8 +12,9 @@ from ._convert import document_key, unstructure, unstructure_full, yaml_key
 from ._declared_record import (RECORD_FILE, NodeRecord, declared_dir, dump_record, gains,
                                load_record, records_of, rejoined, unchanged, with_records,
                                without_records)
-from ._documents import (Loaded, canonical_json, dump_ledger, dump_yaml, load_ledger, load_mesh, load_module,
-                         load_provisions, written_ledger)
+from ._documents import Loaded, dump_yaml, load_mesh, load_module, load_provisions
+from ._ledger_text import (WrittenLedger, canonical_json, dump_ledger, load_ledger,
+                           written_ledger)
 from ._load import (DocumentPositions, Parsed, load_document, parse_document, parse_yaml,
                     structure)
 from ._mesh_dir import MESH_FILE, MeshPaths, mesh_paths
@@ -29,7 +30,7 @@ __all__ = [
     # A document parsed again after an edit: only the entries the edit touched
     "parse_again", "ParsedText", "load_mesh_again",
     # Back to text
-    "dump_ledger", "written_ledger", "dump_yaml", "canonical_json", "Loaded",
+    "dump_ledger", "written_ledger", "WrittenLedger", "dump_yaml", "canonical_json", "Loaded",
     # The record of what was declared, one document per node beside the ledger
     "NodeRecord", "RECORD_FILE", "declared_dir", "dump_record", "load_record", "records_of",
     "with_records", "without_records", "rejoined", "unchanged", "gains",

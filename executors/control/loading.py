@@ -73,6 +73,7 @@ from resolver.documents import (
     NodeRecord,
     Parsed,
     ParsedText,
+    WrittenLedger,
     declared_dir,
     dump_record,
     gains,
@@ -195,8 +196,8 @@ class MemoLoader:
     _texts: dict[str, ParsedText] = attrs.field(init=False, factory=dict)
     # mesh.yaml's path → (its document, the mesh loaded from it)
     _meshes: dict[str, tuple[Parsed, Loaded]] = attrs.field(init=False, factory=dict)
-    # ledger path → (the ledger without records this loader wrote there, the text written)
-    _written: dict[str, tuple[Ledger, str]] = attrs.field(init=False, factory=dict)
+    # ledger path → the ledger without records this loader wrote there, as written
+    _written: dict[str, WrittenLedger] = attrs.field(init=False, factory=dict)
     # ledger path → (its document, the ledger it holds without records, as loaded)
     _cores: dict[str, tuple[Parsed, Ledger, Loaded]] = attrs.field(init=False, factory=dict)
     # the last Inputs loaded: its directory and the parsed documents it was made of
@@ -211,21 +212,21 @@ class MemoLoader:
                 return load_mesh_dir(path)
 
     def remember(self, path: str, data: bytes, parsed: Parsed,
-                 core: Optional[Ledger] = None, text: Optional[str] = None) -> None:
-        """`data`, just written at `path` by this process, as parsed (write_ledger); `core`:
-        the ledger it holds, as loaded from `parsed` (a ledger written without its records);
-        `text`: `data` as dump_ledger wrote it for `core` (its next write keeps its lines)."""
+                 written: Optional[WrittenLedger] = None) -> None:
+        """`data`, just written at `path` by this process, as parsed (write_ledger);
+        `written`: a ledger written without its records, as written_ledger wrote it (its next
+        load structures nothing: the ledger it holds is `written.ledger`; its next write
+        encodes only the entries that changed)."""
         self._parsed[path] = (hashlib.sha256(data).digest(), parsed)
-        if core is not None:
-            self._cores[path] = (parsed, core, Loaded(core, parsed.where))
-            if text is not None:
-                self._written[path] = (core, text)
+        if written is not None:
+            self._cores[path] = (parsed, written.ledger, Loaded(written.ledger, parsed.where))
+            self._written[path] = written
 
-    def written(self, path: str) -> Optional[tuple[Ledger, str]]:
-        """(the ledger in the file at `path`, the text dump_ledger wrote for it) when this
-        loader wrote that file and it is unchanged since; None otherwise."""
+    def written(self, path: str) -> Optional[WrittenLedger]:
+        """The ledger in the file at `path` as written_ledger wrote it, when this loader wrote
+        that file and it is unchanged since; None otherwise."""
         written = self._written.get(path)
-        if written is None or self.kept_core(path) is not written[0]:
+        if written is None or self.kept_core(path) is not written.ledger:
             return None
         return written
 
@@ -523,14 +524,14 @@ def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = 
     (resolver.documents.NodeRecord, in declared_dir(path): those gaining an instance first,
     then the rest, then those of nodes no longer recorded removed), then ledger.yaml without
     them, when that changed; each read back before it replaces anything and written only if
-    it reads as what it records: a record through load_record; ledger.yaml's text as json
-    reads it, structured and validated by load_ledger (resolver.documents.written_ledger:
-    that the document reader reads the text as json does, within its limits, and finds
-    every position where the writer's layout puts it, is its property,
-    property_tests/test_written_ledger_props.py; a text that might break a limit is read by
-    the document reader itself). `memo`: a MemoLoader that read the ledger and the
-    records (the transaction's), so only what changed is written and its next load parses
-    nothing this wrote."""
+    it reads as what it records: a record through load_record; ledger.yaml through
+    resolver.documents.written_ledger (its text as json reads it, structured and validated
+    as load_ledger does; after a text this loader wrote, its changed entries alone, the
+    rest being that text's lines, which read back then; that the document reader reads the
+    text as json does, within its limits, and finds every position where the writer's
+    layout puts it, is its property, property_tests/test_written_ledger_props.py).
+    `memo`: a MemoLoader that read the ledger and the records (the transaction's), so only
+    what changed is written and its next load parses nothing this wrote."""
     path = str(path)
     memo = memo if memo is not None else MemoLoader()
     display = memo.reader.display
@@ -567,15 +568,12 @@ def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = 
         core = without_records(ledger)
         if memo.kept_core(path) == core:
             return  # ledger.yaml holds this already (and no record of what was declared)
-        # the text, and what the document reader reads from it (its data as json reads it,
-        # its positions laid out as written: property_tests/test_written_ledger_props.py)
-        # (the lines of the entries that did not change kept from the last text written)
-        text, parsed = written_ledger(core, display(path), memo.written(path))
-        reread, _ = load_ledger(parsed, path)
-        if reread != core:  # never replace a good ledger with one that reads differently
-            raise MeshError(f"{path}: the ledger would not read back unchanged; not written")
-        write_atomic(path, text, mode=0o600)
-        memo.remember(path, text.encode("utf-8"), parsed, reread, text)
+        # the text, what the document reader reads from it (its data as json reads it, its
+        # positions laid out as written: property_tests/test_written_ledger_props.py), and
+        # that it reads back as `core` (after the last text this wrote: its changed entries)
+        written = written_ledger(core, display(path), memo.written(path))
+        write_atomic(path, written.text, mode=0o600)
+        memo.remember(path, written.text.encode("utf-8"), written.parsed, written)
 
 
 def _stamp(path: str) -> Optional[tuple[int, int, int]]:
