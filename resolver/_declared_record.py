@@ -139,19 +139,39 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not YAML")
 
 
-def records_of(ledger: Ledger, epoch: int) -> dict[str, NodeRecord]:
-    """The ledger's `nodes` and `declared`, one record per node (stamped `epoch`)."""
+def records_of(ledger: Ledger, epoch: int,
+               kept: Mapping[str, NodeRecord] = EMPTY_MAP) -> dict[str, NodeRecord]:
+    """The ledger's `nodes` and `declared`, one record per node (stamped `epoch`); a node
+    whose record would record what its record in `kept` does (unchanged) is given that very
+    record, so a writer finds the records to write by identity (and no other is built)."""
     groups: dict[str, dict[str, InstanceRendering]] = {}
     for name, rendering in ledger.declared.items():
         groups.setdefault(rendering.node, {})[name] = rendering
     records = {}
     for node in set(groups) | set(ledger.nodes):
         serial = ledger.nodes.get(node)
-        records[node] = NodeRecord(
-            node=node, epoch=epoch, serial=serial.serial if serial else None,
-            digest=serial.digest if serial else None,
-            declared=pmap(groups.get(node, {})))
+        numbers = (serial.serial, serial.digest) if serial else (None, None)
+        group = groups.get(node, {})
+        old = kept.get(node)
+        if old is not None and _records(old, numbers[0], numbers[1], group):
+            records[node] = old
+            continue
+        records[node] = NodeRecord(node=node, epoch=epoch, serial=numbers[0],
+                                   digest=numbers[1], declared=pmap(group))
     return records
+
+
+def _records(record: NodeRecord, serial: Optional[int], digest: Optional[str],
+             declared: Mapping[str, InstanceRendering]) -> bool:
+    """`record` records this serial, digest and renderings (its node and epoch aside)."""
+    if (record.serial, record.digest) != (serial, digest) or \
+            len(record.declared) != len(declared):
+        return False
+    for name, rendering in declared.items():
+        was = record.declared.get(name)
+        if was is not rendering and was != rendering:
+            return False
+    return True
 
 
 def without_records(ledger: Ledger) -> Ledger:
@@ -215,15 +235,8 @@ def rejoined(joined: Ledger, before: Mapping[str, NodeRecord],
 
 def unchanged(new: NodeRecord, old: Optional[NodeRecord]) -> bool:
     """`new` records what `old` does (its epoch aside): the file need not be written."""
-    if old is None or (new.serial, new.digest, new.node) != (old.serial, old.digest, old.node):
-        return False
-    if len(new.declared) != len(old.declared):
-        return False
-    for name, rendering in new.declared.items():
-        kept = old.declared.get(name)
-        if kept is not rendering and kept != rendering:
-            return False
-    return True
+    return old is not None and new.node == old.node and \
+        _records(old, new.serial, new.digest, new.declared)
 
 
 def gains(new: NodeRecord, old: Optional[NodeRecord]) -> bool:

@@ -239,3 +239,40 @@ def test_a_record_json_reads_but_yaml_refuses_is_refused_as_yaml_refuses_it(tmp_
     code, output = run_cli("plan", mesh_dir)
     assert code == 2 and "duplicate key 'version'" in output, output
     assert f"{path}:{len(text.splitlines())}:" in output, output
+
+
+def test_records_of_gives_an_unchanged_nodes_record_itself_and_builds_the_changed_ones(tmp_path):
+    """records_of(ledger, epoch, kept): the writer finds the records to write by identity:
+    a node whose record records what its kept record does is given that very record; a
+    changed serial, a changed rendering, an instance gone or come, a node new: a new record
+    at `epoch`, equal to what records_of without `kept` builds (the kept ones keep their
+    epoch: records_of without `kept` builds them anew at `epoch`, recording the same)."""
+    from pyrsistent import pmap
+    from resolver.documents import records_of, unchanged
+
+    ledger = load_mesh_dir(published(tmp_path)).ledger
+    kept = records_of(ledger, 1)
+    assert all(records_of(ledger, 2, kept)[node] is kept[node] for node in kept)
+    lab = sorted(n for n, r in ledger.declared.items() if r.node == "lab")
+    home = sorted(n for n, r in ledger.declared.items() if r.node == "home")
+    edits = {
+        "serial": attrs.evolve(ledger, nodes=ledger.nodes.set("lab", attrs.evolve(
+            ledger.nodes["lab"], serial=ledger.nodes["lab"].serial + 1))),
+        "rendering": attrs.evolve(ledger, declared=ledger.declared.set(lab[0], attrs.evolve(
+            ledger.declared[lab[0]], containers=ledger.declared[lab[0]].containers[1:]))),
+        "gone": attrs.evolve(ledger, declared=ledger.declared.remove(lab[0])),
+        "come": attrs.evolve(ledger, declared=ledger.declared.set(
+            "extra@lab", attrs.evolve(ledger.declared[lab[0]]))),
+        "moved": attrs.evolve(ledger, declared=ledger.declared.set(home[0], attrs.evolve(
+            ledger.declared[home[0]], node="lab"))),
+    }
+    for label, edited in edits.items():
+        again, whole = records_of(edited, 2, kept), records_of(edited, 2)
+        changed = {node for node in again if again[node] is not kept.get(node)}
+        assert set(again) == set(whole) and all(
+            again[node] == whole[node] if node in changed else unchanged(whole[node], kept[node])
+            for node in whole), label
+        assert changed == ({"lab", "home"} if label == "moved" else {"lab"}), label
+        assert all(again[node].epoch == 2 and not unchanged(again[node], kept[node])
+                   for node in changed), label
+    assert records_of(attrs.evolve(ledger, nodes=pmap(), declared=pmap()), 2, kept) == {}

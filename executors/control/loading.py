@@ -85,7 +85,6 @@ from resolver.documents import (
     parse_document,
     records_of,
     rejoined,
-    unchanged,
     with_records,
     without_records,
     written_ledger,
@@ -183,6 +182,10 @@ class MemoLoader:
     parses: int = attrs.field(init=False, default=0)  # documents parsed (for tests, benches)
     _records_read: Optional[str] = attrs.field(init=False, default=None)  # their directory
     _doubled: bool = attrs.field(init=False, default=False)  # an instance in two records
+    # (the records directory, its records by file, how many of them hold each instance) as
+    # last read: 10,000 renderings are not counted again when a record or two changed
+    _holders: tuple[Optional[str], dict[str, NodeRecord], dict[str, int]] = attrs.field(
+        init=False, factory=lambda: (None, {}, {}))
     # a node's record path → its (inode, size, mtime) when read or written last: 400 records
     # of a 10,000-instance mesh (25 MB) are not read again each round to find them unchanged
     _stamps: dict[str, Optional[tuple[int, int, int]]] = attrs.field(init=False, factory=dict)
@@ -334,8 +337,9 @@ class MemoLoader:
         directory = str(PurePosixPath(declared_dir(ledger)))
         if self._records_read != directory:
             return None
+        within = directory + "/"  # (a record's path: DIRECTORY/NODE/RECORD_FILE)
         return {record.node: record for path, (_, record) in self._records.items()
-                if str(PurePosixPath(path).parent.parent) == directory}
+                if path.startswith(within) and path.count("/") == directory.count("/") + 2}
 
     def _record(self, path: str, node: str) -> Optional[NodeRecord]:
         stamp = _stamp(path)
@@ -365,7 +369,8 @@ class MemoLoader:
         return record
 
     def _read_records(self, ledger: str) -> list[tuple[str, NodeRecord, str]]:
-        """(node, record, file) of each node's record beside `ledger`."""
+        """(node, record, file) of each node's record beside `ledger`; whether an instance is
+        in two of them (_doubled) counted again only for the records that changed."""
         directory = str(PurePosixPath(declared_dir(ledger)))
         try:
             nodes = sorted(name for name in self.reader.subdirectories(directory)
@@ -376,22 +381,39 @@ class MemoLoader:
             nodes = []
         found = []
         live = set()
-        instances: set[str] = set()
-        doubled = False
         for node in nodes:
-            path = str(PurePosixPath(directory) / node / RECORD_FILE)
+            path = directory + "/" + node + "/" + RECORD_FILE  # (PurePosixPath's spelling)
             record = self._record(path, node)
             if record is not None:
                 live.add(path)
                 found.append((node, record, path))
-                doubled = doubled or not instances.isdisjoint(record.declared)
-                instances.update(record.declared)
-        self._doubled = doubled
+        self._count_holders(directory, {path: record for _, record, path in found})
         for gone in [p for p in self._records if p not in live]:
             del self._records[gone]
             self._stamps.pop(gone, None)
         self._records_read = directory
         return found
+
+    def _count_holders(self, directory: str, records: dict[str, NodeRecord]) -> None:
+        """_doubled for `records` (by file), from the count of records holding each instance
+        as last counted, changed by the records that changed (compared by identity)."""
+        last_directory, counted, holders = self._holders
+        if last_directory != directory:
+            counted, holders = {}, {}
+        changed = [path for path in set(counted) | set(records)
+                   if counted.get(path) is not records.get(path)]
+        for path in changed:
+            old = counted.get(path)
+            for name in old.declared if old is not None else ():
+                holders[name] -= 1
+                if not holders[name]:
+                    del holders[name]
+        for path in changed:
+            new = records.get(path)
+            for name in new.declared if new is not None else ():
+                holders[name] = holders.get(name, 0) + 1
+        self._holders = (directory, dict(records), holders)
+        self._doubled = len(holders) != sum(holders.values())
 
     def _document(self, path: str, data: Optional[bytes] = None, *,
                   large: bool = False, ledger: bool = False) -> Parsed:
@@ -545,9 +567,8 @@ def write_ledger(path: PathLike, ledger: Ledger, memo: Optional["MemoLoader"] = 
                                 "cannot be read; nothing written (`mesh plan DIR` says where)"
                                 ) from None
         epoch = max((record.epoch for record in on_disk.values()), default=0) + 1
-        records = records_of(ledger, epoch)
-        changed = [node for node, record in records.items()
-                   if not unchanged(record, on_disk.get(node))]
+        records = records_of(ledger, epoch, on_disk)  # an unchanged node's: on_disk's own
+        changed = [node for node, record in records.items() if record is not on_disk.get(node)]
         changed.sort(key=lambda node: (not gains(records[node], on_disk.get(node)), node))
         directory = PurePosixPath(declared_dir(path))
         for node in changed:
