@@ -3,10 +3,11 @@ is what the document reader reads from the text it writes: for any ledger, the s
 (values, types and key order: json's reading of dump_ledger's text is the YAML reader's) and
 the same positions and key order at every key path (its positions are laid out from
 dump_ledger's layout, each entry's value read alone when a path descends into it); a text
-past one of the reader's limits is refused with the reader's own fault.
-executors/control/loading.write_ledger checks at run time that json's reading structures
-back to the ledger it records; this property is the rest of "what is written reads back as
-what it records".
+past one of the reader's limits is refused with the reader's own fault. written_ledger
+checks at run time that what it lays out loads back as the ledger it records (after the
+ledger's last text: each changed entry's line); these properties are the rest of "what is
+written reads back as what it records": a ledger written after the text of another is the
+ledger written whole.
 """
 
 from __future__ import annotations
