@@ -32,7 +32,7 @@ import attrs
 from pyrsistent import pmap
 
 from ._convert import CONVERTER, document_key, unstructure
-from ._errors import MeshError
+from ._errors import Fault, MeshError
 from ._frozen import FrozenMap
 from ._ledger import EMPTY_LEDGER, Ledger
 from ._load import DocumentPositions, Parsed, Text, load_document, parse_document
@@ -40,7 +40,7 @@ from ._validate import ledger_version_fault, validate_ledger
 from ._yaml import MAX_DEPTH, MAX_NUMBER, MAX_STRING, MESH_LIMITS, Limits, Positions
 
 
-def _ledger_precheck(data: dict[Any, Any], where: DocumentPositions) -> Any:
+def _ledger_precheck(data: dict[Any, Any], where: DocumentPositions) -> Optional[Fault]:
     """The version first; then each `declared` rendering, written as one JSON text (see
     dump_ledger), read back in place so the converter structures it like any mapping."""
     fault = ledger_version_fault(data, where)
@@ -189,7 +189,9 @@ def written_ledger(ledger: Ledger, file: str,
     else:
         parsed = Parsed(data, DocumentPositions(file, laid[0]))
     # (the document's data as read stays so: load_ledger's precheck replaces `declared`)
-    read, _ = load_ledger(Parsed(dict(parsed.data), parsed.where), file)
+    data = parsed.data
+    read, _ = load_ledger(Parsed(dict(data) if isinstance(data, dict) else data, parsed.where),
+                          file)
     if read != ledger:  # never replace a good ledger with one that reads differently
         raise MeshError(f"{file}: the ledger would not read back unchanged")
     return WrittenLedger(ledger, text, parsed, None if laid is None else laid[1])
