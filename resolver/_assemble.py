@@ -83,6 +83,71 @@ Digests = Mapping[str, tuple[NodeKey, Declaration, str]]
 digest."""
 
 
+@attrs.frozen(eq=False)
+class Layout:
+    """Where assemble_reusing found each rendering (for a later run to work out again only
+    the nodes a changed rendering was or is on, or reaches): the renderings it read (no
+    instance held), by node the instances declared there, by provider node the consumers
+    elsewhere it serves with their renderings (both in name order), and each node's
+    declaration as returned."""
+
+    renderings: Mapping[str, InstanceRendering]
+    by_node: Mapping[str, list[str]]
+    foreign: Mapping[str, list[tuple[str, InstanceRendering]]]
+    declarations: Mapping[str, Declaration]
+
+
+def _provider_nodes(rendering: InstanceRendering) -> Iterable[str]:
+    """The nodes whose declaration holds a part of `rendering` (its grants, allows and
+    same-node openings), sorted."""
+    grants_, allows_, locals_ = rendering.grants, rendering.allows, rendering.locals
+    if not (grants_ or allows_ or locals_):
+        return ()
+    if (grants_ and (allows_ or locals_)) or (allows_ and locals_):
+        return sorted({*grants_, *allows_, *locals_})
+    only = grants_ or allows_ or locals_  # (most: one map, of one node; no set made for them)
+    return only if len(only) == 1 else sorted(only)
+
+
+def _laid_again(layout: Layout, renderings: Mapping[str, InstanceRendering]
+                ) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, InstanceRendering]]]]:
+    """(by node its instances, by provider node its consumers elsewhere with their
+    renderings), as the walk over every rendering in assemble_reusing makes them, from the
+    last run's `layout`: only the nodes a rendering that is not the very one it read was
+    on, or is on, or reaches are made again (the others hold the very same entries)."""
+    was = layout.renderings
+    changed = {n for n, v in renderings.items() if was.get(n) is not v}
+    changed.update(was.keys() - renderings.keys())
+    nodes: set[str] = set()
+    for name in changed:
+        for rendering in (was.get(name), renderings.get(name)):
+            if rendering is not None:
+                nodes.add(rendering.node)
+                nodes.update(_provider_nodes(rendering))
+    by_node = dict(layout.by_node)
+    foreign = dict(layout.foreign)
+    came = sorted(n for n in changed if n in renderings)
+    for node in nodes:
+        names = sorted({n for n in layout.by_node.get(node, ()) if n not in changed}
+                       | {n for n in came if renderings[n].node == node})
+        if names:
+            by_node[node] = names
+        else:
+            by_node.pop(node, None)
+        pairs = [pair for pair in layout.foreign.get(node, ()) if pair[0] not in changed]
+        pairs += [(n, renderings[n]) for n in came if node in _provider_nodes(renderings[n])]
+        pairs.sort(key=_first)
+        if pairs:
+            foreign[node] = pairs
+        else:
+            foreign.pop(node, None)
+    return by_node, foreign
+
+
+def _first(pair: tuple[str, InstanceRendering]) -> str:
+    return pair[0]
+
+
 def assemble(r: "Context", floor_refusals: "FloorRefusals",
              live: Mapping[str, InstanceRendering],
              held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
@@ -92,7 +157,8 @@ def assemble(r: "Context", floor_refusals: "FloorRefusals",
     certificates of the nodes of state transfers), from the live
     renderings and the held ones; `mesh_registry` is the mesh's own artifact store when one
     serves (its pullers, trust file, accounts); `floor_refusals` the floors not applied."""
-    declarations, requests, _ = assemble_reusing(r, floor_refusals, live, held, mesh_registry)
+    declarations, requests, _, _ = assemble_reusing(r, floor_refusals, live, held,
+                                                    mesh_registry)
     return declarations, requests
 
 
@@ -100,33 +166,35 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
                      live: Mapping[str, InstanceRendering],
                      held: dict[str, tuple[InstanceRendering, list[HeldDecl]]],
                      mesh_registry: Optional[MeshRegistry], kept: Optional[Digests] = None,
-                     ) -> tuple[PMap[str, Declaration], list[Request], Digests]:
+                     layout: Optional[Layout] = None,
+                     ) -> tuple[PMap[str, Declaration], list[Request], Digests,
+                                Optional[Layout]]:
     """assemble, with the declarations a previous run made (`kept`): a node whose NodeKey
     (every value its declaration reads: the node, its renderings and held parts, the consumers
     elsewhere it serves with their renderings, its transfers, guards, backup parts,
     certificate and registry login, and `run`, what every node reads) equals the kept one
     takes the kept contents and digest (the same renderings compare by identity) instead of
     building and encoding them again; the key, contents and digest of every node are returned
-    for the next run (none when `kept` is None)."""
+    for the next run (none when `kept` is None). With a `layout` (what the last run found
+    where: Layout), the instances by node and the consumers by provider node are made again
+    only for the nodes a changed rendering was or is on, or reaches (_laid_again), when no
+    instance is held; a node's declaration whose serial and digest are the ones the last run
+    returned is that very object. The Layout of this run is returned when `kept` is given and
+    no instance is held."""
     mesh = r.mesh
     digested: dict[str, tuple[NodeKey, Declaration, str]] = {}
     renderings = {**live, **{name: rendering for name, (rendering, _) in held.items()}}
     by_node: dict[str, list[str]] = {}
     foreign: dict[str, list[tuple[str, InstanceRendering]]] = {}  # provider node → consumers
-    for name in sorted(renderings):
-        rendering = renderings[name]
-        by_node.setdefault(rendering.node, []).append(name)
-        grants_, allows_, locals_ = rendering.grants, rendering.allows, rendering.locals
-        if not (grants_ or allows_ or locals_):
-            continue
-        provider_nodes: Iterable[str]
-        if (grants_ and (allows_ or locals_)) or (allows_ and locals_):
-            provider_nodes = sorted({*grants_, *allows_, *locals_})
-        else:  # (most: one map, of one node; no set made for them)
-            only = grants_ or allows_ or locals_
-            provider_nodes = only if len(only) == 1 else sorted(only)
-        for provider_node in provider_nodes:
-            foreign.setdefault(provider_node, []).append((name, rendering))
+    if layout is not None and not held:
+        by_node, foreign = _laid_again(layout, renderings)
+    else:
+        layout = None
+        for name in sorted(renderings):
+            rendering = renderings[name]
+            by_node.setdefault(rendering.node, []).append(name)
+            for provider_node in _provider_nodes(rendering):
+                foreign.setdefault(provider_node, []).append((name, rendering))
     mesh_sources = sorted({n.address for n in mesh.nodes.values()})
     registry = mesh_registry.address if mesh_registry is not None else None
     store, store_node = (mesh_registry.instance, mesh_registry.node) \
@@ -176,9 +244,12 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
             known = kept.get(node_name) if kept is not None else None
             if known is not None and known[0] == key:
                 digested[node_name] = known
-                declarations[node_name] = attrs.evolve(
-                    known[1], serial=next_serial(r.ledger.nodes.get(node_name), known[2]),
-                    digest=known[2])
+                serial = next_serial(r.ledger.nodes.get(node_name), known[2])
+                last = layout.declarations.get(node_name) if layout is not None else None
+                # (the last run's: made from these contents, `known`, as this would be)
+                declarations[node_name] = last if last is not None and \
+                    last.serial == serial and last.digest == known[2] \
+                    else attrs.evolve(known[1], serial=serial, digest=known[2])
                 continue
         here = set(names)
         accesses: dict[str, tuple[set[str], str]] = {}  # path → (instances, mode)
@@ -270,5 +341,7 @@ def assemble_reusing(r: "Context", floor_refusals: "FloorRefusals",
             digested[node_name] = (key, decl, digest)
         serial = next_serial(r.ledger.nodes.get(node_name), digest)
         declarations[node_name] = attrs.evolve(decl, serial=serial, digest=digest)
+    made = Layout(renderings, by_node, foreign, declarations) \
+        if keeping and not held else None
     return (pmap(declarations), [*requests, *transfer_requests, *backed.requests],
-            FrozenMap(digested))
+            FrozenMap(digested), made)

@@ -19,10 +19,11 @@ import attrs
 
 from ._artifacts import validate_artifact_store_modules, validate_build_graph
 from ._errors import Fault
+from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._ledger import EMPTY_LEDGER, Ledger
 from ._load import DocumentPositions, positionless
-from ._model import Mesh, Provisions
+from ._model import EMPTY_MAP, Mesh, Provisions
 from ._validate import (
     validate_catalogue,
     validate_ledger,
@@ -57,17 +58,22 @@ class Clean:
 def validate_reusing(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: Sources,
                      clean: Optional[Clean]) -> tuple[list[Fault], Clean]:
     """(validate(catalogue, mesh, ledger, sources), what of them is clean), skipping the rules
-    of the ledger when `clean` holds the very same Ledger object, and those of the catalogue
-    (its documents' and the artifact rules) when it holds the very same Catalogue (the inputs
-    are frozen values: the same object has the same faults, none; `sources` only locates a
-    fault, so a clean input is clean wherever it was read from)."""
+    of the ledger when `clean` holds the very same Ledger object (of another ledger, what it
+    holds of that one by identity: _unchecked), and those of the catalogue (its documents'
+    and the artifact rules) when it holds the very same Catalogue, or an equal one (the
+    inputs are frozen values: the same object, or an equal one, has the same faults, none;
+    `sources` only locates a fault, so a clean input is clean wherever it was read from)."""
     faults = list(validate_mesh(mesh, _where(sources, "mesh")))
     ledger_clean = clean is not None and clean.ledger is ledger
     if not ledger_clean:
-        ledger_faults = validate_ledger(ledger, _where(sources, "ledger"))
+        ledger_faults = validate_ledger(
+            ledger if clean is None or clean.ledger is None else _unchecked(ledger, clean.ledger),
+            _where(sources, "ledger"))
         faults += ledger_faults
         ledger_clean = not ledger_faults
-    catalogue_clean = clean is not None and clean.catalogue is catalogue
+    # (a catalogue loaded again holds the very same modules: equal at once)
+    catalogue_clean = clean is not None and clean.catalogue is not None and (
+        clean.catalogue is catalogue or clean.catalogue == catalogue)
     if not catalogue_clean:
         own = _catalogue_faults(catalogue, sources)
         if not own and not faults:  # the artifact rules need references that already hold
@@ -77,6 +83,30 @@ def validate_reusing(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: 
         faults += own
     return sorted(set(faults)), Clean(ledger if ledger_clean else None,
                                       catalogue if catalogue_clean else None)
+
+
+def _unchecked(ledger: Ledger, clean: Ledger) -> Ledger:
+    """`ledger` without what it holds of `clean` (a ledger found without a fault) by identity:
+    each map validate_ledger reads that is clean's, and each host port entry that is one of
+    clean's; and `logins` when no login is recorded twice. Its faults are `ledger`'s: each
+    ledger rule reads one map (the port rule one entry at a time; the logins' rule, that no
+    login is recorded for two credentials, the whole map), so a map, or a port entry, found
+    clean is clean wherever it is."""
+    ports = ledger.ports
+    if ports is clean.ports:
+        ports = EMPTY_FROZEN
+    else:
+        was = clean.ports
+        ports = FrozenMap({k: v for k, v in ports.items() if was.get(k) is not v})
+    return attrs.evolve(
+        ledger, ports=ports,
+        credentials=EMPTY_MAP if ledger.credentials is clean.credentials else ledger.credentials,
+        certificates=EMPTY_MAP if ledger.certificates is clean.certificates
+        else ledger.certificates,
+        pins=EMPTY_MAP if ledger.pins is clean.pins else ledger.pins,
+        # (the one rule of `logins`: no login recorded for two credentials)
+        logins=EMPTY_FROZEN if ledger.logins is clean.logins
+        or len(set(ledger.logins.values())) == len(ledger.logins) else ledger.logins)
 
 
 def _catalogue_faults(catalogue: Catalogue, sources: Sources) -> list[Fault]:

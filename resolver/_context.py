@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Container, Iterable, Mapping, Optional, TypeVar
 
 import attrs
@@ -101,16 +102,34 @@ class Context:
         """Context.of(catalogue, mesh, ledger, sources, now), taking from `previous` (the
         Context of an earlier run; None: take nothing) the lookups made from the very same
         input objects (the inputs are frozen values: the same object is the same value; the
-        lookups are never written): the ledger's when `ledger` is previous's; the instances'
-        (names, instances) when mesh.instances is previous's, and their modules too when
-        catalogue.modules is previous's; the nodes' when mesh.nodes is previous's."""
+        lookups are never written): the ledger's when `ledger` is previous's (else each one
+        made from a map of it that is previous's ledger's: bindings, ports, credentials); the
+        instances' (names, instances) when mesh.instances is previous's (of other instances,
+        the names when they are the same names), and their modules too when
+        catalogue.modules is previous's or equal (of other instances, looked up again only
+        for those that are not the very ones previous's were made from); the nodes' when
+        mesh.nodes is previous's."""
         if previous is not None and previous.mesh.instances is mesh.instances:
             names, instances = previous.names, previous.instances
-            modules_of = previous.modules_of \
-                if previous.catalogue.modules is catalogue.modules else None
+            # (a catalogue loaded again holds the very same modules: equal at once)
+            modules_of = previous.modules_of if previous.catalogue.modules is catalogue.modules \
+                or previous.catalogue.modules == catalogue.modules else None
         else:
             instances = dict(mesh.instances.items())  # (a PMap's items: 3x dict(PMap))
-            names, modules_of = tuple(sorted(instances)), None
+            names = previous.names if previous is not None \
+                and previous.instances.keys() == instances.keys() else tuple(sorted(instances))
+            modules_of = None
+            if previous is not None and (previous.catalogue.modules is catalogue.modules
+                                         or previous.catalogue.modules == catalogue.modules):
+                # the same modules: previous's lookup, with the instances that are not the
+                # very ones it was made from looked up again
+                looked_up = previous.instances
+                modules_of = dict(previous.modules_of)
+                for n in looked_up.keys() - instances.keys():
+                    del modules_of[n]
+                for n, i in instances.items():
+                    if looked_up.get(n) is not i:
+                        modules_of[n] = catalogue.modules.get(i.module)
         if modules_of is None:
             modules = dict(catalogue.modules.items())
             modules_of = {n: modules.get(i.module) for n, i in instances.items()}
@@ -120,15 +139,28 @@ class Context:
             return attrs.evolve(previous, catalogue=catalogue, mesh=mesh, sources=sources,
                                 now=now, names=names, nodes=nodes, instances=instances,
                                 modules_of=modules_of)
-        recorded_bindings = {k: _plain(v) for k, v in ledger.bindings.items()}
+        # (each of another ledger's lookups made from the very same map as previous's is
+        # previous's: a ledger written by the last run keeps the maps that did not change)
+        was = previous.ledger if previous is not None else None
+        if previous is not None and was is not None and was.bindings is ledger.bindings:
+            recorded_bindings = previous.recorded_bindings
+            recorded_providers = previous.recorded_providers
+        else:
+            recorded_bindings = _plain_each(ledger.bindings)
+            recorded_providers = frozenset(chain.from_iterable(
+                map(_values, recorded_bindings.values())))
         return cls(
             catalogue=catalogue, mesh=mesh, ledger=ledger, sources=sources, now=now,
             names=names, nodes=nodes, instances=instances, modules_of=modules_of,
             recorded_bindings=recorded_bindings,
-            recorded_ports={k: _plain(v) for k, v in ledger.ports.items()},
-            recorded_logins=_plain(ledger.logins), credentials=_plain(ledger.credentials),
-            recorded_providers=frozenset(p for v in recorded_bindings.values()
-                                         for p in v.values()),
+            recorded_ports=previous.recorded_ports
+            if previous is not None and was is not None and was.ports is ledger.ports
+            else _plain_each(ledger.ports),
+            recorded_logins=_plain(ledger.logins),
+            credentials=previous.credentials
+            if previous is not None and was is not None and was.credentials is ledger.credentials
+            else _plain(ledger.credentials),
+            recorded_providers=recorded_providers,
             declared=_plain(ledger.declared))
 
     def problem(self, code: str, message: str, *, doc: str = "mesh",
@@ -189,6 +221,18 @@ class Context:
         ports.update((f.port, f.protocol) for i, f in enumerate(self.mesh.floors)
                      if i not in refusals.floors)
         return ports
+
+
+def _plain_each(mapping: Mapping[_K, Mapping[str, _V]]) -> Mapping[_K, Mapping[str, _V]]:
+    """`mapping` of mappings for fast lookups, each of them too (_plain): a FrozenMap of
+    FrozenMaps (what the resolver puts in a ledger) as it is."""
+    if isinstance(mapping, FrozenMap) and all(type(v) is FrozenMap for v in mapping.values()):
+        return mapping
+    return {k: _plain(v) for k, v in mapping.items()}
+
+
+def _values(mapping: Mapping[_K, _V]) -> Iterable[_V]:
+    return mapping.values()
 
 
 def _plain(mapping: Mapping[_K, _V]) -> Mapping[_K, _V]:

@@ -21,7 +21,9 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Container, Iterable, Mapping
+from typing import AbstractSet, Container, Iterable, Mapping, Optional
+
+import attrs
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings
@@ -62,6 +64,122 @@ def kept_ports(ports: Mapping[str, Mapping[str, PortAssignment]], instances: Con
                     kept.setdefault(rendering.node, {}).setdefault(
                         p.host_port, f"{name}/{p.listen}")
     return kept
+
+
+@attrs.frozen(eq=False)
+class KeptPortsMade:
+    """What kept_ports_reusing made, for a later run: the maps it read, what it returned, and
+    by node the instances with a recorded port there (`ports_on`) and with a rendering
+    declared there (`declared_on`), each sorted."""
+
+    ports: Mapping[str, Mapping[str, PortAssignment]]
+    instances: AbstractSet[str]
+    declared: Mapping[str, InstanceRendering]
+    kept: Mapping[str, Mapping[int, str]]
+    ports_on: Mapping[str, tuple[str, ...]]
+    declared_on: Mapping[str, tuple[str, ...]]
+
+
+def kept_ports_reusing(ports: Mapping[str, Mapping[str, PortAssignment]],
+                       instances: Mapping[str, object],
+                       declared: Mapping[str, InstanceRendering],
+                       made: Optional[KeptPortsMade]
+                       ) -> tuple[Mapping[str, Mapping[int, str]], KeptPortsMade]:
+    """(kept_ports(ports, instances, declared), what the next run may reuse): from what a
+    previous run made (`made`; None: made whole), only the nodes it touches are worked out
+    again: each node of an old or new recorded port, or an old or new declared rendering, of
+    an instance whose entry is not the very one `made` read, or which joined or left
+    `instances` (a node's ports read only the entries on that node: kept_ports walks the
+    instances in name order, each one's listens in order, the declared ones after all of
+    them, the first holder of a port kept; so does each node here)."""
+    names = instances.keys()
+    if made is None:
+        kept = kept_ports(ports, names, declared)
+        ports_on: dict[str, list[str]] = {}
+        for name in sorted(ports):
+            for node in sorted({entry.node for entry in ports[name].values()}):
+                ports_on.setdefault(node, []).append(name)
+        declared_on: dict[str, list[str]] = {}
+        for name in sorted(declared):
+            declared_on.setdefault(declared[name].node, []).append(name)
+        return kept, KeptPortsMade(ports, set(names), declared, kept,
+                                   {n: tuple(v) for n, v in ports_on.items()},
+                                   {n: tuple(v) for n, v in declared_on.items()})
+    touched: set[str] = set()  # nodes worked out again
+    moved_ports: dict[str, tuple[set[str], set[str]]] = {}  # node → (names gone, names come)
+    moved_declared: dict[str, tuple[set[str], set[str]]] = {}
+    changed_names: set[str] = set()
+    if made.instances != names:
+        changed_names.update(names - made.instances)
+        changed_names.update(made.instances - names)
+    if made.ports is not ports:
+        was_ports = made.ports
+        for name in [n for n, v in ports.items() if was_ports.get(n) is not v] + \
+                list(was_ports.keys() - ports.keys()):
+            before = {e.node for e in was_ports[name].values()} if name in was_ports else set()
+            after = {e.node for e in ports[name].values()} if name in ports else set()
+            for node in before - after:
+                moved_ports.setdefault(node, (set(), set()))[0].add(name)
+            for node in after - before:
+                moved_ports.setdefault(node, (set(), set()))[1].add(name)
+            touched.update(before | after)
+    if made.declared is not declared:
+        was_declared = made.declared
+        for name in [n for n, v in declared.items() if was_declared.get(n) is not v] + \
+                list(was_declared.keys() - declared.keys()):
+            old, new = was_declared.get(name), declared.get(name)
+            if old is not None and (new is None or new.node != old.node):
+                moved_declared.setdefault(old.node, (set(), set()))[0].add(name)
+            if new is not None and (old is None or new.node != old.node):
+                moved_declared.setdefault(new.node, (set(), set()))[1].add(name)
+            touched.update(r.node for r in (old, new) if r is not None)
+    for name in changed_names:
+        touched.update(e.node for e in ports.get(name, {}).values())
+        touched.update(e.node for e in made.ports.get(name, {}).values())
+        for rendering in (declared.get(name), made.declared.get(name)):
+            if rendering is not None:
+                touched.add(rendering.node)
+    if not touched:
+        return made.kept, KeptPortsMade(ports, made.instances, declared, made.kept,
+                                        made.ports_on, made.declared_on)
+    new_ports_on = _moved(made.ports_on, moved_ports)
+    new_declared_on = _moved(made.declared_on, moved_declared)
+    result: dict[str, Mapping[int, str]] = dict(made.kept)
+    for node in touched:
+        mine: dict[int, str] = {}
+        for name in new_ports_on.get(node, ()):
+            if name in instances:
+                entries = ports[name]
+                for listen_name, entry in (entries.items() if len(entries) == 1
+                                           else sorted(entries.items())):
+                    if entry.node == node:
+                        mine.setdefault(entry.port, f"{name}/{listen_name}")
+        for name in new_declared_on.get(node, ()):
+            if name in instances:
+                for container in declared[name].containers:
+                    for p in container.ports:
+                        mine.setdefault(p.host_port, f"{name}/{p.listen}")
+        if mine:
+            result[node] = mine
+        else:
+            result.pop(node, None)
+    return result, KeptPortsMade(ports, set(names), declared, result, new_ports_on,
+                               new_declared_on)
+
+
+def _moved(on: Mapping[str, tuple[str, ...]], moved: dict[str, tuple[set[str], set[str]]]
+           ) -> Mapping[str, tuple[str, ...]]:
+    """`on` (node → names, sorted) with each node's names gone taken out and come put in."""
+    if not moved:
+        return on
+    changed = dict(on)
+    for node, (gone, come) in moved.items():
+        names = tuple(sorted((set(on.get(node, ())) - gone) | come))
+        if names:
+            changed[node] = names
+        else:
+            changed.pop(node, None)
+    return changed
 
 
 def was_bound(r: Context, consumer: str, as_: str, provider: str) -> bool:

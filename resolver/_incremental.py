@@ -18,13 +18,28 @@ Invariants:
   (resolver/_assemble.py, assemble_reusing); the order of the requests by the set of them
   (the requests still made keep their order, new ones are put in their places). A
   consumer with a problem is not kept (problems are located through Sources, no key's part).
+  A keyed stage that holds the maps its run read its keys' parts from does not make the key
+  of a consumer or instance none of whose parts differs from them (by identity, or by
+  equality for plain values): that key would be made of the very parts, or equal ones, of
+  the kept key, so it equals it (render_bindings_reusing: _suspect_consumers;
+  render_instances_reusing: _suspects). Likewise by node: the same-node openings and MACs
+  are worked out again only for the consumers whose parts of the bindings are not the kept
+  ones and the nodes they were or are on (resolver/_render.py, _local_again), the kept host
+  ports only on the nodes an entry that is not the very one read was or is on
+  (resolver/_held.py, kept_ports_reusing), and the instances by node the declarations are
+  assembled from only on the nodes a changed rendering was or is on, or reaches
+  (resolver/_assemble.py, Layout).
   The validation of the ledger and of the catalogue is skipped when it is the very same
-  object an earlier run found clean, and the Context's lookups made from the ledger, the
-  instances and the nodes are shared when they are made from the very same objects (the
-  inputs are frozen values: the same object is the same value; resolver/_check.py
-  validate_reusing, resolver/_context.py Context.of_reusing). Everything else (the mesh's
-  validation, the refusals, ports, logins, held instances, the new ledger) is computed anew
-  each run: those stages read the whole mesh.
+  object an earlier run found clean (the catalogue: or an equal one; of another ledger, the
+  maps and host port entries it holds of the clean one by identity), and the Context's
+  lookups made from the ledger (map by map), the instances and the nodes are shared when
+  they are made from the very same objects (the inputs are frozen values: the same object
+  is the same value; resolver/_check.py validate_reusing, resolver/_context.py
+  Context.of_reusing). The new ledger keeps each map of the ledger handed in that it holds
+  equal (ports, bindings, logins), so the ledger the next run is handed (the one this run's
+  was recorded into) shares them by identity. Everything else (the mesh's validation, the
+  refusals, ports, logins, held instances, the new ledger) is computed anew each run:
+  those stages read the whole mesh.
 - Pure, as the rest of the resolver: no clock, no randomness, no I/O, no logging.
 """
 

@@ -15,14 +15,16 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import AbstractSet, Mapping, Optional
+
+import attrs
 
 from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem
 from ._issue import PortBook
 from ._ledger import PortAssignment
-from ._model import Listen
+from ._model import Instance, Listen, Module
 from ._frozen import FrozenMap
 
 
@@ -145,6 +147,89 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
     return FrozenMap({k: _kept_or_new(v, r.recorded_ports.get(k)) for k, v in ports.items()}), \
         changes
+
+
+@attrs.frozen(eq=False)
+class PortsMade:
+    """What new_ports_reusing read and returned, for a later run."""
+
+    assigned: Mapping[tuple[str, str], int]
+    instances: Mapping[str, Instance]
+    modules_of: Mapping[str, Optional[Module]]
+    recorded: Mapping[str, Mapping[str, PortAssignment]]
+    ledger_ports: Mapping[str, Mapping[str, PortAssignment]]
+    blocked: frozenset[str]
+    ports: Mapping[str, FrozenMap[str, PortAssignment]]
+
+
+Moved = tuple[Mapping[tuple[str, str], int], AbstractSet[str]]
+"""(a run's host ports by (instance, listen), the instances whose host ports differ from
+them in another run's: ports_moved), worked out once for the stages that compare with it."""
+
+
+def ports_moved(before: Mapping[tuple[str, str], int], assigned: Mapping[tuple[str, str], int]
+                ) -> set[str]:
+    """The instances whose host ports in `assigned` are not those in `before` (a port
+    another, or one of them only in one of the two)."""
+    if before is assigned:
+        return set()
+    return {k[0][0] for k in assigned.items() ^ before.items()}
+
+
+def new_ports_reusing(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int],
+                      made: Optional[PortsMade], moved: Optional[Moved] = None
+                      ) -> tuple[FrozenMap[str, FrozenMap[str, PortAssignment]], list[Change],
+                                 PortsMade]:
+    """new_ports(r, blocked, assigned), with what the next run may reuse: from what a
+    previous run read and returned (`made`; None: all made anew), only the instances a part
+    of whose entry is not the very one it read (their host ports assigned, their Instance,
+    module, recorded ports or ledger entry, whether they are refused, whether they are in
+    mesh.yaml) are worked out again (an instance's entry reads only those). `moved`: the
+    instances whose host ports differ from those of a run, when worked out already."""
+    now_blocked = frozenset(blocked)
+    if made is None:
+        whole, released = new_ports(r, blocked, assigned)
+        return whole, released, PortsMade(assigned, r.instances, r.modules_of,
+                                          r.recorded_ports, r.ledger.ports, now_blocked, whole)
+    instances, recorded, ledger_ports = r.instances, r.recorded_ports, r.ledger.ports
+    again = set(moved[1]) if moved is not None and moved[0] is made.assigned \
+        else ports_moved(made.assigned, assigned)
+    again.update(now_blocked ^ made.blocked)
+    for before, now in ((made.instances, instances), (made.modules_of, r.modules_of),
+                        (made.recorded, recorded), (made.ledger_ports, ledger_ports)):
+        if before is not now:
+            again.update(n for n, v in now.items() if before.get(n) is not v)
+            again.update(before.keys() - now.keys())
+    ports: dict[str, FrozenMap[str, PortAssignment]] = dict(made.ports)
+    for name in again:
+        ports.pop(name, None)
+        mine: dict[str, PortAssignment] = {}
+        inst = instances.get(name)
+        module = r.modules_of.get(name) if inst is not None else None
+        if inst is not None and module is not None:
+            had = recorded.get(name)
+            for listen_name, listen in sorted(module.listens.items()):
+                port = assigned.get((name, listen_name))
+                if port is None or listen.fixed is not None:
+                    continue
+                entry = had.get(listen_name) if had is not None else None
+                if entry is None or entry.node != inst.node or entry.port != port:
+                    entry = PortAssignment(inst.node, port)
+                mine[listen_name] = entry
+        entries = ledger_ports.get(name)
+        if inst is not None and entries is not None and (not mine or name in blocked):
+            mine = dict(entries)  # kept for a blocked instance, unchanged
+        if mine:
+            ports[name] = _kept_or_new(mine, recorded.get(name))
+    changes: list[Change] = []
+    for name in sorted(ledger_ports.keys() - instances.keys()):
+        for listen_name, entry in sorted(ledger_ports[name].items()):
+            changes.append(Change("port-released", name,
+                                  f"{name} is gone: host port {entry.node}:"
+                                  f"{entry.port} ({listen_name}) is released"))
+    result = FrozenMap(ports)
+    return result, changes, PortsMade(assigned, instances, r.modules_of, recorded,
+                                      ledger_ports, now_blocked, result)
 
 
 def _kept_or_new(entries: dict[str, PortAssignment],

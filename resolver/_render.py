@@ -21,10 +21,14 @@ Invariants:
   is compiled there, so filling it per instance only looks up what varies by instance.
 - Reuse (render_instances_reusing, for resolver/incremental.py): a rendering is taken from a
   previous run only when its RenderingKey, which holds every value the rendering reads, equals
-  the kept one; instances that read the ledger's TLS parts are always rendered anew. A
+  the kept one (known equal without being made when none of its parts differs from what the
+  kept run read: _suspects); instances that read the ledger's TLS parts are always rendered
+  anew. A
   consumer's same-node openings are taken from a previous run (local_openings_reusing) only
   when its key (its node and MACs, each binding with its provider's module, node and port)
-  and the modules' listens are the same; a node's MACs only for the same containers' names.
+  and the modules' listens are the same; a node's MACs only for the same containers' names
+  (and from the last run's, only the consumers not in Consumed.same and the nodes they were
+  or are on are worked out again: _local_again).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from operator import itemgetter
-from typing import AbstractSet, Iterable, Mapping, Optional, Sequence
+from typing import AbstractSet, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import attrs
 from pyrsistent import pvector
@@ -54,10 +58,12 @@ from ._declaration import (
 from ._artifacts import artifact_key, image_reference
 from ._binding_files import mount_files, with_ca_at
 from ._bound import Bound, BoundKey
-from ._firewall import KeptMacs, consumer_container_macs_reusing, exposures_of
+from ._firewall import (KeptMacs, assign_macs, consumer_container_macs_reusing,
+                        exposures_of)
 from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._ledger import Ledger
-from ._model import EMPTY_VEC, Listen, Mesh, Module
+from ._model import EMPTY_VEC, Instance, Listen, Mesh, Module, Node
+from ._ports import Moved, ports_moved
 from ._registry_access import MeshRegistry, with_auth
 from ._tool_tokens import serves_backup_logins, serves_tokens
 from ._render_bindings import Consumed, Live
@@ -150,11 +156,18 @@ class KeptLocal:
                                   FrozenMap[str, PVector[FirewallLocal]]]] = EMPTY_FROZEN
     """Consumer → the key of its openings (its node and MACs; each binding with its
     provider's module, node and assigned port) and the openings made from it."""
+    made: Optional[LocalOpenings] = None
+    """What the run returned (None: nothing to work out again from)."""
+    macs_of: Mapping[str, PVector[str]] = EMPTY_FROZEN
+    """Consumer bound on its own node → its containers' MACs, sorted."""
+    on_node: Mapping[str, tuple[str, ...]] = EMPTY_FROZEN
+    """Node → the consumers bound on it (on their own node), sorted."""
 
 
 def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
                            assigned: Mapping[tuple[str, str], int], kept: Optional[KeptLocal],
-                           same: AbstractSet[str] = frozenset()
+                           same: AbstractSet[str] = frozenset(),
+                           consumers: Optional[AbstractSet[str]] = None
                            ) -> tuple[LocalOpenings, KeptLocal]:
     """local_openings, reusing what a previous run made (`kept`; None: keep nothing, make no
     keys): a consumer whose key (its node, its MACs, and for each of its bindings the Bound,
@@ -163,7 +176,13 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
     bindings' _GroupKey equals the one kept by the same earlier run (Consumed.same): that key
     holds every part of this one but the MACs (the consumer's node; each Bound, its provider's
     node and module, and the ports of every listen of that module), so for them only the MACs
-    are compared (the key is not made again: the kept one is equal)."""
+    are compared (the key is not made again: the kept one is equal). `consumers`: every
+    consumer bound now (a superset will do); with it, and a `kept` that holds what its run
+    made, only the consumers not in `same` and the nodes they were or are on are worked out
+    again (_local_again)."""
+    if kept is not None and kept.made is not None and consumers is not None \
+            and kept.macs.mesh == mesh and kept.listens == live.listens_of:
+        return _local_again(mesh, live, bound, assigned, kept, kept.made, same, consumers)
     keeping = kept is not None
     mac_of, consumer_macs, kept_macs = consumer_container_macs_reusing(
         mesh, bound, container_name, live.node_of, live.instances, live.modules,
@@ -215,9 +234,136 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
             locals_of[consumer] = FrozenMap({node: pvector(openings)})
             if keeping:
                 made[consumer] = (key, locals_of[consumer])
-    return (LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of),
-                          names=kept_macs.names),
-            KeptLocal(kept_macs, live.listens_of, FrozenMap(made)) if keeping else KeptLocal())
+    opened = LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of),
+                           names=kept_macs.names)
+    if not keeping:
+        return opened, KeptLocal()
+    on_node: dict[str, list[str]] = {}
+    for name in sorted(kept_macs.names):
+        on_node.setdefault(node_of[name], []).append(name)
+    return opened, KeptLocal(kept_macs, live.listens_of, FrozenMap(made), opened, macs_of,
+                             {node: tuple(names) for node, names in on_node.items()})
+
+
+def _local_again(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
+                 assigned: Mapping[tuple[str, str], int], kept: KeptLocal,
+                 last: LocalOpenings, same: AbstractSet[str], consumers: AbstractSet[str]
+                 ) -> tuple[LocalOpenings, KeptLocal]:
+    """local_openings_reusing from what the kept run made (`last`), working out again only
+    the consumers not in `same` (bound now or then) and every consumer on a node one of them
+    was or is on: a consumer in `same` has the very Instance, Module and Bounds it had, and
+    its providers the same nodes, modules and ports (Consumed.same), so whether it is bound
+    on its own node, its containers' names and its openings' key but for the MACs are what
+    they were; a node's MACs are made from its consumers' names alone (the same names, the
+    same MACs, as consumer_container_macs_reusing keeps them)."""
+    node_of, instances, modules = live.node_of, live.instances, live.modules
+    kept_names = kept.macs.names
+    changed = (consumers | kept_names.keys() | kept.consumers.keys()) - same
+    nodes: set[str] = set()  # the nodes worked out again
+    for name in changed:
+        before = kept_names.get(name)
+        if before is not None:
+            nodes.add(before[0].node)
+        if name in node_of:
+            nodes.add(node_of[name])
+    around = set(changed)  # the consumers worked out again
+    for node in nodes:
+        around.update(kept.on_node.get(node, ()))
+    keys_of: dict[str, list[BoundKey]] = {}  # their bindings
+    for key in bound:
+        if key[0] in around:
+            keys_of.setdefault(key[0], []).append(key)
+    local_now = {name for name in changed if any(
+        node_of[name] == node_of[k[2]] for k in keys_of.get(name, ()))}
+    names_of: dict[str, tuple[Instance, Module, list[str]]] = dict(kept_names)
+    for name in changed:
+        names_of.pop(name, None)
+    for name in sorted(local_now):
+        inst, module = instances[name], modules[name]
+        before = kept_names.get(name)
+        if before is not None and before[0] is inst and before[1] is module:
+            names_of[name] = before
+        else:
+            names_of[name] = (inst, module, [container_name(mesh, name, c.name)
+                                             for c in module.containers
+                                             if c.part is None or c.part in inst.parts])
+    on_node = dict(kept.on_node)
+    made_nodes = dict(kept.macs.nodes)
+    mac_of = dict(last.macs)
+    remade: set[str] = set()  # the nodes whose MACs are not the kept ones
+    for node in sorted(nodes):
+        on = tuple(sorted((set(kept.on_node.get(node, ())) - changed)
+                          | {n for n in local_now if node_of[n] == node}))
+        before_node = kept.macs.nodes.get(node)
+        if not on:
+            on_node.pop(node, None)
+            made_nodes.pop(node, None)
+            remade.add(node)
+            continue
+        on_node[node] = on
+        runtime_names = [c for n in on for c in names_of[n][2]]
+        if before_node is not None and before_node[0] == runtime_names:
+            continue  # the same names: the same MACs
+        made_nodes[node] = (runtime_names, assign_macs(mesh, runtime_names))
+        remade.add(node)
+    for node in remade:  # (a container's name may leave one node for another: all out first)
+        before_node = kept.macs.nodes.get(node)
+        if before_node is not None:
+            for runtime in before_node[0]:
+                mac_of.pop(runtime, None)
+    for node in remade:
+        if node in made_nodes:
+            mac_of.update(made_nodes[node][1])
+    macs_of = dict(kept.macs_of)
+    locals_of = dict(last.by_consumer)
+    made = dict(kept.consumers)
+    listens_of = live.listens_of
+    for name in sorted(around):
+        macs_of.pop(name, None)
+        if name in names_of and (name in changed or node_of[name] in remade):
+            mine = names_of[name][2]
+            sorted_macs = [mac_of[mine[0]]] if len(mine) == 1 \
+                else sorted([mac_of[c] for c in mine])  # (none: an empty list)
+            was = kept.macs_of.get(name)
+            if sorted_macs:
+                macs_of[name] = was if was is not None and list(was) == sorted_macs \
+                    else pvector(sorted_macs)
+        elif name in names_of and name in kept.macs_of:
+            macs_of[name] = kept.macs_of[name]
+        if name not in changed and node_of.get(name) not in remade:
+            continue  # (its openings and their key: the kept ones)
+        locals_of.pop(name, None)
+        made.pop(name, None)
+        given = macs_of.get(name)
+        if given is None:
+            continue  # no container bound on its own node: nothing to let in
+        node = node_of[name]
+        keys = sorted(keys_of.get(name, ()))
+        parts: list[object] = [node, given]
+        for k in keys:
+            b = bound[k]
+            parts.append((b, instances[b.provider].module, node_of[b.provider],
+                          assigned.get((b.provider, b.listen))))
+        opening_key = tuple(parts)
+        before_key = kept.consumers.get(name)
+        if before_key is not None and before_key[0] == opening_key:
+            locals_of[name] = before_key[1]
+            made[name] = before_key
+            continue
+        openings: list[FirewallLocal] = []
+        for k in keys:
+            b = bound[k]
+            if node_of[b.provider] == node:
+                listen = listens_of[instances[b.provider].module][b.listen]
+                openings.append(FirewallLocal(assigned[(b.provider, b.listen)],
+                                              listen.protocol, given, f"{b.provider}/{b.listen}"))
+        if openings:
+            locals_of[name] = FrozenMap({node: pvector(openings)})
+            made[name] = (opening_key, locals_of[name])
+    opened = LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of),
+                           names=names_of)
+    return opened, KeptLocal(KeptMacs(mesh, names_of, made_nodes), listens_of, FrozenMap(made),
+                             opened, macs_of, on_node)
 
 
 # ---------------------------------------------------------------------- the renderings
@@ -283,6 +429,28 @@ class Kept:
     """Module name → (the module, the images of its artifacts)."""
     instances: Mapping[str, tuple[RenderingKey, InstanceRendering]] = EMPTY_FROZEN
     """Instance → the key and the rendering made from it."""
+    read: Optional["_Read"] = None
+    """The maps the run read each key's parts from (render_instances_reusing: an instance
+    none of whose parts differs from them is taken without making its key)."""
+
+
+@attrs.frozen(eq=False)
+class _Read:
+    """The maps one render_instances_reusing run read its keys' parts from, each by instance
+    (or by (instance, listen or secret), or by container runtime name): the next run finds
+    the instances any of whose parts differs from what these held (_suspects)."""
+
+    instances: Mapping[str, Instance]
+    nodes: Mapping[str, Node]
+    consumers: Mapping[str, object]
+    """The instances the run's Consumed told something (its `decls`)."""
+    fqdn_of: Mapping[str, str]
+    assigned: Mapping[tuple[str, str], int]
+    own: Mapping[tuple[str, str], SecretRef]
+    macs: Mapping[str, str]
+    names: Mapping[str, tuple[object, object, list[str]]]
+    providers: Mapping[str, PVector[ProviderDecl]]
+    openings: Mapping[str, FrozenMap[str, PVector[FirewallLocal]]]
 
 
 NOTHING_KEPT = Kept()
@@ -294,6 +462,8 @@ def render_instances_reusing(
         consumed: Consumed, providers: Mapping[str, PVector[ProviderDecl]],
         local: LocalOpenings, servers: Mapping[str, tuple[str, str]] = EMPTY_FROZEN,
         served: Mapping[str, tuple[str, ...]] = EMPTY_FROZEN, kept: Optional[Kept] = None,
+        modules: Optional[Mapping[str, Module]] = None,
+        moved: Optional[Moved] = None,
         ) -> tuple[FrozenMap[str, InstanceRendering], Kept]:
     """render_instances, reusing what a previous resolution rendered: with `kept` (None: keep
     nothing, make no keys), an instance whose RenderingKey equals the one kept for it gets the
@@ -304,7 +474,12 @@ def render_instances_reusing(
     openings) and `run` the values every rendering reads (the mesh's name, logs, domain and
     acme, the CA, the registry's address); instances that read the ledger's TLS parts (a TLS
     server, a consumer of a TLS binding, an ingress, the registry, a tool server) are rendered
-    anew each time and not kept."""
+    anew each time and not kept. With `modules` (the catalogue's) and a `kept` that holds
+    what its run read (Kept.read), an instance none of whose key's parts differs from what
+    that run read (_suspects) gets the kept rendering without its key being made: its key
+    is made of the very parts the kept one was made of, or equal ones, so it equals it.
+    `moved`: the instances whose host ports differ from those of a run (_ports.ports_moved),
+    when the caller worked them out already."""
     registry_address = registry.address if registry is not None else None
     run: RenderingKey = (mesh.mesh, mesh.logs, live.domain,
                          mesh.acme.email if mesh.acme is not None else None, ledger.ca,
@@ -331,7 +506,18 @@ def render_instances_reusing(
                                              providers.get)
     verifying, with_macs, runtime_names_of = consumed.verifying, local.with_macs, local.names
     kept_get = kept.instances.get if kept is not None else None
+    suspects: Optional[AbstractSet[str]] = None
+    if kept is not None and kept.read is not None and modules is not None:
+        suspects = _suspects(kept.read, kept.modules, module_keys, live, mesh, ledger,
+                             registry_address, assigned, own, consumed, providers, local,
+                             servers, served, store, modules, moved)
     for name in live.names:
+        if suspects is not None and name not in suspects:
+            before = kept_get(name) if kept_get is not None else None
+            if before is not None:  # every part of its key is what the kept one read
+                renderings[name] = before[1]
+                made[name] = before
+                continue
         inst = live.instances[name]
         node = inst.node
         shape = shapes.get(inst.module)
@@ -445,8 +631,98 @@ def render_instances_reusing(
             files=pvector(files))
         if key is not None:
             made[name] = (key, renderings[name])
-    return FrozenMap(renderings), Kept(run, FrozenMap(module_keys), FrozenMap(made)) \
-        if keeping else NOTHING_KEPT
+    if not keeping:
+        return FrozenMap(renderings), NOTHING_KEPT
+    read = _Read(live.instances, mesh.nodes, consumed.decls, live.fqdn_of, assigned, own,
+                 local.macs, local.names, providers, local.by_consumer) \
+        if modules is not None else None
+    return FrozenMap(renderings), Kept(run, FrozenMap(module_keys), FrozenMap(made), read)
+
+
+def _suspects(read: _Read, kept_modules: Mapping[str, RenderingKey],
+              module_keys: dict[str, RenderingKey], live: Live, mesh: Mesh, ledger: Ledger,
+              registry_address: Optional[str], assigned: Mapping[tuple[str, str], int],
+              own: Mapping[tuple[str, str], SecretRef], consumed: Consumed,
+              providers: Mapping[str, PVector[ProviderDecl]], local: LocalOpenings,
+              servers: Mapping[str, tuple[str, str]], served: Mapping[str, tuple[str, ...]],
+              store: Optional[str], modules: Mapping[str, Module],
+              moved_ports: Optional[Moved] = None) -> set[str]:
+    """The live instances a part of whose RenderingKey may differ from the one the kept run
+    (which read `read`) made: its Instance is another; its module's key (the module, its
+    images) or its node is not the one that run read; it is told something and its parts of
+    the bindings are not the kept ones (Consumed.same); its DNS name, a host port, an own
+    secret's reference, a MAC, its runtime names, what it provides or its local openings
+    differ from what that run read; or it is rendered without a key (a TLS server or
+    consumer, a name holder, the registry). Every other live instance that run kept has a
+    key equal to the kept one. `module_keys` gets the key of each module whose key is the
+    kept one (that object). `moved_ports`: the instances whose host ports differ
+    from those of a run (ports_moved), when worked out already."""
+    suspects: set[str] = set()
+    instances = live.instances
+    gone: set[str] = set()  # modules whose key is not the kept one
+    for module_name, key in kept_modules.items():
+        module = modules.get(module_name)
+        if module is None:
+            gone.add(module_name)
+            continue
+        images = artifact_images(module, ledger, registry_address)
+        if (module, tuple(sorted(images.by_key.items()))) == key:
+            module_keys[module_name] = key
+        else:
+            gone.add(module_name)
+    nodes = mesh.nodes
+    moved = set() if read.nodes is nodes else {
+        n for n, node in read.nodes.items() if nodes.get(n) is not node}
+    if gone or moved:
+        suspects.update(n for n, i in instances.items() if i.module in gone or i.node in moved)
+    if read.instances is not instances:
+        was = read.instances
+        suspects.update(n for n, i in instances.items() if was.get(n) is not i)
+    suspects.update((consumed.decls.keys() | read.consumers.keys()) - consumed.same)
+    suspects.update(_differing_plain(read.fqdn_of, live.fqdn_of))
+    suspects.update(moved_ports[1] if moved_ports is not None
+                    and moved_ports[0] is read.assigned
+                    else ports_moved(read.assigned, assigned))
+    suspects.update(k[0] for k in _differing(read.own, own))
+    macs = _differing_plain(read.macs, local.macs)
+    if macs:
+        suspects.update(n for n, (_, _, runtime) in local.names.items()
+                        if not macs.isdisjoint(runtime))
+    suspects.update(_differing(read.names, local.names, same=True))
+    suspects.update(_differing(read.providers, providers))
+    suspects.update(_differing(read.openings, local.by_consumer, same=True))
+    suspects.update(servers.keys() | consumed.verifying | served.keys())
+    if store is not None:
+        suspects.add(store)
+    return suspects
+
+
+_T = TypeVar("_T")
+
+
+def _differing(before: Mapping[_T, object], now: Mapping[_T, object], same: bool = False
+               ) -> set[_T]:
+    """The keys whose value in `now` is not `before`'s (`same`: not the very object; else
+    not equal), those only one of them holds included."""
+    if before is now:
+        return set()
+    if same:
+        found = {k for k, v in now.items() if before.get(k, _ABSENT) is not v}
+    else:
+        found = {k for k, v in now.items() if before.get(k, _ABSENT) != v}
+    found.update(before.keys() - now.keys())
+    return found
+
+
+_ABSENT = object()
+
+
+def _differing_plain(before: Mapping[_T, object], now: Mapping[_T, object]) -> set[_T]:
+    """_differing(before, now) of maps whose values are plain strings or numbers (hashed
+    and compared in C: the entries either holds and the other does not)."""
+    if before is now:
+        return set()
+    return {k for k, _ in now.items() ^ before.items()}
 
 
 def _read_by(module: Module) -> tuple[list[str], list[str]]:

@@ -21,7 +21,9 @@ Invariants:
   keys only, exactly as before TLS existed.
 - Reuse (render_bindings_reusing, for resolver/incremental.py): a consumer's parts are taken
   from a previous run only when its _GroupKey, which holds every value they are made from,
-  equals the kept one; they take the same place in the (consumer, requirement) order.
+  equals the kept one (known equal without being made when none of its parts differs from
+  what the kept run read: _suspect_consumers); they take the same place in the (consumer,
+  requirement) order.
 """
 
 from __future__ import annotations
@@ -195,6 +197,21 @@ class KeptBindings:
     """Provider → its _ProviderKey."""
     consumers: Mapping[str, tuple[_GroupKey, _Piece]] = attrs.Factory(dict)
     """Consumer → the key and the parts made from it."""
+    read: Optional["_BindingsRead"] = None
+    """The maps the run read its keys' parts from (a consumer none of whose parts differs
+    from them is taken without making its key: _suspect_consumers)."""
+
+
+@attrs.frozen(eq=False)
+class _BindingsRead:
+    """The maps one render_bindings_reusing run read its _GroupKeys' parts from."""
+
+    bound: Mapping[BoundKey, Bound]
+    instances: Mapping[str, Instance]
+    modules: Mapping[str, Module]
+    address: Mapping[str, str]
+    logins: Mapping[str, str]
+    credentials: Mapping[str, Credential]
 
 
 def _provider_key(live: Live, provider: str, assigned: Mapping[tuple[str, str], int],
@@ -239,6 +256,10 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
     made: dict[str, tuple[_GroupKey, _Piece]] = {}
     provider_keys: dict[str, _ProviderKey] = {}
     same: list[str] = []  # the consumers whose key equals the kept one
+    suspects: Optional[set[str]] = None
+    if kept is not None and kept.read is not None:
+        suspects = _suspect_consumers(kept.read, kept.providers, live, bound, assigned, own,
+                                      logins, credentials, provider_keys)
 
     node_of, address, instances, modules = live.node_of, live.address, live.instances, \
         live.modules
@@ -269,6 +290,23 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
         first = last
         last += count
         group: Optional[_GroupKey] = None
+        if suspects is not None and consumer not in suspects:
+            # every part of its _GroupKey is what the kept run read: its key equals the kept
+            known = kept.consumers.get(consumer) if kept is not None else None
+            if known is not None:
+                same.append(consumer)
+                piece = known[1]
+                bindings.extend(piece.bindings)
+                requests.extend(piece.requests)
+                decls_of[consumer], told_of[consumer] = piece.decls, piece.told
+                if piece.grants is not None:
+                    granted_of[consumer] = piece.grants
+                if piece.allows is not None:
+                    allowed_of[consumer] = piece.allows
+                if piece.verifies:
+                    verifying.add(consumer)
+                made[consumer] = known
+                continue
         if kept is not None:  # its _GroupKey: its node, address, instance and module; each
             # binding with its provider's _ProviderKey, its login and its credential
             consumer_node = node_of[consumer]
@@ -300,7 +338,9 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
                     allowed_of[consumer] = piece.allows
                 if piece.verifies:
                     verifying.add(consumer)
-                made[consumer] = known
+                # kept with this run's key (equal): the objects the next run is handed are
+                # this run's (its Bounds), so its comparison finds them identical
+                made[consumer] = known if known[0] is group else (group, piece)
                 continue
         first_binding, first_request = len(bindings), len(requests)
         for key in ordered[first:last]:
@@ -417,7 +457,53 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
                         verifying=frozenset(verifying), same=frozenset(same))
     if kept is None:
         return consumed, KeptBindings()
-    return consumed, KeptBindings(live.provisions, FrozenMap(provider_keys), FrozenMap(made))
+    return consumed, KeptBindings(live.provisions, FrozenMap(provider_keys), FrozenMap(made),
+                                  _BindingsRead(bound, live.instances, live.modules,
+                                                live.address, logins, credentials))
+
+
+def _suspect_consumers(read: _BindingsRead, kept_providers: Mapping[str, _ProviderKey],
+                       live: Live, bound: Mapping[BoundKey, Bound],
+                       assigned: Mapping[tuple[str, str], int],
+                       own: Mapping[tuple[str, str], SecretRef], logins: Mapping[str, str],
+                       credentials: Mapping[str, Credential],
+                       provider_keys: dict[str, _ProviderKey]) -> set[str]:
+    """The consumers a part of whose _GroupKey may differ from the one the kept run (which
+    read `read`) made: a binding of theirs is not the very Bound that run read (or is new, or
+    gone); their Instance or Module is not the one it read; their node's address differs; a
+    provider's _ProviderKey is not the kept one; a login or credential of theirs differs.
+    Every other consumer that run kept has a key equal to the kept one. `provider_keys` gets
+    the _ProviderKey of every kept provider still live (the kept object when equal)."""
+    suspects: set[str] = set()
+    if read.bound is not bound:
+        was = read.bound
+        suspects.update(k[0] for k, b in bound.items() if was.get(k) is not b)
+        suspects.update(k[0] for k in was.keys() - bound.keys())
+    for before, now in ((read.instances, live.instances), (read.modules, live.modules)):
+        if before is not now:
+            suspects.update(n for n, v in now.items() if before.get(n) is not v)
+    if read.address is not live.address:
+        readdressed = {n for n, a in live.address.items() if read.address.get(n) != a}
+        if readdressed:
+            suspects.update(n for n, node in live.node_of.items() if node in readdressed)
+    changed: set[str] = set()  # providers whose key is not the kept one
+    for provider, key in kept_providers.items():
+        if provider in live.modules:  # (one no longer live: its bindings are gone)
+            made = provider_keys[provider] = _provider_key(live, provider, assigned, own,
+                                                           kept_providers)
+            if made is not key:
+                changed.add(provider)
+    # (logins are strings: the entries that differ, either way, found by the sets' own walk)
+    credentials_changed = {c for c, _ in logins.items() ^ read.logins.items()} \
+        if read.logins is not logins else set()
+    if read.credentials is not credentials:
+        credentials_changed.update(c for c, v in credentials.items()
+                                   if read.credentials.get(c) is not v)
+        credentials_changed.update(read.credentials.keys() - credentials.keys())
+    if changed or credentials_changed:
+        suspects.update(b.consumer for b in bound.values()
+                        if b.provider in changed or b.credential in credentials_changed)
+    return suspects
 
 
 def _lists(live: Live, consumer: str, entries: Mapping[str, list[BindingEntry]],

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 from bisect import insort
 from operator import attrgetter
-from typing import Iterable, Mapping, Optional, Union
+from typing import Iterable, Mapping, Optional, TypeVar, Union
 
 import attrs
 from pyrsistent import pmap, pvector
 from pyrsistent.typing import PVector
 
 from . import _codes as codes
-from ._assemble import Digests, assemble_reusing
+from ._assemble import Digests, Layout, assemble_reusing
 from ._binding_files import check_ca_mounts
 from ._check import validate
 from ._collector import collector_paused
@@ -49,13 +49,15 @@ from ._declaration import (
     Problem,
     Request,
 )
-from ._held import held_candidates, held_instances, keeps_optional, kept_ports, was_bound
-from ._ports import assign_ports, new_ports
+from ._held import (KeptPortsMade, held_candidates, held_instances, keeps_optional,
+                    kept_ports, kept_ports_reusing, was_bound)
+from ._ports import (Moved, PortsMade, assign_ports, new_ports, new_ports_reusing,
+                     ports_moved)
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
 from ._ledger import Ledger
 from ._frozen import EMPTY_FROZEN, FrozenMap
-from ._model import Mesh, Module, Require
+from ._model import Instance, Mesh, Module, Require
 from ._artifacts import (
     ARTIFACT_STORE,
     artifact_state,
@@ -86,6 +88,9 @@ from ._render_bindings import (KeptBindings, live_instances, own_secrets,
 from ._resolution import Resolution
 from ._select import EACH, Selection, select_every, select_provider
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
 #: What a requirement is bound by: a provision's name, or ("module", module name).
 _Wanted = Union[str, tuple[str, str]]
 
@@ -107,6 +112,22 @@ class KeptBinds:
     run: tuple[object, ...] = ()
     consumers: Mapping[str, tuple[tuple[object, ...], tuple[tuple[BoundKey, Bound], ...]]] = \
         EMPTY_FROZEN
+    read: Optional["_BindRead"] = None
+    """What the run read and returned (a later run whose `run` is equal binds again only
+    the consumers a part of whose key may differ: bind_all_reusing)."""
+
+
+@attrs.frozen(eq=False)
+class _BindRead:
+    """What one bind_all_reusing run read its consumers' keys from, and what it returned:
+    every binding (`bound`), those of the consumers it bound with a problem (`refused`: not
+    kept), and the placed instances."""
+
+    instances: Mapping[str, Instance]
+    recorded: Mapping[str, Mapping[str, str]]
+    placed: frozenset[str]
+    bound: Mapping[BoundKey, Bound]
+    refused: Mapping[str, tuple[tuple[BoundKey, Bound], ...]]
 
 
 @attrs.frozen
@@ -114,7 +135,8 @@ class Reused:
     """What one resolution made that the next may reuse (resolver/incremental.py holds it):
     each live instance's rendering with the key it was made from, each node's declaration
     contents and digest with their key, each consumer's parts of the bindings and its bindings
-    with their keys, the requests' order, the same-node openings and MACs."""
+    with their keys, the requests' order, the same-node openings and MACs, the kept host
+    ports, where each rendering was assembled, the new host ports."""
 
     renderings: Kept = NOTHING_KEPT
     digests: Digests = EMPTY_FROZEN
@@ -123,6 +145,12 @@ class Reused:
     requests: tuple[frozenset[Request], tuple[Request, ...]] = (frozenset(), ())
     """The requests of the last run, as a set and in order (the same set: the same order)."""
     local: KeptLocal = KeptLocal()
+    ports: Optional[KeptPortsMade] = None
+    """The kept host ports by node, with what they were worked out from (kept_ports_reusing)."""
+    layout: Optional[Layout] = None
+    """Where assemble_reusing found each rendering, and the declarations it returned."""
+    new_ports: Optional[PortsMade] = None
+    """The ledger's new host ports, with what they were made from (new_ports_reusing)."""
 
 
 def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution, Reused]:
@@ -141,7 +169,13 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
     stated, blocked = _stated((), NOTHING_BLOCKED, placement + moves + upgrades)
     stated, blocked = _stated(stated, blocked, check_mesh_scope(r, blocked))
     # node → host port → its holder: what floors and fixed ports meet
-    kept = kept_ports(r.ledger.ports, r.instances, r.declared)
+    ports_made: Optional[KeptPortsMade] = None
+    kept: Mapping[str, Mapping[int, str]]
+    if reused is None:
+        kept = kept_ports(r.ledger.ports, r.instances, r.declared)
+    else:
+        kept, ports_made = kept_ports_reusing(r.ledger.ports, r.instances, r.declared,
+                                              reused.ports)
     floor_conflicts, floors = check_floors(r, kept)  # the floors not applied
     stated, blocked = _stated(stated, blocked, floor_conflicts)
     stated, blocked = _stated(stated, blocked, check_claims(r, blocked, floors, kept))
@@ -171,7 +205,7 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
     providers = render_providers(live, assigned, r.credentials, own.refs)
     local, kept_local = local_openings_reusing(r.mesh.mesh, live, bound, assigned,
                                                reused.local if reused is not None else None,
-                                               consumed.same)
+                                               consumed.same, consumed.decls.keys())
     servers = tls_servers(live.names, live.modules, live.node_of,
                           registry.instance if registry is not None else None)
     served, name_holders = served_names(
@@ -180,17 +214,25 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
         live.node_of, live.fqdn_of)
     # with acme the ingress gets its names' certificates itself: none from the mesh CA
     served, name_holders = certified_names(r.mesh, served), certified_names(r.mesh, name_holders)
+    # the instances whose host ports are not the last run's: worked out once, for the
+    # renderings and the ledger's ports
+    moved_ports: Optional[Moved] = None
+    if reused is not None and reused.new_ports is not None:
+        before = reused.new_ports.assigned
+        moved_ports = (before, ports_moved(before, assigned))
     renderings, kept_renderings = render_instances_reusing(
         live, r.mesh, r.ledger, registry, assigned, own.refs, consumed, providers, local,
-        servers, served, reused.renderings if reused is not None else None)
+        servers, served, reused.renderings if reused is not None else None,
+        r.catalogue.modules, moved_ports)
     renderings = carried(r, renderings)  # moves that carry their state (resolver/_moves.py)
     bindings, rendered = consumed.bindings, own.requests + consumed.requests
     # the rest of what those stages returned is in the renderings now: let it go, so a large
     # mesh keeps no second set of it alive (for the collector to walk) while the rest runs
     del live, own, consumed, providers, local
     held, held_problems = held_instances(r, blocked, stated)
-    declarations, accounts, digests = assemble_reusing(
-        r, floors, renderings, held, registry, reused.digests if reused is not None else None)
+    declarations, accounts, digests, layout = assemble_reusing(
+        r, floors, renderings, held, registry, reused.digests if reused is not None else None,
+        reused.layout if reused is not None else None)
     # every request of every stage, merged here (duplicates kept: the count per node
     # check_public_keys states is of requests made, as it always was)
     all_requests = [*rendered, *accounts,
@@ -215,13 +257,18 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
     live_creds = set(logins)
     kept_logins = {k: v for k, v in r.ledger.logins.items()
                    if k not in live_creds and _credential_parties_present(r, k)}
-    ports, released = new_ports(r, blocked, assigned)
+    ports_kept: Optional[PortsMade] = None
+    if reused is None:
+        ports, released = new_ports(r, blocked, assigned)
+    else:
+        ports, released, ports_kept = new_ports_reusing(r, blocked, assigned, reused.new_ports,
+                                                        moved_ports)
     ledger = attrs.evolve(
         r.ledger,
-        ports=ports,
-        bindings=FrozenMap({k: _kept_or_new(v, r.ledger.bindings.get(k))
-                            for k, v in new_bindings.items()}),
-        logins=FrozenMap({**kept_logins, **logins}),
+        ports=_kept_map(ports, r.ledger.ports),
+        bindings=_kept_map({k: _kept_or_new(v, r.ledger.bindings.get(k))
+                            for k, v in new_bindings.items()}, r.ledger.bindings),
+        logins=_kept_map({**kept_logins, **logins}, r.ledger.logins),
         # (the ledger's own map when no instance of it is gone: 10,000 entries not copied)
         declared=r.ledger.declared if all(k in r.instances for k in r.declared)
         else pmap({k: v for k, v in r.ledger.declared.items() if k in r.instances}),
@@ -243,7 +290,7 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
         renderings=renderings,
     ), Reused(kept_renderings, digests, kept_bindings, kept_binds,
               (made_requests, tuple(requests)) if reused is not None else (frozenset(), ()),
-              kept_local)
+              kept_local, ports_made, layout, ports_kept)
 
 
 def _kept_or_new(entries: dict[str, str], recorded: Optional[Mapping[str, str]]
@@ -253,6 +300,16 @@ def _kept_or_new(entries: dict[str, str], recorded: Optional[Mapping[str, str]]
     if isinstance(recorded, FrozenMap) and recorded == entries:
         return recorded
     return FrozenMap(entries)
+
+
+def _kept_map(entries: Mapping[_K, _V], recorded: Mapping[_K, _V]) -> FrozenMap[_K, _V]:
+    """`entries` as a FrozenMap: the ledger's own map (`recorded`) when it is one holding
+    equal entries (a ledger at its fixed point keeps its maps: the next run, handed it
+    back, finds them unchanged by identity: resolver/_context.py Context.of_reusing,
+    resolver/_check.py validate_reusing)."""
+    if isinstance(recorded, FrozenMap) and recorded == entries:  # (by identity, mostly)
+        return recorded
+    return entries if isinstance(entries, FrozenMap) else FrozenMap(entries)
 
 
 def _keep_unbound_records(r: Context, consumer: str, recorded: Mapping[str, str],
@@ -328,7 +385,8 @@ def candidates_index(r: Context, held: dict[str, InstanceRendering]
             provides = [p.provision for p in held[name].providers] if name in held else []
         else:
             by_module.setdefault(module.name, []).append(name)
-            provides = provides_of.get(module.name) or provides_of.setdefault(
+            known = provides_of.get(module.name)  # (an empty list too: made once)
+            provides = known if known is not None else provides_of.setdefault(
                 module.name, [p.provision for p in module.provides])
         for provision in provides:
             lst = by_provision.setdefault(provision, [])
@@ -350,7 +408,11 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
                      ) -> tuple[dict[BoundKey, Bound], Findings, KeptBinds]:
     """bind_all, reusing what a previous run bound (`kept`; None: keep nothing, make no
     keys): a consumer whose key equals the kept one, in a run whose KeptBinds.run equals the
-    kept one, gets the kept bindings (the same objects); what this run made is returned."""
+    kept one, gets the kept bindings (the same objects); what this run made is returned. In
+    such a run, with what the kept run read (KeptBinds.read), only the consumers placed in
+    one of the two runs and not the other, not kept, or whose Instance or recorded bindings
+    are not the very ones read are walked; every other one's key is the kept one (made of
+    those very objects), and its bindings are taken from what the kept run returned."""
     held = held_candidates(r, blocked)
     by_provision, by_module = candidates_index(r, held)
     instances, modules_of = r.instances, r.modules_of
@@ -384,7 +446,35 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
     defaults = dict(r.mesh.defaults)  # (plain dicts: a miss in a PMap costs a raised KeyError)
     # (provider's module, provision, listen asked) → the listen serving it
     listens: dict[tuple[str, Optional[str], Optional[str]], str] = {}
-    for name in r.placed(blocked):
+    placed = r.placed(blocked)
+    walk: Iterable[str] = placed
+    unkept: dict[str, tuple[tuple[BoundKey, Bound], ...]] = {}  # bound with a problem
+    placed_now: frozenset[str] = frozenset(placed) if keeping else frozenset()
+    if kept is not None and kept.read is not None:
+        # the same run: only the consumers placed anew or no longer, and those whose
+        # Instance or recorded bindings are not the very ones read, are walked (the others'
+        # keys are the kept ones: what they bound is taken as it is)
+        read = kept.read
+        todo = set(placed_now ^ read.placed)
+        todo.update(placed_now - kept.consumers.keys())
+        if read.instances is not instances:
+            was_instances = read.instances
+            todo.update(n for n, i in instances.items() if was_instances.get(n) is not i)
+        if read.recorded is not r.recorded_bindings:
+            was_recorded = read.recorded
+            todo.update(n for n, v in r.recorded_bindings.items()
+                        if was_recorded.get(n) is not v)
+            todo.update(was_recorded.keys() - r.recorded_bindings.keys())
+        bound = dict(read.bound)
+        made = dict(kept.consumers)
+        unkept = dict(read.refused)
+        for name in todo:  # what they bound is bound again (or not: no longer placed)
+            kept_one = made.pop(name, None)
+            for bound_key, _ in kept_one[1] if kept_one is not None \
+                    else unkept.pop(name, ()):
+                bound.pop(bound_key, None)
+        walk = sorted(todo & placed_now)
+    for name in walk:
         inst = instances[name]
         recorded = r.recorded_bindings.get(name)
         consumer_key: tuple[object, ...] = ()
@@ -475,7 +565,12 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
         bound.update(mine)
         if keeping and len(found) == first_found:
             made[name] = (consumer_key, tuple(mine))
-    return bound, tuple(found), KeptBinds(run, FrozenMap(made)) if keeping else KeptBinds()
+        elif keeping:
+            unkept[name] = tuple(mine)
+    if not keeping:
+        return bound, tuple(found), KeptBinds()
+    return bound, tuple(found), KeptBinds(run, FrozenMap(made), _BindRead(
+        instances, r.recorded_bindings, placed_now, bound, unkept))
 
 
 def bind_every(r: Context, name: str, module: Module, index: int, req: Require,

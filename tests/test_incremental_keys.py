@@ -17,6 +17,9 @@ from resolver import (
     Artifact,
     Catalogue,
     Container,
+    Credential,
+    Floor,
+    Generation,
     InputError,
     Instance,
     Ledger,
@@ -85,6 +88,14 @@ def _edits() -> dict[str, tuple[Catalogue, Mesh, Ledger, Mesh, Ledger]]:
     kept = resolve(two, pinned, ledger).ledger  # its port is kept where it moves
     rebound = attrs.evolve(written, bindings=written.bindings.set(
         "app", written.bindings["app"].set("db", "db@n1")))
+    floored = attrs.evolve(mesh, floors=pvector([Floor(20600)]))
+    refused = _with_instance(mesh, "db@n1", parts=pvector(["no-such-part"]))
+    # the application with a secret of its own, told in its env
+    app = catalogue.modules["app"]
+    owning = attrs.evolve(catalogue, modules=catalogue.modules.set("app", attrs.evolve(
+        app, secrets=pvector(["admin"]), containers=pvector([attrs.evolve(
+            app.containers[0], env=app.containers[0].env.set(
+                "ADMIN", "${self.admin.password}"))]))))
     return {
         # no binding recorded: the co-located database follows the consumer
         "consumer moved": (catalogue, mesh, ledger, _with_instance(mesh, "app", node="n1"),
@@ -103,7 +114,41 @@ def _edits() -> dict[str, tuple[Catalogue, Mesh, Ledger, Mesh, Ledger]]:
         "provider refused": (catalogue, mesh, ledger,
                              _with_instance(mesh, "db@n1", parts=pvector(["no-such-part"])),
                              ledger),
+        # the ledger records another host port for the application, and nothing else changes
+        # (nothing consumes it): only its own published port differs, which no part of the
+        # bindings holds (render_instances_reusing finds it among the ports that differ)
+        "own port recorded anew": (catalogue, mesh, written, mesh, _port_moved(written, "app")),
+        # a mesh floor on port 20600; the ledger then records the application's port there:
+        # the kept host ports of its node change (kept_ports_reusing works that node out
+        # again), so the floor is refused there, naming the application
+        "port kept on a floor": (catalogue, floored, written, floored,
+                                 _port_moved(written, "app", 20600)),
+        # a second application bound to the database on its node: that node's MACs are
+        # worked out again with both consumers' containers (the first one's openings kept)
+        "second consumer on a node": (catalogue, mesh, written, attrs.evolve(
+            mesh, instances=mesh.instances.set("app2", Instance(
+                "app", "n0", bind=pmap({"db": "db@n0"})))), written),
+        # a refused database keeps its recorded port as the ledger has it: the ledger then
+        # records another one for it (new_ports_reusing works its entry out again)
+        "refused instance's port recorded anew": (
+            catalogue, refused, written, refused, _port_moved(written, "db@n1", 20700)),
+        # the application becomes a monitor (another module) under the same catalogue: its
+        # module is looked up again (Context.of_reusing keeps the others' lookups)
+        "instance's module changed": (catalogue, mesh, written,
+                                      _with_instance(mesh, "app", module="mon"), written),
+        # the application's own secret is issued (its first generation): only the reference
+        # its env holds changes
+        "own secret issued": (owning, mesh, written, mesh, attrs.evolve(written, credentials=(
+            written.credentials.set("secret/app/admin", Credential(
+                active=Generation(1, sealed=pmap({"n0": "c2VhbGVk"}))))))),
     }
+
+
+def _port_moved(ledger: Ledger, name: str, to: int = 20500) -> Ledger:
+    """`ledger` with `name`'s recorded host port moved to `to` (no other listen holds it)."""
+    port = ledger.ports[name]["main"]
+    return attrs.evolve(ledger, ports=ledger.ports.set(
+        name, ledger.ports[name].set("main", attrs.evolve(port, port=to))))
 
 
 @pytest.mark.parametrize("case", sorted(_edits()))
@@ -111,6 +156,11 @@ def test_an_edit_resolved_from_the_last_reuse_equals_resolve(case: str) -> None:
     catalogue, mesh, ledger, after_mesh, after_ledger = _edits()[case]
     first, reuse = resolve_from(None, catalogue, mesh, ledger)
     assert first == resolve(catalogue, mesh, ledger)
+    # resolved once more from its own reuse, as a long-lived loop is between two edits: what
+    # is reused then is what every part of a run compared equal with the run before
+    # (render_instances_reusing takes those instances without making their keys)
+    settled, reuse = resolve_from(reuse, catalogue, mesh, ledger)
+    assert settled == first
     again, _ = resolve_from(reuse, catalogue, after_mesh, after_ledger)
     expected = resolve(catalogue, after_mesh, after_ledger)
     assert again.bindings == expected.bindings
