@@ -3,10 +3,13 @@
 Invariants:
 - A host port comes from the mesh's range and never equals a floor, a fixed port or another
   assignment on its node (resolver/_issue.PortBook keeps the book).
-- A kept port never moves: fixed ports are reserved first, then every port of a refused
-  instance (recorded, or published by its held rendering), then every recorded port of a live
-  instance on its recorded node; only then are newcomers (and moved instances) given the
-  lowest free port, a moved instance keeping its number when it is free on the new node.
+- A kept port never moves: every port of a refused instance (recorded, or published by its
+  held rendering) is reserved first, and a live instance fixing one of them on that node is
+  refused naming its holder (a holder that moved away holds nothing on its old node unless it
+  is refused, which check_claims cannot know when a later check refuses it); then fixed
+  ports, then every recorded port of a live instance on its recorded node; only then are
+  newcomers (and moved instances) given the lowest free port, a moved instance keeping its
+  number when it is free on the new node.
 - A port is released only when its instance is gone from mesh.yaml, and the plan says so;
   a refused instance's entries are kept unchanged.
 - Pure: the instances refused so far and the floors refused are handed in; a node whose
@@ -51,15 +54,23 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
         return found
 
     # a refused instance keeps its ports (held, or until fixed); in name order, as r.names
-    for name in sorted(n for n in blocked if n in r.instances):
-        for kept in r.recorded_ports.get(name, {}).values():
+    holders: dict[str, dict[int, str]] = {}  # node → port → the refused instance keeping it
+
+    def keep_refused(name: str) -> None:
+        for listen_name, kept in sorted(r.recorded_ports.get(name, {}).items()):
             if kept.node in books:
                 books[kept.node].reserve(kept.port)
+                holders.setdefault(kept.node, {}).setdefault(kept.port, f"{name}/{listen_name}")
         rendering = r.declared.get(name)
         if rendering is not None and rendering.node in books:
             for container in rendering.containers:
                 for p in container.ports:
                     books[rendering.node].reserve(p.host_port)
+                    holders.setdefault(rendering.node, {}).setdefault(
+                        p.host_port, f"{name}/{p.listen}")
+
+    for name in sorted(n for n in blocked if n in r.instances):
+        keep_refused(name)
     # each live instance with its node and its module's listens, and whether one is fixed
     placed: list[tuple[str, str, list[tuple[str, Listen]], bool]] = []
     fixed_in: dict[str, bool] = {}  # module → whether a listen of it is fixed (read once)
@@ -69,6 +80,15 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
         if fixed is None:
             fixed = fixed_in[inst.module] = any(listen.fixed is not None for _, listen in of)
         placed.append((name, inst.node, of, fixed))
+    # a fixed port a refused instance keeps on that node (a holder that moved away was taken
+    # to hold nothing there by check_claims, then refused by a later check): refused too
+    refused = _fixed_on_refused(r, placed, holders)
+    if refused:
+        found.extend(refused)
+        gone = {problem.instance for problem in refused}
+        placed = [entry for entry in placed if entry[0] not in gone]
+        for name in sorted(n for n in gone if n is not None):
+            keep_refused(name)
     for name, node, of, fixed in placed:  # fixed ports first: they are claims (refused already)
         if not fixed:
             continue  # (most modules: no fixed port)
@@ -111,6 +131,37 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
                                   f"{listen_name} is now {node}:{port} (was "
                                   f"{entry.node}:{entry.port})"))
     return assigned, changes, tuple(found)
+
+
+def _fixed_on_refused(r: Context, placed: list[tuple[str, str, list[tuple[str, Listen]], bool]],
+                      holders: Mapping[str, Mapping[int, str]]) -> list[Problem]:
+    """Live instances fixing a host port that a refused instance keeps on their node
+    (`holders`: node → port → `instance/listen`): refused, naming both (as
+    _refusals._fixed_on_kept refuses one fixing a port kept for a live instance)."""
+    found: list[Problem] = []
+    for name, node, of, fixed in placed:
+        if not fixed:
+            continue
+        for listen_name, listen in of:
+            holder = holders.get(node, {}).get(listen.fixed) if listen.fixed is not None \
+                else None
+            if holder is None or holder.split("/", 1)[0] == name:
+                continue
+            module = r.instances[name].module
+            holder_instance = holder.split("/", 1)[0]
+            found.append(r.problem(
+                codes.PORT_CONFLICT,
+                f"{name} fixes host port {listen.fixed}/{listen.protocol} on node {node} "
+                f"({module}'s listen {listen_name}), which the ledger keeps for {holder}, "
+                f"refused and so kept where it is: a kept port never moves, so {name} is "
+                f"refused; give {module}'s listen {listen_name} another fixed port, or remove "
+                f"{holder_instance} from mesh.yaml first to release the port",
+                path=("instances", name), instance=name,
+                candidates=sorted({name, holder_instance}), blocks=[name],
+                also=[(f"module:{module}", ("listens", listen_name, "fixed")),
+                      ("mesh", ("instances", holder_instance))]))
+            break  # one refusal per instance
+    return found
 
 
 def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]

@@ -133,3 +133,48 @@ def test_a_new_fixed_port_on_a_kept_port_is_refused_naming_both_and_moves_nothin
     text_plan = mesh("plan", homelab)
     assert text_plan.returncode == 1 and "[port-conflict]" in text_plan.stdout
     assert f"(and {also[0]}, {also[1]})" in text_plan.stdout  # the text plan names both too
+
+
+def test_a_fixed_port_kept_by_a_holder_that_moved_and_was_refused_is_refused(homelab):
+    """A holder moved to another node holds nothing on its old node, unless it is refused:
+    then it stays where it was, its ports kept. gitea@home moved to lab (fresh) and refused in
+    the same check that meets fixed ports (its module now fixes a port a floor keeps) keeps its
+    port on home, so a new module fixing that port on home is refused naming gitea, and
+    gitea's port does not move (found by the kept-ports property: the newcomer took the
+    port and nothing said so)."""
+    before = json.loads(mesh("plan", homelab, "--json").stdout)
+    node, port = published(before)[("gitea@home", "http")]
+    assert node == "home"
+    shutil.copytree(CATALOGUE, homelab / "catalogue")
+    gitea = homelab / "catalogue" / "gitea" / "module.yaml"
+    gitea.write_text(gitea.read_text().replace(
+        "  ssh:\n    port: 22\n", "  ssh:\n    port: 22\n  mail:\n    port: 2525\n    fixed: 26\n"))
+    module_dir = homelab / "catalogue" / "metrics"
+    module_dir.mkdir()
+    (module_dir / "module.yaml").write_text(
+        "name: metrics\n"
+        "artifacts:\n  image: {repository: docker.io/gitea/gitea, tag: \"1.22.3\"}\n"
+        f"listens:\n  http: {{port: 9100, fixed: {port}}}\n"
+        "containers:\n  - {name: main, artifact: image}\n")
+    text = (homelab / "mesh.yaml").read_text().replace(str(CATALOGUE), "catalogue")
+    moved = text.replace("  gitea@home:\n    module: gitea\n    node: home\n",
+                         "  gitea@home:\n    module: gitea\n    node: lab\n    fresh: true\n"
+                         ).replace("\ninstances:\n",
+                                   "\nfloors:\n  - {port: 26, reason: mail}\n\ninstances:\n")
+    assert moved.count("floors:") == 1 and "    node: lab\n" in moved
+    (homelab / "mesh.yaml").write_text(moved + "  metrics@home:\n    module: metrics\n"
+                                               "    node: home\n")
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 1, result.stderr
+    after = json.loads(result.stdout)
+    assert any(p["instance"] == "gitea@home" and "floor" in p["message"]
+               for p in after["problems"]), "the holder is not refused: nothing to test"
+    conflict = [p for p in after["problems"] if p["code"] == "port-conflict"
+                and p["instance"] == "metrics@home"]
+    assert conflict, [(p["code"], p["instance"], p["message"]) for p in after["problems"]]
+    assert conflict[0]["candidates"] == ["gitea@home", "metrics@home"]
+    assert "gitea@home/http" in conflict[0]["message"] and str(port) in conflict[0]["message"]
+    assert ("metrics@home", "http") not in published(after)
+    assert mesh("plan", homelab, "--write-ledger").returncode == 1
+    ledger = json.loads((homelab / "ledger.yaml").read_text())
+    assert ledger["ports"]["gitea@home"]["http"] == {"node": "home", "port": port}
