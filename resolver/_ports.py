@@ -133,11 +133,33 @@ def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
     return assigned, changes, tuple(found)
 
 
+def fixed_on_kept(r: Context, name: str, module: str, node: str, listen_name: str,
+                  listen: Listen, holder: str, why: str = "") -> Problem:
+    """The refusal of `name`, whose module fixes a host port the ledger keeps on `node` for
+    `holder` (`instance/listen`; `why`: how the holder still holds it, after its name)."""
+    holder_instance = holder.split("/", 1)[0]
+    # the message names both sides and never a position (it reads the same however the
+    # mesh was loaded); the positions are the problem's own (the refused instance) and
+    # `also`: the fixed port's line and the holder's entry
+    return r.problem(
+        codes.PORT_CONFLICT,
+        f"{name} fixes host port {listen.fixed}/{listen.protocol} on node {node} "
+        f"({module}'s listen {listen_name}), which the ledger keeps for {holder}{why}"
+        f": a kept port never moves, so {name} is refused; "
+        f"give {module}'s listen {listen_name} another fixed port, or remove "
+        f"{holder_instance} from mesh.yaml first to release the port",
+        path=("instances", name), instance=name,
+        candidates=sorted({name, holder_instance}), blocks=[name],
+        also=[(f"module:{module}", ("listens", listen_name, "fixed")),
+              ("mesh", ("instances", holder_instance))])
+
+
 def _fixed_on_refused(r: Context, placed: list[tuple[str, str, list[tuple[str, Listen]], bool]],
                       holders: Mapping[str, Mapping[int, str]]) -> list[Problem]:
     """Live instances fixing a host port that a refused instance keeps on their node
     (`holders`: node → port → `instance/listen`): refused, naming both (as
-    _refusals._fixed_on_kept refuses one fixing a port kept for a live instance)."""
+    _refusals._fixed_on_kept refuses one fixing a port kept for a live instance: the same
+    words, fixed_on_kept)."""
     found: list[Problem] = []
     for name, node, of, fixed in placed:
         if not fixed:
@@ -147,19 +169,8 @@ def _fixed_on_refused(r: Context, placed: list[tuple[str, str, list[tuple[str, L
                 else None
             if holder is None or holder.split("/", 1)[0] == name:
                 continue
-            module = r.instances[name].module
-            holder_instance = holder.split("/", 1)[0]
-            found.append(r.problem(
-                codes.PORT_CONFLICT,
-                f"{name} fixes host port {listen.fixed}/{listen.protocol} on node {node} "
-                f"({module}'s listen {listen_name}), which the ledger keeps for {holder}, "
-                f"refused and so kept where it is: a kept port never moves, so {name} is "
-                f"refused; give {module}'s listen {listen_name} another fixed port, or remove "
-                f"{holder_instance} from mesh.yaml first to release the port",
-                path=("instances", name), instance=name,
-                candidates=sorted({name, holder_instance}), blocks=[name],
-                also=[(f"module:{module}", ("listens", listen_name, "fixed")),
-                      ("mesh", ("instances", holder_instance))]))
+            found.append(fixed_on_kept(r, name, r.instances[name].module, node, listen_name,
+                                       listen, holder, " (refused, and so kept where it is)"))
             break  # one refusal per instance
     return found
 

@@ -33,6 +33,7 @@ from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem, Request
 from ._held import KeptPorts, held_candidates
 from ._model import Listen, Module
+from ._ports import fixed_on_kept
 from ._render import state_host_path
 
 
@@ -236,20 +237,8 @@ def _fixed_on_kept(r: Context, blocked: Blocked, held: Container[str],
             if holder_instance != name and holder_instance not in blocked \
                     and r.instances[holder_instance].node != node:
                 continue
-            # the message names both sides and never a position (it reads the same however the
-            # mesh was loaded); the positions are the problem's own (the refused instance) and
-            # `also`: the fixed port's line and the holder's entry
-            found.append(r.problem(
-                codes.PORT_CONFLICT,
-                f"{name} fixes host port {listen.fixed}/{listen.protocol} on node {node} "
-                f"({module.name}'s listen {listen_name}), which the ledger keeps for {holder}"
-                f": a kept port never moves, so {name} is refused; "
-                f"give {module.name}'s listen {listen_name} another fixed port, or remove "
-                f"{holder_instance} from mesh.yaml first to release the port",
-                path=("instances", name), instance=name,
-                candidates=sorted({name, holder_instance}), blocks=[name],
-                also=[(f"module:{module.name}", ("listens", listen_name, "fixed")),
-                      ("mesh", ("instances", holder_instance))]))
+            found.append(fixed_on_kept(r, name, module.name, node, listen_name, listen,
+                                       holder))
     return found
 
 

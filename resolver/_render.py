@@ -192,7 +192,7 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
     locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
     made: dict[str, tuple[tuple[object, ...], FrozenMap[str, PVector[FirewallLocal]]]] = {}
-    node_of, instances = live.node_of, live.instances
+    node_of = live.node_of
     ordered = sorted(bound)  # each consumer's bindings are consecutive
     last = 0
     # (consumer → its number of bindings, counted in C, in the order of `ordered`)
@@ -212,24 +212,13 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
         node = node_of[consumer]
         key: tuple[object, ...] = ()
         if keeping:
-            parts: list[object] = [node, macs]
-            for k in keys:
-                b = bound[k]
-                parts.append((b, instances[b.provider].module, node_of[b.provider],
-                              assigned.get((b.provider, b.listen))))
-            key = tuple(parts)
+            key = _opening_key(node, macs, keys, live, bound, assigned)
             before = kept.consumers.get(consumer) if kept is not None else None
             if before is not None and before[0] == key:
                 locals_of[consumer] = before[1]
                 made[consumer] = before
                 continue
-        openings: list[FirewallLocal] = []
-        for k in keys:
-            b = bound[k]
-            if node_of[b.provider] == node:
-                listen = live.listens_of[instances[b.provider].module][b.listen]
-                openings.append(FirewallLocal(assigned[(b.provider, b.listen)],
-                                              listen.protocol, macs, f"{b.provider}/{b.listen}"))
+        openings = _openings(node, macs, keys, live, bound, assigned)
         if openings:
             locals_of[consumer] = FrozenMap({node: pvector(openings)})
             if keeping:
@@ -243,6 +232,34 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
         on_node.setdefault(node_of[name], []).append(name)
     return opened, KeptLocal(kept_macs, live.listens_of, FrozenMap(made), opened, macs_of,
                              {node: tuple(names) for node, names in on_node.items()})
+
+
+def _opening_key(node: str, macs: PVector[str], keys: list[BoundKey], live: Live,
+                 bound: Mapping[BoundKey, Bound], assigned: Mapping[tuple[str, str], int]
+                 ) -> tuple[object, ...]:
+    """A consumer's openings key: its node, its MACs, and for each of its bindings (`keys`)
+    the Bound, its provider's module, node and assigned port."""
+    parts: list[object] = [node, macs]
+    for k in keys:
+        b = bound[k]
+        parts.append((b, live.instances[b.provider].module, live.node_of[b.provider],
+                      assigned.get((b.provider, b.listen))))
+    return tuple(parts)
+
+
+def _openings(node: str, macs: PVector[str], keys: list[BoundKey], live: Live,
+              bound: Mapping[BoundKey, Bound], assigned: Mapping[tuple[str, str], int]
+              ) -> list[FirewallLocal]:
+    """The same-node openings of a consumer on `node` whose containers have `macs`: one per
+    binding (`keys`) to a provider on that node, its assigned port and protocol."""
+    openings: list[FirewallLocal] = []
+    for k in keys:
+        b = bound[k]
+        if live.node_of[b.provider] == node:
+            listen = live.listens_of[live.instances[b.provider].module][b.listen]
+            openings.append(FirewallLocal(assigned[(b.provider, b.listen)], listen.protocol,
+                                          macs, f"{b.provider}/{b.listen}"))
+    return openings
 
 
 def _local_again(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
@@ -339,24 +356,13 @@ def _local_again(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
             continue  # no container bound on its own node: nothing to let in
         node = node_of[name]
         keys = sorted(keys_of.get(name, ()))
-        parts: list[object] = [node, given]
-        for k in keys:
-            b = bound[k]
-            parts.append((b, instances[b.provider].module, node_of[b.provider],
-                          assigned.get((b.provider, b.listen))))
-        opening_key = tuple(parts)
+        opening_key = _opening_key(node, given, keys, live, bound, assigned)
         before_key = kept.consumers.get(name)
         if before_key is not None and before_key[0] == opening_key:
             locals_of[name] = before_key[1]
             made[name] = before_key
             continue
-        openings: list[FirewallLocal] = []
-        for k in keys:
-            b = bound[k]
-            if node_of[b.provider] == node:
-                listen = listens_of[instances[b.provider].module][b.listen]
-                openings.append(FirewallLocal(assigned[(b.provider, b.listen)],
-                                              listen.protocol, given, f"{b.provider}/{b.listen}"))
+        openings = _openings(node, given, keys, live, bound, assigned)
         if openings:
             locals_of[name] = FrozenMap({node: pvector(openings)})
             made[name] = (opening_key, locals_of[name])

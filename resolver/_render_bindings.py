@@ -283,6 +283,20 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
     lists_of: dict[str, tuple[Require, ...]] = {}  # module → its requirements taking every one
     grants: defaultdict[str, list[GrantDecl]] = defaultdict(list)
     allows: defaultdict[str, list[FirewallAllow]] = defaultdict(list)
+
+    def take(consumer: str, piece: _Piece) -> None:
+        """The kept run's piece of `consumer`, taken as this run's (its key is the kept one)."""
+        same.append(consumer)
+        bindings.extend(piece.bindings)
+        requests.extend(piece.requests)
+        decls_of[consumer], told_of[consumer] = piece.decls, piece.told
+        if piece.grants is not None:
+            granted_of[consumer] = piece.grants
+        if piece.allows is not None:
+            allowed_of[consumer] = piece.allows
+        if piece.verifies:
+            verifying.add(consumer)
+
     last = 0
     # (consumer → its number of bindings, counted in C: each consumer's bindings are the
     # [first, last) of `ordered`)
@@ -294,17 +308,7 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
             # every part of its _GroupKey is what the kept run read: its key equals the kept
             known = kept.consumers.get(consumer) if kept is not None else None
             if known is not None:
-                same.append(consumer)
-                piece = known[1]
-                bindings.extend(piece.bindings)
-                requests.extend(piece.requests)
-                decls_of[consumer], told_of[consumer] = piece.decls, piece.told
-                if piece.grants is not None:
-                    granted_of[consumer] = piece.grants
-                if piece.allows is not None:
-                    allowed_of[consumer] = piece.allows
-                if piece.verifies:
-                    verifying.add(consumer)
+                take(consumer, known[1])
                 made[consumer] = known
                 continue
         if kept is not None:  # its _GroupKey: its node, address, instance and module; each
@@ -327,17 +331,8 @@ def render_bindings_reusing(live: Live, bound: Mapping[BoundKey, Bound],
             group = tuple(parts)
             known = kept.consumers.get(consumer)
             if known is not None and known[0] == group:
-                same.append(consumer)
                 piece = known[1]
-                bindings.extend(piece.bindings)
-                requests.extend(piece.requests)
-                decls_of[consumer], told_of[consumer] = piece.decls, piece.told
-                if piece.grants is not None:
-                    granted_of[consumer] = piece.grants
-                if piece.allows is not None:
-                    allowed_of[consumer] = piece.allows
-                if piece.verifies:
-                    verifying.add(consumer)
+                take(consumer, piece)
                 # kept with this run's key (equal): the objects the next run is handed are
                 # this run's (its Bounds), so its comparison finds them identical
                 made[consumer] = known if known[0] is group else (group, piece)

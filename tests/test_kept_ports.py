@@ -38,6 +38,20 @@ def published(plan: dict) -> dict:
             for node, d in plan["nodes"].items() for c in d["containers"] for p in c["ports"]}
 
 
+def fixing_module(homelab: Path, port: int) -> str:
+    """The catalogue copied into the mesh directory with a new module `metrics` fixing host
+    port `port`; mesh.yaml's text naming that catalogue (not yet written back)."""
+    shutil.copytree(CATALOGUE, homelab / "catalogue")
+    module_dir = homelab / "catalogue" / "metrics"
+    module_dir.mkdir()
+    (module_dir / "module.yaml").write_text(
+        "name: metrics\n"
+        "artifacts:\n  image: {repository: docker.io/gitea/gitea, tag: \"1.22.3\"}\n"
+        f"listens:\n  http: {{port: 9100, fixed: {port}}}\n"
+        "containers:\n  - {name: main, artifact: image}\n")
+    return (homelab / "mesh.yaml").read_text().replace(str(CATALOGUE), "catalogue")
+
+
 def test_a_floor_on_a_kept_port_is_refused_and_moves_nothing(homelab):
     before = json.loads(mesh("plan", homelab, "--json").stdout)
     ports = published(before)
@@ -103,15 +117,7 @@ def test_a_new_fixed_port_on_a_kept_port_is_refused_naming_both_and_moves_nothin
     before = json.loads(mesh("plan", homelab, "--json").stdout)
     ports = published(before)
     node, port = ports[("gitea@home", "http")]
-    module_dir = homelab / "catalogue" / "metrics"
-    shutil.copytree(CATALOGUE, homelab / "catalogue")
-    module_dir.mkdir()
-    (module_dir / "module.yaml").write_text(
-        "name: metrics\n"
-        "artifacts:\n  image: {repository: docker.io/gitea/gitea, tag: \"1.22.3\"}\n"
-        f"listens:\n  http: {{port: 9100, fixed: {port}}}\n"
-        "containers:\n  - {name: main, artifact: image}\n")
-    text = (homelab / "mesh.yaml").read_text().replace(str(CATALOGUE), "catalogue")
+    text = fixing_module(homelab, port)
     (homelab / "mesh.yaml").write_text(text + f"  metrics@{node}:\n    module: metrics\n"
                                               f"    node: {node}\n")
     result = mesh("plan", homelab, "--json")
@@ -145,18 +151,10 @@ def test_a_fixed_port_kept_by_a_holder_that_moved_and_was_refused_is_refused(hom
     before = json.loads(mesh("plan", homelab, "--json").stdout)
     node, port = published(before)[("gitea@home", "http")]
     assert node == "home"
-    shutil.copytree(CATALOGUE, homelab / "catalogue")
+    text = fixing_module(homelab, port)
     gitea = homelab / "catalogue" / "gitea" / "module.yaml"
     gitea.write_text(gitea.read_text().replace(
         "  ssh:\n    port: 22\n", "  ssh:\n    port: 22\n  mail:\n    port: 2525\n    fixed: 26\n"))
-    module_dir = homelab / "catalogue" / "metrics"
-    module_dir.mkdir()
-    (module_dir / "module.yaml").write_text(
-        "name: metrics\n"
-        "artifacts:\n  image: {repository: docker.io/gitea/gitea, tag: \"1.22.3\"}\n"
-        f"listens:\n  http: {{port: 9100, fixed: {port}}}\n"
-        "containers:\n  - {name: main, artifact: image}\n")
-    text = (homelab / "mesh.yaml").read_text().replace(str(CATALOGUE), "catalogue")
     moved = text.replace("  gitea@home:\n    module: gitea\n    node: home\n",
                          "  gitea@home:\n    module: gitea\n    node: lab\n    fresh: true\n"
                          ).replace("\ninstances:\n",
