@@ -25,6 +25,7 @@ from ._ledger import EMPTY_LEDGER, Ledger
 from ._load import DocumentPositions, positionless
 from ._model import EMPTY_MAP, Mesh, Provisions
 from ._validate import (
+    logins_may_fault,
     validate_catalogue,
     validate_ledger,
     validate_mesh,
@@ -88,10 +89,10 @@ def validate_reusing(catalogue: Catalogue, mesh: Mesh, ledger: Ledger, sources: 
 def _unchecked(ledger: Ledger, clean: Ledger) -> Ledger:
     """`ledger` without what it holds of `clean` (a ledger found without a fault) by identity:
     each map validate_ledger reads that is clean's, and each host port entry that is one of
-    clean's; and `logins` when no login is recorded twice. Its faults are `ledger`'s: each
-    ledger rule reads one map (the port rule one entry at a time; the logins' rule, that no
-    login is recorded for two credentials, the whole map), so a map, or a port entry, found
-    clean is clean wherever it is."""
+    clean's; and `logins` when validate_ledger says no rule of it can fault them
+    (logins_may_fault). Its faults are `ledger`'s: each ledger rule reads one map (the port
+    rule one entry at a time; the logins' rule the whole map), so a map, or a port entry,
+    found clean is clean wherever it is."""
     ports = ledger.ports
     if ports is clean.ports:
         ports = EMPTY_FROZEN
@@ -104,9 +105,9 @@ def _unchecked(ledger: Ledger, clean: Ledger) -> Ledger:
         certificates=EMPTY_MAP if ledger.certificates is clean.certificates
         else ledger.certificates,
         pins=EMPTY_MAP if ledger.pins is clean.pins else ledger.pins,
-        # (the one rule of `logins`: no login recorded for two credentials)
+        # (whether a rule of validate_ledger can find a fault in `logins`: its own word)
         logins=EMPTY_FROZEN if ledger.logins is clean.logins
-        or len(set(ledger.logins.values())) == len(ledger.logins) else ledger.logins)
+        or not logins_may_fault(ledger.logins) else ledger.logins)
 
 
 def _catalogue_faults(catalogue: Catalogue, sources: Sources) -> list[Fault]:

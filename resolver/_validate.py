@@ -780,6 +780,12 @@ def ledger_version_fault(data: object, where: DocumentPositions) -> Optional[Fau
     return None
 
 
+def logins_may_fault(logins: Mapping[str, str]) -> bool:
+    """Whether validate_ledger can find a fault in `logins` (its one rule for them: no login
+    recorded for two credentials); False lets a caller skip the map (resolver/_check.py)."""
+    return len(set(logins.values())) != len(logins)
+
+
 def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
     f = _Faults(where)
     for instance, listens in ledger.ports.items():
@@ -807,6 +813,8 @@ def validate_ledger(ledger: Ledger, where: DocumentPositions) -> list[Fault]:
     for pin, digest in ledger.pins.items():
         if not DIGEST.match(digest):
             f.at(("pins", pin), f"pin {pin!r} is not a digest", "sha256: and 64 hex digits")
+    if not logins_may_fault(ledger.logins):
+        return f.items
     holders: dict[str, list[str]] = {}
     for cred_id, login in ledger.logins.items():
         holders.setdefault(login, []).append(cred_id)

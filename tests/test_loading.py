@@ -592,3 +592,20 @@ def test_refusal_fixture_load_fault(directory: Path, expected: dict):
     assert located, faults
     if "line" in expected:
         assert expected["line"] in [f.line for f in located], faults
+
+
+def test_a_login_recorded_for_two_credentials_is_refused_where_each_is_written(tmp_path):
+    """Two consumers never share a login: a ledger recording one login for two credentials (a
+    hand edit, a bad merge) is refused at each credential's line, naming both; the same
+    ledger with the second login changed loads."""
+    text = ('{"version":1,\n"logins":{\n"db/a@n":"u_shared",\n"db/b@n":"u_shared",\n'
+            '"db/c@n":"u_other"\n}}\n')
+    with pytest.raises(resolver.InputError) as refused:
+        documents.load_ledger(text, "ledger.yaml")
+    faults = refused.value.faults
+    assert [(f.line, f.col) for f in faults] == [(3, 10), (4, 10)]
+    assert all("'u_shared' is recorded for 2 credentials: db/a@n, db/b@n" in f.message
+               for f in faults)
+    ledger, _ = documents.load_ledger(text.replace('"db/b@n":"u_shared"', '"db/b@n":"u_b"'),
+                                      "ledger.yaml")
+    assert dict(ledger.logins) == {"db/a@n": "u_shared", "db/b@n": "u_b", "db/c@n": "u_other"}
