@@ -180,7 +180,6 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
     """(the ledger's ports after this resolution, a `port-released` change per port of an
     instance gone from mesh.yaml); a refused instance's (in `blocked`) entries are kept
     unchanged."""
-    changes: list[Change] = []
     ports: dict[str, dict[str, PortAssignment]] = {}
     fixed_of: dict[str, frozenset[str]] = {}  # module → its fixed listens (read once)
     instances, recorded_ports = r.instances, r.recorded_ports
@@ -193,22 +192,32 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
                 if listen.fixed is not None)
         if fixed and listen_name in fixed:
             continue
-        node = inst.node
-        recorded = recorded_ports.get(name)
-        entry = recorded.get(listen_name) if recorded is not None else None
-        if entry is None or entry.node != node or entry.port != port:
-            entry = PortAssignment(node, port)  # (else the recorded one: equal, kept)
-        ports.setdefault(name, {})[listen_name] = entry
+        ports.setdefault(name, {})[listen_name] = _entry(recorded_ports.get(name), listen_name,
+                                                         inst.node, port)
     for name, entries in r.ledger.ports.items():
-        if name not in r.instances:
-            for listen_name, entry in sorted(entries.items()):
-                changes.append(Change("port-released", name,
-                                          f"{name} is gone: host port {entry.node}:"
-                                          f"{entry.port} ({listen_name}) is released"))
-        elif name not in ports or name in blocked:
+        if name in r.instances and (name not in ports or name in blocked):
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
     return FrozenMap({k: _kept_or_new(v, r.recorded_ports.get(k)) for k, v in ports.items()}), \
-        changes
+        _released(r.ledger.ports, r.instances)
+
+
+def _entry(recorded: Optional[Mapping[str, PortAssignment]], listen_name: str, node: str,
+           port: int) -> PortAssignment:
+    """The ledger's entry of a listen given `port` on `node`: the recorded one when it says
+    that (equal, kept: the next run compares by identity), else a new one."""
+    entry = recorded.get(listen_name) if recorded is not None else None
+    if entry is None or entry.node != node or entry.port != port:
+        entry = PortAssignment(node, port)
+    return entry
+
+
+def _released(ledger_ports: Mapping[str, Mapping[str, PortAssignment]],
+              instances: Mapping[str, Instance]) -> list[Change]:
+    """A `port-released` change per recorded port of an instance gone from mesh.yaml."""
+    return [Change("port-released", name, f"{name} is gone: host port {entry.node}:"
+                   f"{entry.port} ({listen_name}) is released")
+            for name in sorted(ledger_ports.keys() - instances.keys())
+            for listen_name, entry in sorted(ledger_ports[name].items())]
 
 
 @attrs.frozen(eq=False)
@@ -274,23 +283,14 @@ def new_ports_reusing(r: Context, blocked: Blocked, assigned: dict[tuple[str, st
                 port = assigned.get((name, listen_name))
                 if port is None or listen.fixed is not None:
                     continue
-                entry = had.get(listen_name) if had is not None else None
-                if entry is None or entry.node != inst.node or entry.port != port:
-                    entry = PortAssignment(inst.node, port)
-                mine[listen_name] = entry
+                mine[listen_name] = _entry(had, listen_name, inst.node, port)
         entries = ledger_ports.get(name)
         if inst is not None and entries is not None and (not mine or name in blocked):
             mine = dict(entries)  # kept for a blocked instance, unchanged
         if mine:
             ports[name] = _kept_or_new(mine, recorded.get(name))
-    changes: list[Change] = []
-    for name in sorted(ledger_ports.keys() - instances.keys()):
-        for listen_name, entry in sorted(ledger_ports[name].items()):
-            changes.append(Change("port-released", name,
-                                  f"{name} is gone: host port {entry.node}:"
-                                  f"{entry.port} ({listen_name}) is released"))
     result = FrozenMap(ports)
-    return result, changes, PortsMade(assigned, instances, r.modules_of, recorded,
+    return result, _released(ledger_ports, instances), PortsMade(assigned, instances, r.modules_of, recorded,
                                       ledger_ports, now_blocked, result)
 
 
