@@ -50,20 +50,62 @@ def kept_ports(ports: Mapping[str, Mapping[str, PortAssignment]], instances: Con
     """node → host port → `instance/listen` for every port kept for an instance still in
     mesh.yaml (`instances`): recorded in the ledger (`ports`), or published by its last written
     rendering (`declared`)."""
+    return _kept_all(*_on_nodes(ports, declared), ports, declared, instances)
+
+
+def _kept_all(ports_on: Mapping[str, tuple[str, ...]],
+              declared_on: Mapping[str, tuple[str, ...]],
+              ports: Mapping[str, Mapping[str, PortAssignment]],
+              declared: Mapping[str, InstanceRendering],
+              instances: Container[str]) -> dict[str, dict[int, str]]:
+    """kept_ports from the instances on each node (_on_nodes)."""
     kept: dict[str, dict[int, str]] = {}
-    for name, entries in sorted(ports.items()):
+    for node in sorted(ports_on.keys() | declared_on.keys()):
+        mine = _kept_on(node, ports_on.get(node, ()), declared_on.get(node, ()), ports,
+                        declared, instances)
+        if mine:
+            kept[node] = mine
+    return kept
+
+
+def _on_nodes(ports: Mapping[str, Mapping[str, PortAssignment]],
+              declared: Mapping[str, InstanceRendering]
+              ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """By node, the instances with a recorded port there and those with a rendering
+    declared there, each in name order."""
+    ports_on: dict[str, list[str]] = {}
+    for name in sorted(ports):
+        for node in sorted({entry.node for entry in ports[name].values()}):
+            ports_on.setdefault(node, []).append(name)
+    declared_on: dict[str, list[str]] = {}
+    for name in sorted(declared):
+        declared_on.setdefault(declared[name].node, []).append(name)
+    return ({n: tuple(v) for n, v in ports_on.items()},
+            {n: tuple(v) for n, v in declared_on.items()})
+
+
+def _kept_on(node: str, port_names: Iterable[str], declared_names: Iterable[str],
+             ports: Mapping[str, Mapping[str, PortAssignment]],
+             declared: Mapping[str, InstanceRendering],
+             instances: Container[str]) -> dict[int, str]:
+    """host port → `instance/listen` kept on `node`: the instances in mesh.yaml with a
+    recorded port there (`port_names`, in name order, each one's listens in order), then
+    those with a rendering declared there (`declared_names`); the first holder of a port
+    keeps it."""
+    mine: dict[int, str] = {}
+    for name in port_names:
         if name in instances:
+            entries = ports[name]
             for listen_name, entry in (entries.items() if len(entries) == 1
                                        else sorted(entries.items())):
-                kept.setdefault(entry.node, {}).setdefault(entry.port,
-                                                           f"{name}/{listen_name}")
-    for name, rendering in sorted(declared.items()):
+                if entry.node == node:
+                    mine.setdefault(entry.port, f"{name}/{listen_name}")
+    for name in declared_names:
         if name in instances:
-            for container in rendering.containers:
+            for container in declared[name].containers:
                 for p in container.ports:
-                    kept.setdefault(rendering.node, {}).setdefault(
-                        p.host_port, f"{name}/{p.listen}")
-    return kept
+                    mine.setdefault(p.host_port, f"{name}/{p.listen}")
+    return mine
 
 
 @attrs.frozen(eq=False)
@@ -94,17 +136,9 @@ def kept_ports_reusing(ports: Mapping[str, Mapping[str, PortAssignment]],
     them, the first holder of a port kept; so does each node here)."""
     names = instances.keys()
     if made is None:
-        kept = kept_ports(ports, names, declared)
-        ports_on: dict[str, list[str]] = {}
-        for name in sorted(ports):
-            for node in sorted({entry.node for entry in ports[name].values()}):
-                ports_on.setdefault(node, []).append(name)
-        declared_on: dict[str, list[str]] = {}
-        for name in sorted(declared):
-            declared_on.setdefault(declared[name].node, []).append(name)
-        return kept, KeptPortsMade(ports, set(names), declared, kept,
-                                   {n: tuple(v) for n, v in ports_on.items()},
-                                   {n: tuple(v) for n, v in declared_on.items()})
+        ports_on, declared_on = _on_nodes(ports, declared)
+        kept = _kept_all(ports_on, declared_on, ports, declared, names)
+        return kept, KeptPortsMade(ports, set(names), declared, kept, ports_on, declared_on)
     touched: set[str] = set()  # nodes worked out again
     moved_ports: dict[str, tuple[set[str], set[str]]] = {}  # node → (names gone, names come)
     moved_declared: dict[str, tuple[set[str], set[str]]] = {}
@@ -146,19 +180,8 @@ def kept_ports_reusing(ports: Mapping[str, Mapping[str, PortAssignment]],
     new_declared_on = _moved(made.declared_on, moved_declared)
     result: dict[str, Mapping[int, str]] = dict(made.kept)
     for node in touched:
-        mine: dict[int, str] = {}
-        for name in new_ports_on.get(node, ()):
-            if name in instances:
-                entries = ports[name]
-                for listen_name, entry in (entries.items() if len(entries) == 1
-                                           else sorted(entries.items())):
-                    if entry.node == node:
-                        mine.setdefault(entry.port, f"{name}/{listen_name}")
-        for name in new_declared_on.get(node, ()):
-            if name in instances:
-                for container in declared[name].containers:
-                    for p in container.ports:
-                        mine.setdefault(p.host_port, f"{name}/{p.listen}")
+        mine = _kept_on(node, new_ports_on.get(node, ()), new_declared_on.get(node, ()), ports,
+                        declared, instances)
         if mine:
             result[node] = mine
         else:
