@@ -228,7 +228,10 @@ def test_requests_and_serials_follow_the_ledger(world):
     # a move's transfer certificates: test_state_move_props.py
     assert {request_key(r) for r in resolution.requests
             if not r.id.startswith("transfer:")} == wanted
-    holders = {n for r in resolution.requests if r.kind == "credential" for n in r.holders}
+    # a credential, and a TLS certificate's key (a move's transfer certificates too), is
+    # sealed to each of its holders: a holder without a public key is warned about
+    holders = {n for r in resolution.requests if r.kind in ("credential", "tls-certificate")
+               for n in r.holders}
     keyless = {n for n in holders if world.mesh.nodes[n].public_key is None}
     warned = {p.message.split()[1] for p in resolution.problems
               if p.code == codes.MISSING_PUBLIC_KEY}
