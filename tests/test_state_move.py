@@ -305,6 +305,7 @@ def test_apply_stops_before_changing_anything_when_the_arrival_fails(pair, monke
     assert not arriving.in_place(pair.paths2, transfer)
 
 
+@pytest.mark.integration  # the agent's server asks the real Docker Engine what runs
 def test_the_agent_serves_what_its_declaration_says_leaves_and_stops_when_it_does_not(pair):
     pair.written(pair.paths1, pair.n1)
     said: list[str] = []
