@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Callable, Container, Iterable, Mapping, Optional, Sequence
 
 import attrs
@@ -98,15 +99,18 @@ def select_provider(
 
 
 def _membership(candidates: Sequence[str], local: Sequence[str]) -> Callable[[str], bool]:
-    """Whether an instance is one of `candidates`, asked without making a set of them all for
-    each requirement: the local candidates (a few, a subset) answer the common question, and a
-    scan of the others answers the rest. It is asked at most three times per requirement (the
-    named, the default and the recorded provider), so a scan costs no more than building a set
-    would; every consumer of a mesh sees every provider of what it requires as a candidate,
-    and a set per requirement made selection grow with the square of the mesh."""
+    """Whether an instance is one of `candidates` (sorted), asked without making a set of them
+    all for each requirement: the local candidates (a few, a subset) answer the common
+    question, and a binary search of the others answers the rest. Every consumer of a mesh
+    sees every provider of what it requires as a candidate: a set per requirement made
+    selection grow with the square of the mesh, and so did a scan for each consumer bound to
+    another node."""
 
     def is_candidate(name: str) -> bool:
-        return name in local or name in candidates
+        if name in local:
+            return True
+        at = bisect_left(candidates, name)
+        return at < len(candidates) and candidates[at] == name
 
     return is_candidate
 
