@@ -7,12 +7,14 @@ setting comes back, whether resolve() returns or raises."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
+import weakref
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Iterator, Optional
 
 import attrs
 import pytest
@@ -94,3 +96,85 @@ def test_resolve_gives_back_the_callers_setting() -> None:
             assert gc.isenabled() is setting
     finally:
         (gc.enable if enabled else gc.disable)()
+
+
+class _Node:
+    """A caller's object that can be in a reference cycle and be watched (weakref)."""
+
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+def _dropped_cycle() -> "weakref.ref[_Node]":
+    """A two-object cycle the caller has just dropped, watched through a weak reference."""
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+@contextlib.contextmanager
+def _collector(enabled: bool) -> Iterator[None]:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        yield
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def _generation_of(obj: object) -> Optional[int]:
+    for generation in (0, 1, 2):
+        if any(o is obj for o in gc.get_objects(generation=generation)):
+            return generation
+    return None  # (frozen)
+
+
+def test_what_a_resolution_holds_is_not_left_young() -> None:
+    """With the collector on and nothing frozen, the result's objects go to the oldest
+    generation as resolve() returns: the caller's next collections do not walk them all."""
+    catalogue, mesh, ledger, sources = next(_meshes())
+    with _collector(True):
+        gc.collect()
+        result = resolver.resolve(catalogue, mesh, ledger, sources=sources)
+        assert gc.is_tracked(result)
+        assert _generation_of(result) == 2
+        assert _generation_of(result.declarations) == 2
+
+
+def test_the_callers_dropped_cycle_is_collected_not_promoted() -> None:
+    """The caller's young objects are collected as resolve() begins: a cycle it dropped just
+    before is freed then, not carried into the oldest generation with the result."""
+    catalogue, mesh, ledger, sources = next(_meshes())
+    with _collector(True):
+        gc.collect()
+        watched = _dropped_cycle()
+        assert watched() is not None  # (a few allocations since the collection: none ran)
+        resolver.resolve(catalogue, mesh, ledger, sources=sources)
+        assert watched() is None
+
+
+def test_a_caller_with_the_collector_off_is_left_as_it_was() -> None:
+    catalogue, mesh, ledger, sources = next(_meshes())
+    with _collector(False):
+        gc.collect()
+        watched = _dropped_cycle()
+        result = resolver.resolve(catalogue, mesh, ledger, sources=sources)
+        assert watched() is not None  # nothing collected for a caller that turned it off
+        assert _generation_of(result) == 0  # nor anything moved
+        gc.collect()
+        assert watched() is None
+
+
+def test_the_callers_frozen_objects_stay_frozen() -> None:
+    catalogue, mesh, ledger, sources = next(_meshes())
+    with _collector(True):
+        gc.collect()
+        gc.freeze()
+        try:
+            frozen = gc.get_freeze_count()
+            assert frozen > 0
+            result = resolver.resolve(catalogue, mesh, ledger, sources=sources)
+            assert gc.get_freeze_count() == frozen
+            assert _generation_of(result) in (0, 1)  # a plain pause: left young
+        finally:
+            gc.unfreeze()
