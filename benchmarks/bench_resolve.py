@@ -8,8 +8,8 @@ memory of the first resolve (tracemalloc; each run's previous result is freed be
 outside the timing), and the ratio to the previous size per doubling
 (of the bests and of the medians); beside the first resolve, its wall-clock time and the CPU
 time of it spent in the garbage collector (`(in gc)`, summed over the collections it
-triggered, from gc.callbacks, including the one that runs as resolve() hands the caller's
-setting back). The caller keeps CPython's default collector settings, as an embedding
+ran or triggered, from gc.callbacks: the young generations' collection resolve() runs as it
+begins, and any that runs as it hands the caller's setting back). The caller keeps CPython's default collector settings, as an embedding
 program does; `--tuned` adds the table as `mesh plan` runs it. Each figure is printed against
 its target (issue 33, 2 cores): 10,000 instances (18,400 bindings) under 1 s, ratio per
 doubling at most 2.1 from 2,500 to 20,000, peak memory at most 150 MB at 10,000.
