@@ -132,6 +132,7 @@ def test_plain_amqp_to_the_mesh_broker_logs_nobody_in(fleet):
     import pika
     import pika.exceptions
 
+    fleet.token("probe")  # the control account made as an operator's first command makes it
     password = (fleet.dir / ".control" / "broker-control.secret").read_text().strip()
     control_user = f"mesh.{fleet.name}.control"
     before = {c["name"] for c in connections(fleet.rabbit)}
