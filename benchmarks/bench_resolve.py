@@ -28,10 +28,13 @@ import random
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Optional, Sequence
 
 import attrs
 from pyrsistent import pmap, pvector
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout as is
 
 from resolver import (
     Artifact,
