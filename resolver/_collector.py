@@ -11,8 +11,9 @@ the caller's next allocation starts a collection that walks every one of them (0
 them again in the middle generation. So when the caller has the collector on and has frozen
 nothing, the block is entered by collecting the young generations (the caller's young objects
 are freed or moved to the oldest generation and counted there, as the collector does on its
-own), and left by moving everything young, which is then only what the block made and kept,
-straight to the oldest generation (`gc.freeze()` then `gc.unfreeze()`).
+own), and left, when it returns, by moving everything young, which is then only what the block
+made and kept, straight to the oldest generation (`gc.freeze()` then `gc.unfreeze()`); when it
+raises, nothing is moved (the traceback's frames stay young, for the collector to free soon).
 
 Invariants:
 - A resolution creates no reference cycle (tests/test_resolver_collector.py resolves large and
@@ -55,9 +56,10 @@ def collector_paused() -> Iterator[None]:
     gc.disable()
     try:
         yield
-    finally:
+        # (returned, not raised: what a raise carries, its traceback's frames, stays young)
         if promote and gc.get_freeze_count() == 0:
             gc.freeze()
             gc.unfreeze()
+    finally:
         if enabled:
             gc.enable()
