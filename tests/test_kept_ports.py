@@ -1,6 +1,8 @@
 """A kept host port never moves: a floor added on it is refused, naming the port's holder.
 
-Through the `mesh` command on a copy of the homelab fixture whose ledger records every port.
+Through the `mesh` command on a copy of the homelab fixture whose ledger records every port;
+the last tests with its declarations written too (`--out`), so that the ledger's `declared`
+renderings keep what ledger.ports never records: mailserver@home's fixed ports 25 and 587.
 """
 
 from __future__ import annotations
@@ -176,3 +178,111 @@ def test_a_fixed_port_kept_by_a_holder_that_moved_and_was_refused_is_refused(hom
     assert mesh("plan", homelab, "--write-ledger").returncode == 1
     ledger = json.loads((homelab / "ledger.yaml").read_text())
     assert ledger["ports"]["gitea@home"]["http"] == {"node": "home", "port": port}
+
+
+# --- ports an instance's last declaration publishes (the ledger's `declared` renderings)
+
+MAILSERVER = "  mailserver@home:\n    module: mailserver\n"
+
+
+@pytest.fixture
+def declared_homelab(tmp_path):
+    """The homelab copy with its declarations written (`--out`): the ledger records each
+    instance's rendering, so mailserver@home's fixed ports (25, 587), which ledger.ports never
+    records, are kept by its last declaration alone."""
+    target = tmp_path / "homelab"
+    shutil.copytree(ROOT / "fixtures" / "homelab", target)
+    text = (target / "mesh.yaml").read_text().replace("../../catalogue", str(CATALOGUE))
+    assert MAILSERVER in text, "fixture layout changed: update this test"
+    (target / "mesh.yaml").write_text(text)
+    written = mesh("plan", target, "--write-ledger", "--out", tmp_path / "out")
+    assert written.returncode == 0, written.stdout + written.stderr
+    ledger = json.loads((target / "ledger.yaml").read_text())
+    recorded = {(e["node"], e["port"]) for entries in ledger["ports"].values()
+                for e in entries.values()}
+    assert not recorded & {("home", 25), ("home", 587)}, "fixed ports are not recorded"
+    assert (target / "ledger.declared" / "home" / "declared.json").exists()
+    return target
+
+
+def floors_of(plan: dict) -> dict:
+    return {node: [(f["port"], f["reason"]) for f in d["firewall"]["floors"]]
+            for node, d in plan["nodes"].items()}
+
+
+def test_a_floor_on_a_fixed_port_a_running_instance_publishes_is_refused_and_it_runs_on(
+        declared_homelab):
+    """Only the last declaration keeps a fixed port: a floor on smtp's 25 is the floor's
+    refusal (`floor-conflict` naming mailserver@home/smtp), never mailserver's (`port-conflict`:
+    the running instance refused, held, and the floor opened on every node)."""
+    before = json.loads(mesh("plan", declared_homelab, "--json").stdout)
+    ports = published(before)
+    assert ports[("mailserver@home", "smtp")] == ("home", 25)
+    text = (declared_homelab / "mesh.yaml").read_text()
+    (declared_homelab / "mesh.yaml").write_text(
+        text + "\nfloors:\n  - {port: 25, reason: metrics}\n")
+    line = len(text.splitlines()) + 3
+
+    result = mesh("plan", declared_homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    errors = [p for p in after["problems"] if p["severity"] == "error"]
+    assert [(p["code"], p["line"], p["candidates"]) for p in errors] == [
+        ("floor-conflict", line, ["mailserver@home"])], errors
+    assert "host port 25 kept by mailserver@home/smtp on node home" in errors[0]["message"]
+    assert not any(p["instance"] == "mailserver@home" for p in after["problems"]), \
+        "the running instance was refused for the floor"
+    assert not after["nodes"]["home"].get("held"), "nothing is held"
+    assert published(after) == ports, "a published port changed"
+    assert floors_of(after) == floors_of(before), "the refused floor is in a firewall"
+
+
+def test_a_floor_on_a_fixed_port_a_held_instance_publishes_is_refused(declared_homelab):
+    """A refused mailserver@home (a typo in its module) is held: its last declaration still
+    publishes 25 on home. A floor on 25 then is refused naming it, as for a running one, and
+    opens nowhere (never silently opened beside the held container's port)."""
+    text = (declared_homelab / "mesh.yaml").read_text()
+    typo = text.replace(MAILSERVER, MAILSERVER.replace("mailserver\n", "mailserverr\n"))
+    (declared_homelab / "mesh.yaml").write_text(typo)
+    held = json.loads(mesh("plan", declared_homelab, "--json").stdout)
+    assert [h["instance"] for h in held["nodes"]["home"]["held"]] == ["mailserver@home"]
+    ports = published(held)
+    assert ports[("mailserver@home", "smtp")] == ("home", 25)
+    (declared_homelab / "mesh.yaml").write_text(
+        typo + "\nfloors:\n  - {port: 25, reason: metrics}\n")
+    line = len(typo.splitlines()) + 3
+
+    result = mesh("plan", declared_homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    conflict = [p for p in after["problems"] if p["code"] == "floor-conflict"]
+    assert [(p["line"], p["candidates"]) for p in conflict] == [(line, ["mailserver@home"])], \
+        [(p["code"], p["instance"], p["message"]) for p in after["problems"]]
+    assert "host port 25 kept by mailserver@home/smtp on node home" in conflict[0]["message"]
+    assert [h["instance"] for h in after["nodes"]["home"]["held"]] == ["mailserver@home"]
+    assert published(after) == ports
+    assert floors_of(after) == floors_of(held), "the refused floor is in a firewall"
+
+
+def test_an_ssh_port_moved_onto_a_fixed_port_a_running_instance_publishes_is_refused(
+        declared_homelab):
+    """home's ssh-port moved onto submission's 587 (kept by mailserver@home's last declaration
+    alone) is refused naming it; mailserver@home is not refused and keeps publishing 587."""
+    before = json.loads(mesh("plan", declared_homelab, "--json").stdout)
+    ports = published(before)
+    assert ports[("mailserver@home", "submission")] == ("home", 587)
+    text = (declared_homelab / "mesh.yaml").read_text()
+    home = "    address: 10.44.0.10\n"
+    assert text.count(home) == 1, "fixture layout changed: update this test"
+    (declared_homelab / "mesh.yaml").write_text(text.replace(home, home + "    ssh-port: 587\n"))
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if row == home.rstrip()) + 1
+
+    result = mesh("plan", declared_homelab, "--json")
+    assert result.returncode == 1
+    after = json.loads(result.stdout)
+    errors = [p for p in after["problems"] if p["severity"] == "error"]
+    assert [(p["code"], p["line"], p["candidates"]) for p in errors] == [
+        ("floor-conflict", line, ["mailserver@home"])], errors
+    assert "kept by mailserver@home/submission" in errors[0]["message"]
+    assert not any(p["instance"] == "mailserver@home" for p in after["problems"])
+    assert published(after) == ports, "a published port changed"
