@@ -169,6 +169,61 @@ def test_an_edit_resolved_from_the_last_reuse_equals_resolve(case: str) -> None:
     assert again != first  # (the edit changes the outcome: a stale reuse would show)
 
 
+def test_a_provision_edit_resolved_from_the_last_reuse_equals_resolve() -> None:
+    """The catalogue's provision changes its grant kind, and nothing else: the databases'
+    Instances, modules, nodes and ports are the very ones the kept run read, and only what
+    they provide (ProviderDecl.kind) differs (render_instances_reusing: _suspects finds them
+    among the providers that differ, or keeps their old `providers`)."""
+    catalogue, mesh, ledger = _world()
+    written = resolve(catalogue, mesh, ledger).ledger
+    provision = catalogue.provisions["postgres-database"]
+    ungranted = attrs.evolve(catalogue, provisions=catalogue.provisions.set(
+        "postgres-database", attrs.evolve(provision, grant="none")))
+    _, reuse = resolve_from(None, catalogue, mesh, written)
+    first, reuse = resolve_from(reuse, catalogue, mesh, written)  # its run read what it kept
+    again, _ = resolve_from(reuse, ungranted, mesh, written)
+    expected = resolve(ungranted, mesh, written)
+    assert again.declarations["n1"].providers == expected.declarations["n1"].providers
+    assert again == expected
+    assert again != first
+
+
+def test_the_registry_default_moved_to_an_instance_at_the_same_address() -> None:
+    """Two registries on two nodes that share an address (mesh.yaml accepts it), each given
+    the range's first host port: `defaults: {artifact-store: …}` moves from one to the other,
+    so the mesh's registry address (part of every key's `run`) stays the same. The new store
+    was kept with a key (no TLS, no htpasswd) and its Instance, module, node and port are
+    the ones the kept run read: only its being the store (a TLS server: tls_servers) differs
+    (render_instances_reusing: _suspects holds the store, and the TLS servers, which
+    tls_servers makes the store one of: either alone finds it)."""
+    registry = Module(
+        name="registry",
+        artifacts=pmap({"image": Artifact(repository="example.org/registry", tag="1",
+                                          mirror=False)}),
+        listens=pmap({"main": Listen(port=5000)}),
+        provides=pvector([Provide("artifact-store", "main")]),
+        containers=pvector([Container(name="main", artifact="image")]))
+    catalogue = Catalogue(pmap({"registry": registry}), pmap({"artifact-store": Provision(
+        scope="node", grant="none", keys=pvector(["host", "port", "url"]),
+        url="http://{host}:{port}")}))
+    mesh = Mesh(mesh="keys", nodes=pmap({"n0": Node(address="10.9.0.1"),
+                                         "n1": Node(address="10.9.0.1")}),
+                instances=pmap({"r0": Instance("registry", "n0"),
+                                "r1": Instance("registry", "n1")}),
+                host_ports=PortRange(20000, 20999), defaults=pmap({"artifact-store": "r0"}))
+    ledger = resolve(catalogue, mesh, Ledger(
+        pins=pmap({"example.org/registry:1": "sha256:" + "1" * 64}))).ledger
+    assert ledger.ports["r0"]["main"].port == ledger.ports["r1"]["main"].port  # one address
+    moved = attrs.evolve(mesh, defaults=pmap({"artifact-store": "r1"}))
+    _, reuse = resolve_from(None, catalogue, mesh, ledger)
+    first, reuse = resolve_from(reuse, catalogue, mesh, ledger)  # its run read what it kept
+    again, _ = resolve_from(reuse, catalogue, moved, ledger)
+    expected = resolve(catalogue, moved, ledger)
+    assert again.declarations["n1"] == expected.declarations["n1"]
+    assert again == expected
+    assert again != first
+
+
 def _same_objects_edits() -> dict[str, tuple[Catalogue, Mesh, Ledger, Catalogue, Mesh, Ledger]]:
     """case → (inputs before, inputs after) where the edit keeps some input objects and
     changes another: what an earlier run made from the kept objects is shared
