@@ -3,8 +3,8 @@
 CPython's cyclic garbage collector rescans every live object at each full collection; a
 resolution allocates hundreds of thousands of small immutable objects and no cycles, so with
 the default thresholds the collector, not the resolver, dominates large meshes (measured in
-benchmarks/bench_resolve.py). `resolving()` freezes what exists (the loaded inputs) and raises
-the first threshold while it runs, then restores the settings; `collector_paused()` turns it
+benchmarks/bench_resolve.py). `resolving()` turns it off while a mesh resolves and moves what is
+alive then (the loaded inputs, the resolution) to the oldest generation; `collector_paused()` turns it
 off for the control loop's loads and ledger writes, which build as many objects. `now_iso()` is the clock the
 resolving commands pass in (`now`, for certificate renewal windows).
 """
@@ -24,14 +24,22 @@ def now_iso() -> str:
 
 @contextlib.contextmanager
 def resolving() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
+    """The collector off while a whole mesh resolves, and, when the block returns, everything
+    alive moved to the oldest generation: the loaded inputs and the resolution (hundreds of
+    thousands of acyclic objects) are not walked again by the young collections that follow.
+    The resolver, finding the collector off, leaves it alone (resolver/_collector.py; asking
+    whether anything is frozen there walks the whole frozen list, which here would be every
+    object of the process). These commands freeze nothing else, so unfreezing releases only
+    what this froze."""
+    was = gc.isenabled()
+    gc.disable()
     try:
         yield
-    finally:
-        gc.set_threshold(*thresholds)
+        gc.freeze()
         gc.unfreeze()
+    finally:
+        if was:
+            gc.enable()
 
 
 @contextlib.contextmanager
