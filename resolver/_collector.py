@@ -29,7 +29,9 @@ Invariants:
   disabled stays disabled, and thresholds and callbacks are never touched. A caller with the
   collector off is left exactly as it was (nothing collected, nothing moved). A caller that
   has frozen objects (`gc.get_freeze_count()`) keeps them frozen: its young objects are left
-  alone and the result's objects stay young, as with a plain pause.
+  alone and the result's objects stay young, as with a plain pause. (`gc.get_freeze_count()`
+  walks the frozen list: it is asked only with the collector on, once on entry and, if that
+  found nothing frozen, once on exit.)
 - The switch is process-wide (CPython has one collector): a thread that disables the
   collector while another thread's resolve() runs finds it enabled again when that resolve()
   returns, if it was enabled when that resolve() began; what other threads allocate while a
