@@ -205,6 +205,15 @@ def declared_homelab(tmp_path):
     return target
 
 
+def planned_with_a_floor_on_25(homelab, text: str) -> tuple[dict, int]:
+    """`mesh plan --json` of `text` (mesh.yaml) with a floor on 25 added at its end, refused:
+    the plan and the floor's line."""
+    (homelab / "mesh.yaml").write_text(text + "\nfloors:\n  - {port: 25, reason: metrics}\n")
+    result = mesh("plan", homelab, "--json")
+    assert result.returncode == 1
+    return json.loads(result.stdout), len(text.splitlines()) + 3
+
+
 def floors_of(plan: dict) -> dict:
     return {node: [(f["port"], f["reason"]) for f in d["firewall"]["floors"]]
             for node, d in plan["nodes"].items()}
@@ -218,14 +227,8 @@ def test_a_floor_on_a_fixed_port_a_running_instance_publishes_is_refused_and_it_
     before = json.loads(mesh("plan", declared_homelab, "--json").stdout)
     ports = published(before)
     assert ports[("mailserver@home", "smtp")] == ("home", 25)
-    text = (declared_homelab / "mesh.yaml").read_text()
-    (declared_homelab / "mesh.yaml").write_text(
-        text + "\nfloors:\n  - {port: 25, reason: metrics}\n")
-    line = len(text.splitlines()) + 3
-
-    result = mesh("plan", declared_homelab, "--json")
-    assert result.returncode == 1
-    after = json.loads(result.stdout)
+    after, line = planned_with_a_floor_on_25(
+        declared_homelab, (declared_homelab / "mesh.yaml").read_text())
     errors = [p for p in after["problems"] if p["severity"] == "error"]
     assert [(p["code"], p["line"], p["candidates"]) for p in errors] == [
         ("floor-conflict", line, ["mailserver@home"])], errors
@@ -248,13 +251,7 @@ def test_a_floor_on_a_fixed_port_a_held_instance_publishes_is_refused(declared_h
     assert [h["instance"] for h in held["nodes"]["home"]["held"]] == ["mailserver@home"]
     ports = published(held)
     assert ports[("mailserver@home", "smtp")] == ("home", 25)
-    (declared_homelab / "mesh.yaml").write_text(
-        typo + "\nfloors:\n  - {port: 25, reason: metrics}\n")
-    line = len(typo.splitlines()) + 3
-
-    result = mesh("plan", declared_homelab, "--json")
-    assert result.returncode == 1
-    after = json.loads(result.stdout)
+    after, line = planned_with_a_floor_on_25(declared_homelab, typo)
     conflict = [p for p in after["problems"] if p["code"] == "floor-conflict"]
     assert [(p["line"], p["candidates"]) for p in conflict] == [(line, ["mailserver@home"])], \
         [(p["code"], p["instance"], p["message"]) for p in after["problems"]]
