@@ -144,6 +144,10 @@ def local_openings(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
     return local_openings_reusing(mesh, live, bound, assigned, None)[0]
 
 
+_Opened = tuple[tuple[object, ...], FrozenMap[str, PVector[FirewallLocal]]]
+"""A consumer's same-node openings key and the openings made from it (by node)."""
+
+
 @attrs.frozen
 class KeptLocal:
     """What local_openings_reusing made that a later run may reuse."""
@@ -152,8 +156,7 @@ class KeptLocal:
     """The containers' names and MACs (resolver/_firewall.py)."""
     listens: Mapping[str, Mapping[str, Listen]] = EMPTY_FROZEN
     """Module → its listens (when they differ, no consumer's openings are reused)."""
-    consumers: Mapping[str, tuple[tuple[object, ...],
-                                  FrozenMap[str, PVector[FirewallLocal]]]] = EMPTY_FROZEN
+    consumers: Mapping[str, _Opened] = EMPTY_FROZEN
     """Consumer → the key of its openings (its node and MACs; each binding with its
     provider's module, node and assigned port) and the openings made from it."""
     made: Optional[LocalOpenings] = None
@@ -191,7 +194,7 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
         kept = None  # a listen's protocol changed: no opening is reused
     macs_of = {name: pvector(macs) for name, macs in consumer_macs.items() if macs}
     locals_of: dict[str, FrozenMap[str, PVector[FirewallLocal]]] = {}
-    made: dict[str, tuple[tuple[object, ...], FrozenMap[str, PVector[FirewallLocal]]]] = {}
+    made: dict[str, _Opened] = {}
     node_of = live.node_of
     ordered = sorted(bound)  # each consumer's bindings are consecutive
     last = 0
@@ -208,21 +211,13 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
                 locals_of[consumer] = before[1]
                 made[consumer] = before
                 continue
-        keys = ordered[start:last]
-        node = node_of[consumer]
-        key: tuple[object, ...] = ()
-        if keeping:
-            key = _opening_key(node, macs, keys, live, bound, assigned)
-            before = kept.consumers.get(consumer) if kept is not None else None
-            if before is not None and before[0] == key:
-                locals_of[consumer] = before[1]
-                made[consumer] = before
-                continue
-        openings = _openings(node, macs, keys, live, bound, assigned)
-        if openings:
-            locals_of[consumer] = FrozenMap({node: pvector(openings)})
+        entry = _consumer_openings(node_of[consumer], macs, ordered[start:last], live, bound,
+                                   assigned, keeping,
+                                   kept.consumers.get(consumer) if kept is not None else None)
+        if entry is not None:
+            locals_of[consumer] = entry[1]
             if keeping:
-                made[consumer] = (key, locals_of[consumer])
+                made[consumer] = entry
     opened = LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of),
                            names=kept_macs.names)
     if not keeping:
@@ -232,6 +227,19 @@ def local_openings_reusing(mesh: str, live: Live, bound: Mapping[BoundKey, Bound
         on_node.setdefault(node_of[name], []).append(name)
     return opened, KeptLocal(kept_macs, live.listens_of, FrozenMap(made), opened, macs_of,
                              {node: tuple(names) for node, names in on_node.items()})
+
+
+def _consumer_openings(node: str, macs: PVector[str], keys: list[BoundKey], live: Live,
+                       bound: Mapping[BoundKey, Bound], assigned: Mapping[tuple[str, str], int],
+                       keeping: bool, before: Optional[_Opened]) -> Optional[_Opened]:
+    """(its key, its openings by node) for a consumer on `node` whose containers have `macs`:
+    `before` (what a run kept for it) itself when its key is the one made now; None when it
+    has no opening. Without `keeping` no key is made (an empty one)."""
+    key = _opening_key(node, macs, keys, live, bound, assigned) if keeping else ()
+    if before is not None and before[0] == key:
+        return before
+    openings = _openings(node, macs, keys, live, bound, assigned)
+    return (key, FrozenMap({node: pvector(openings)})) if openings else None
 
 
 def _opening_key(node: str, macs: PVector[str], keys: list[BoundKey], live: Live,
@@ -354,18 +362,11 @@ def _local_again(mesh: str, live: Live, bound: Mapping[BoundKey, Bound],
         given = macs_of.get(name)
         if given is None:
             continue  # no container bound on its own node: nothing to let in
-        node = node_of[name]
-        keys = sorted(keys_of.get(name, ()))
-        opening_key = _opening_key(node, given, keys, live, bound, assigned)
-        before_key = kept.consumers.get(name)
-        if before_key is not None and before_key[0] == opening_key:
-            locals_of[name] = before_key[1]
-            made[name] = before_key
-            continue
-        openings = _openings(node, given, keys, live, bound, assigned)
-        if openings:
-            locals_of[name] = FrozenMap({node: pvector(openings)})
-            made[name] = (opening_key, locals_of[name])
+        entry = _consumer_openings(node_of[name], given, sorted(keys_of.get(name, ())), live,
+                                   bound, assigned, True, kept.consumers.get(name))
+        if entry is not None:
+            locals_of[name] = entry[1]
+            made[name] = entry
     opened = LocalOpenings(macs=mac_of, by_consumer=locals_of, with_macs=frozenset(macs_of),
                            names=names_of)
     return opened, KeptLocal(KeptMacs(mesh, names_of, made_nodes), listens_of, FrozenMap(made),
