@@ -109,18 +109,19 @@ class Context:
         catalogue.modules is previous's or equal (of other instances, looked up again only
         for those that are not the very ones previous's were made from); the nodes' when
         mesh.nodes is previous's."""
+        # (a catalogue loaded again holds the very same modules: equal at once)
+        same_modules = previous is not None and (
+            previous.catalogue.modules is catalogue.modules
+            or previous.catalogue.modules == catalogue.modules)
         if previous is not None and previous.mesh.instances is mesh.instances:
             names, instances = previous.names, previous.instances
-            # (a catalogue loaded again holds the very same modules: equal at once)
-            modules_of = previous.modules_of if previous.catalogue.modules is catalogue.modules \
-                or previous.catalogue.modules == catalogue.modules else None
+            modules_of = previous.modules_of if same_modules else None
         else:
             instances = dict(mesh.instances.items())  # (a PMap's items: 3x dict(PMap))
             names = previous.names if previous is not None \
                 and previous.instances.keys() == instances.keys() else tuple(sorted(instances))
             modules_of = None
-            if previous is not None and (previous.catalogue.modules is catalogue.modules
-                                         or previous.catalogue.modules == catalogue.modules):
+            if previous is not None and same_modules:
                 # the same modules: previous's lookup, with the instances that are not the
                 # very ones it was made from looked up again
                 looked_up = previous.instances
@@ -141,8 +142,7 @@ class Context:
                                 modules_of=modules_of)
         # (each of another ledger's lookups made from the very same map as previous's is
         # previous's: a ledger written by the last run keeps the maps that did not change)
-        was = previous.ledger if previous is not None else None
-        if previous is not None and was is not None and was.bindings is ledger.bindings:
+        if previous is not None and previous.ledger.bindings is ledger.bindings:
             recorded_bindings = previous.recorded_bindings
             recorded_providers = previous.recorded_providers
         else:
@@ -154,11 +154,11 @@ class Context:
             names=names, nodes=nodes, instances=instances, modules_of=modules_of,
             recorded_bindings=recorded_bindings,
             recorded_ports=previous.recorded_ports
-            if previous is not None and was is not None and was.ports is ledger.ports
+            if previous is not None and previous.ledger.ports is ledger.ports
             else _plain_each(ledger.ports),
             recorded_logins=_plain(ledger.logins),
             credentials=previous.credentials
-            if previous is not None and was is not None and was.credentials is ledger.credentials
+            if previous is not None and previous.ledger.credentials is ledger.credentials
             else _plain(ledger.credentials),
             recorded_providers=recorded_providers,
             declared=_plain(ledger.declared))
