@@ -48,6 +48,7 @@ from ._declaration import (
     RegistryLogin,
     Request,
 )
+from ._differ import differing
 from ._digest import declaration_digest
 from ._firewall import merge_openings
 from ._frozen import FrozenMap
@@ -116,8 +117,7 @@ def _laid_again(layout: Layout, renderings: Mapping[str, InstanceRendering]
     last run's `layout`: only the nodes a rendering that is not the very one it read was
     on, or is on, or reaches are made again (the others hold the very same entries)."""
     was = layout.renderings
-    changed = {n for n, v in renderings.items() if was.get(n) is not v}
-    changed.update(was.keys() - renderings.keys())
+    changed = differing(was, renderings, same=True)
     nodes: set[str] = set()
     for name in changed:
         for rendering in (was.get(name), renderings.get(name)):

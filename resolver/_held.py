@@ -28,6 +28,7 @@ import attrs
 from . import _codes as codes
 from ._context import Blocked, Context, Findings
 from ._declaration import HeldDecl, InstanceRendering, Problem
+from ._differ import differing
 from ._ledger import PortAssignment
 from ._model import Require
 from ._select import Selection
@@ -148,8 +149,7 @@ def kept_ports_reusing(ports: Mapping[str, Mapping[str, PortAssignment]],
         changed_names.update(made.instances - names)
     if made.ports is not ports:
         was_ports = made.ports
-        for name in [n for n, v in ports.items() if was_ports.get(n) is not v] + \
-                list(was_ports.keys() - ports.keys()):
+        for name in differing(was_ports, ports, same=True):
             before = {e.node for e in was_ports[name].values()} if name in was_ports else set()
             after = {e.node for e in ports[name].values()} if name in ports else set()
             for node in before - after:
@@ -159,8 +159,7 @@ def kept_ports_reusing(ports: Mapping[str, Mapping[str, PortAssignment]],
             touched.update(before | after)
     if made.declared is not declared:
         was_declared = made.declared
-        for name in [n for n, v in declared.items() if was_declared.get(n) is not v] + \
-                list(was_declared.keys() - declared.keys()):
+        for name in differing(was_declared, declared, same=True):
             old, new = was_declared.get(name), declared.get(name)
             if old is not None and (new is None or new.node != old.node):
                 moved_declared.setdefault(old.node, (set(), set()))[0].add(name)

@@ -25,6 +25,7 @@ import attrs
 from . import _codes as codes
 from ._context import Blocked, Context, Findings, FloorRefusals
 from ._declaration import Change, Problem
+from ._differ import differing
 from ._issue import PortBook
 from ._ledger import PortAssignment
 from ._model import Instance, Listen, Module
@@ -247,6 +248,15 @@ def ports_moved(before: Mapping[tuple[str, str], int], assigned: Mapping[tuple[s
     return {k[0][0] for k in assigned.items() ^ before.items()}
 
 
+def moved_since(before: Mapping[tuple[str, str], int], assigned: Mapping[tuple[str, str], int],
+                moved: Optional[Moved]) -> AbstractSet[str]:
+    """ports_moved(before, assigned): `moved`'s answer when it was worked out from that very
+    `before`."""
+    if moved is not None and moved[0] is before:
+        return moved[1]
+    return ports_moved(before, assigned)
+
+
 def new_ports_reusing(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int],
                       made: Optional[PortsMade], moved: Optional[Moved] = None
                       ) -> tuple[FrozenMap[str, FrozenMap[str, PortAssignment]], list[Change],
@@ -263,14 +273,11 @@ def new_ports_reusing(r: Context, blocked: Blocked, assigned: dict[tuple[str, st
         return whole, released, PortsMade(assigned, r.instances, r.modules_of,
                                           r.recorded_ports, r.ledger.ports, now_blocked, whole)
     instances, recorded, ledger_ports = r.instances, r.recorded_ports, r.ledger.ports
-    again = set(moved[1]) if moved is not None and moved[0] is made.assigned \
-        else ports_moved(made.assigned, assigned)
+    again = set(moved_since(made.assigned, assigned, moved))
     again.update(now_blocked ^ made.blocked)
     for before, now in ((made.instances, instances), (made.modules_of, r.modules_of),
                         (made.recorded, recorded), (made.ledger_ports, ledger_ports)):
-        if before is not now:
-            again.update(n for n, v in now.items() if before.get(n) is not v)
-            again.update(before.keys() - now.keys())
+        again.update(differing(before, now, same=True))
     ports: dict[str, FrozenMap[str, PortAssignment]] = dict(made.ports)
     for name in again:
         ports.pop(name, None)

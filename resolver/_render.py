@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from operator import itemgetter
-from typing import AbstractSet, Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import AbstractSet, Iterable, Mapping, Optional, Sequence
 
 import attrs
 from pyrsistent import pvector
@@ -58,12 +58,13 @@ from ._declaration import (
 from ._artifacts import artifact_key, image_reference
 from ._binding_files import mount_files, with_ca_at
 from ._bound import Bound, BoundKey
+from ._differ import differing, differing_plain
 from ._firewall import (KeptMacs, assign_macs, consumer_container_macs_reusing,
                         exposures_of)
 from ._frozen import EMPTY_FROZEN, FrozenMap
 from ._ledger import Ledger
 from ._model import EMPTY_VEC, Instance, Listen, Mesh, Module, Node
-from ._ports import Moved, ports_moved
+from ._ports import Moved, moved_since
 from ._registry_access import MeshRegistry, with_auth
 from ._tool_tokens import serves_backup_logins, serves_tokens
 from ._render_bindings import Consumed, Live
@@ -401,6 +402,12 @@ def artifact_images(module: Module, ledger: Ledger, registry_address: Optional[s
     return Images(by_key)
 
 
+def _module_key(module: Module, images: Images) -> RenderingKey:
+    """The part of its instances' RenderingKeys a module gives: the module and the images of
+    its artifacts."""
+    return (module, tuple(sorted(images.by_key.items())))
+
+
 def render_instances(live: Live, mesh: Mesh, ledger: Ledger, registry: Optional[MeshRegistry],
                      assigned: Mapping[tuple[str, str], int],
                      own: Mapping[tuple[str, str], SecretRef], consumed: Consumed,
@@ -533,7 +540,7 @@ def render_instances_reusing(
             images = artifact_images(module, ledger, registry_address)
             shape = shapes[inst.module] = ModuleShape(module, images.of)
             if keeping:
-                module_key: RenderingKey = (module, tuple(sorted(images.by_key.items())))
+                module_key = _module_key(module, images)
                 known = kept.modules.get(inst.module) if kept is not None else None
                 # the kept key object itself when equal: instance keys then compare by identity
                 module_keys[inst.module] = known if known == module_key else module_key
@@ -673,7 +680,7 @@ def _suspects(read: _Read, kept_modules: Mapping[str, RenderingKey],
             gone.add(module_name)
             continue
         images = artifact_images(module, ledger, registry_address)
-        if (module, tuple(sorted(images.by_key.items()))) == key:
+        if _module_key(module, images) == key:
             module_keys[module_name] = key
         else:
             gone.add(module_name)
@@ -686,50 +693,20 @@ def _suspects(read: _Read, kept_modules: Mapping[str, RenderingKey],
         was = read.instances
         suspects.update(n for n, i in instances.items() if was.get(n) is not i)
     suspects.update((consumed.decls.keys() | read.consumers.keys()) - consumed.same)
-    suspects.update(_differing_plain(read.fqdn_of, live.fqdn_of))
-    suspects.update(moved_ports[1] if moved_ports is not None
-                    and moved_ports[0] is read.assigned
-                    else ports_moved(read.assigned, assigned))
-    suspects.update(k[0] for k in _differing(read.own, own))
-    macs = _differing_plain(read.macs, local.macs)
+    suspects.update(differing_plain(read.fqdn_of, live.fqdn_of))
+    suspects.update(moved_since(read.assigned, assigned, moved_ports))
+    suspects.update(k[0] for k in differing(read.own, own))
+    macs = differing_plain(read.macs, local.macs)
     if macs:
         suspects.update(n for n, (_, _, runtime) in local.names.items()
                         if not macs.isdisjoint(runtime))
-    suspects.update(_differing(read.names, local.names, same=True))
-    suspects.update(_differing(read.providers, providers))
-    suspects.update(_differing(read.openings, local.by_consumer, same=True))
+    suspects.update(differing(read.names, local.names, same=True))
+    suspects.update(differing(read.providers, providers))
+    suspects.update(differing(read.openings, local.by_consumer, same=True))
     suspects.update(servers.keys() | consumed.verifying | served.keys())
     if store is not None:
         suspects.add(store)
     return suspects
-
-
-_T = TypeVar("_T")
-
-
-def _differing(before: Mapping[_T, object], now: Mapping[_T, object], same: bool = False
-               ) -> set[_T]:
-    """The keys whose value in `now` is not `before`'s (`same`: not the very object; else
-    not equal), those only one of them holds included."""
-    if before is now:
-        return set()
-    if same:
-        found = {k for k, v in now.items() if before.get(k, _ABSENT) is not v}
-    else:
-        found = {k for k, v in now.items() if before.get(k, _ABSENT) != v}
-    found.update(before.keys() - now.keys())
-    return found
-
-
-_ABSENT = object()
-
-
-def _differing_plain(before: Mapping[_T, object], now: Mapping[_T, object]) -> set[_T]:
-    """_differing(before, now) of maps whose values are plain strings or numbers (hashed
-    and compared in C: the entries either holds and the other does not)."""
-    if before is now:
-        return set()
-    return {k for k, _ in now.items() ^ before.items()}
 
 
 def _read_by(module: Module) -> tuple[list[str], list[str]]:

@@ -38,6 +38,7 @@ from pyrsistent.typing import PVector
 
 from ._bound import (RESOURCE_KEYS, SECRET_KEYS, Bound, BoundKey, binding_record, secret_id,
                      two_slots)
+from ._differ import differing, differing_plain
 from ._declaration import (
     Binding,
     BindingDecl,
@@ -470,10 +471,7 @@ def _suspect_consumers(read: _BindingsRead, kept_providers: Mapping[str, _Provid
     Every other consumer that run kept has a key equal to the kept one. `provider_keys` gets
     the _ProviderKey of every kept provider still live (the kept object when equal)."""
     suspects: set[str] = set()
-    if read.bound is not bound:
-        was = read.bound
-        suspects.update(k[0] for k, b in bound.items() if was.get(k) is not b)
-        suspects.update(k[0] for k in was.keys() - bound.keys())
+    suspects.update(k[0] for k in differing(read.bound, bound, same=True))
     for before, now in ((read.instances, live.instances), (read.modules, live.modules)):
         if before is not now:
             suspects.update(n for n, v in now.items() if before.get(n) is not v)
@@ -489,12 +487,8 @@ def _suspect_consumers(read: _BindingsRead, kept_providers: Mapping[str, _Provid
             if made is not key:
                 changed.add(provider)
     # (logins are strings: the entries that differ, either way, found by the sets' own walk)
-    credentials_changed = {c for c, _ in logins.items() ^ read.logins.items()} \
-        if read.logins is not logins else set()
-    if read.credentials is not credentials:
-        credentials_changed.update(c for c, v in credentials.items()
-                                   if read.credentials.get(c) is not v)
-        credentials_changed.update(read.credentials.keys() - credentials.keys())
+    credentials_changed = differing_plain(read.logins, logins)
+    credentials_changed.update(differing(read.credentials, credentials, same=True))
     if changed or credentials_changed:
         suspects.update(b.consumer for b in bound.values()
                         if b.provider in changed or b.credential in credentials_changed)

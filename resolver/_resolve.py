@@ -41,6 +41,7 @@ from ._assemble import Digests, Layout, assemble_reusing
 from ._binding_files import check_ca_mounts
 from ._check import validate
 from ._collector import collector_paused
+from ._differ import differing
 from ._errors import InputError
 from ._bound import Bound, BoundKey, credential_id
 from ._context import NOTHING_BLOCKED, Blocked, Context, Findings, blocked_by
@@ -460,11 +461,7 @@ def bind_all_reusing(r: Context, blocked: Blocked, kept: Optional[KeptBinds]
         if read.instances is not instances:
             was_instances = read.instances
             todo.update(n for n, i in instances.items() if was_instances.get(n) is not i)
-        if read.recorded is not r.recorded_bindings:
-            was_recorded = read.recorded
-            todo.update(n for n, v in r.recorded_bindings.items()
-                        if was_recorded.get(n) is not v)
-            todo.update(was_recorded.keys() - r.recorded_bindings.keys())
+        todo.update(differing(read.recorded, r.recorded_bindings, same=True))
         bound = dict(read.bound)
         made = dict(kept.consumers)
         unkept = dict(read.refused)
