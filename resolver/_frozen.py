@@ -21,7 +21,7 @@ compare equal to a dict, which every reader of a declaration compares with.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Mapping, NoReturn, Optional, TypeVar
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -80,6 +80,17 @@ class FrozenMap(dict[_K, _V]):
 
 #: The empty FrozenMap, shared (a default costs nothing).
 EMPTY_FROZEN: FrozenMap[Any, Any] = FrozenMap()
+
+
+def kept_or_new(entries: Mapping[_K, _V], recorded: Optional[Mapping[_K, _V]]
+                ) -> FrozenMap[_K, _V]:
+    """`entries` as a FrozenMap: `recorded` itself when it is a FrozenMap holding equal
+    entries (a ledger at its fixed point keeps its objects: fewer made, and the next run,
+    handed them back, finds them unchanged by identity: resolver/_context.py
+    Context.of_reusing, resolver/_check.py validate_reusing)."""
+    if isinstance(recorded, FrozenMap) and recorded == entries:  # (by identity, mostly)
+        return recorded
+    return entries if isinstance(entries, FrozenMap) else FrozenMap(entries)
 
 
 # What the package's root takes from this module (resolver/__init__.py joins these lists).

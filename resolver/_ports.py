@@ -29,7 +29,7 @@ from ._differ import differing
 from ._issue import PortBook
 from ._ledger import PortAssignment
 from ._model import Instance, Listen, Module
-from ._frozen import FrozenMap
+from ._frozen import FrozenMap, kept_or_new
 
 
 def assign_ports(r: Context, blocked: Blocked, floor_refusals: FloorRefusals
@@ -198,7 +198,7 @@ def new_ports(r: Context, blocked: Blocked, assigned: dict[tuple[str, str], int]
     for name, entries in r.ledger.ports.items():
         if name in r.instances and (name not in ports or name in blocked):
             ports[name] = dict(entries)  # kept for a blocked instance, unchanged
-    return FrozenMap({k: _kept_or_new(v, r.recorded_ports.get(k)) for k, v in ports.items()}), \
+    return FrozenMap({k: kept_or_new(v, r.recorded_ports.get(k)) for k, v in ports.items()}), \
         _released(r.ledger.ports, r.instances)
 
 
@@ -295,17 +295,9 @@ def new_ports_reusing(r: Context, blocked: Blocked, assigned: dict[tuple[str, st
         if inst is not None and entries is not None and (not mine or name in blocked):
             mine = dict(entries)  # kept for a blocked instance, unchanged
         if mine:
-            ports[name] = _kept_or_new(mine, recorded.get(name))
+            ports[name] = kept_or_new(mine, recorded.get(name))
     result = FrozenMap(ports)
-    return result, _released(ledger_ports, instances), PortsMade(assigned, instances, r.modules_of, recorded,
-                                      ledger_ports, now_blocked, result)
+    return result, _released(ledger_ports, instances), PortsMade(
+        assigned, instances, r.modules_of, recorded, ledger_ports, now_blocked, result)
 
 
-def _kept_or_new(entries: dict[str, PortAssignment],
-                 recorded: Optional[Mapping[str, PortAssignment]]
-                 ) -> FrozenMap[str, PortAssignment]:
-    """`entries` as a FrozenMap: the recorded one itself when it is one and equal (a ledger
-    at its fixed point keeps its objects: fewer made, and the next run compares by identity)."""
-    if isinstance(recorded, FrozenMap) and recorded == entries:
-        return recorded
-    return FrozenMap(entries)

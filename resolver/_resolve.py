@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from bisect import insort
 from operator import attrgetter
-from typing import Iterable, Mapping, Optional, TypeVar, Union
+from typing import Iterable, Mapping, Optional, Union
 
 import attrs
 from pyrsistent import pmap, pvector
@@ -57,7 +57,7 @@ from ._ports import (Moved, PortsMade, assign_ports, new_ports, new_ports_reusin
 from ._inputs import NO_SOURCES, Catalogue, Sources
 from ._issue import derive_login
 from ._ledger import Ledger
-from ._frozen import EMPTY_FROZEN, FrozenMap
+from ._frozen import EMPTY_FROZEN, FrozenMap, kept_or_new
 from ._model import Instance, Mesh, Module, Require
 from ._artifacts import (
     ARTIFACT_STORE,
@@ -88,9 +88,6 @@ from ._render_bindings import (KeptBindings, live_instances, own_secrets,
                                render_bindings_reusing, render_providers)
 from ._resolution import Resolution
 from ._select import EACH, Selection, select_every, select_provider
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
 
 #: What a requirement is bound by: a provision's name, or ("module", module name).
 _Wanted = Union[str, tuple[str, str]]
@@ -266,10 +263,10 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
                                                         moved_ports)
     ledger = attrs.evolve(
         r.ledger,
-        ports=_kept_map(ports, r.ledger.ports),
-        bindings=_kept_map({k: _kept_or_new(v, r.ledger.bindings.get(k))
+        ports=kept_or_new(ports, r.ledger.ports),
+        bindings=kept_or_new({k: kept_or_new(v, r.ledger.bindings.get(k))
                             for k, v in new_bindings.items()}, r.ledger.bindings),
-        logins=_kept_map({**kept_logins, **logins}, r.ledger.logins),
+        logins=kept_or_new({**kept_logins, **logins}, r.ledger.logins),
         # (the ledger's own map when no instance of it is gone: 10,000 entries not copied)
         declared=r.ledger.declared if all(k in r.instances for k in r.declared)
         else pmap({k: v for k, v in r.ledger.declared.items() if k in r.instances}),
@@ -292,25 +289,6 @@ def resolution_reusing(r: Context, reused: Optional[Reused]) -> tuple[Resolution
     ), Reused(kept_renderings, digests, kept_bindings, kept_binds,
               (made_requests, tuple(requests)) if reused is not None else (frozenset(), ()),
               kept_local, ports_made, layout, ports_kept)
-
-
-def _kept_or_new(entries: dict[str, str], recorded: Optional[Mapping[str, str]]
-                 ) -> FrozenMap[str, str]:
-    """`entries` as a FrozenMap: the recorded one itself when it is one and equal (a ledger at
-    its fixed point keeps its objects: fewer made, and the next run compares by identity)."""
-    if isinstance(recorded, FrozenMap) and recorded == entries:
-        return recorded
-    return FrozenMap(entries)
-
-
-def _kept_map(entries: Mapping[_K, _V], recorded: Mapping[_K, _V]) -> FrozenMap[_K, _V]:
-    """`entries` as a FrozenMap: the ledger's own map (`recorded`) when it is one holding
-    equal entries (a ledger at its fixed point keeps its maps: the next run, handed it
-    back, finds them unchanged by identity: resolver/_context.py Context.of_reusing,
-    resolver/_check.py validate_reusing)."""
-    if isinstance(recorded, FrozenMap) and recorded == entries:  # (by identity, mostly)
-        return recorded
-    return entries if isinstance(entries, FrozenMap) else FrozenMap(entries)
 
 
 def _keep_unbound_records(r: Context, consumer: str, recorded: Mapping[str, str],
